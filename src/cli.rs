@@ -1,0 +1,216 @@
+//! The command line: arguments, their parsing and validation. Nothing here samples or prints.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::python::attach::LayoutChoice;
+use crate::trace::chrome::TraceClock;
+
+/// Highest sampling rate accepted. Above this, each tick's reads take longer than the period on
+/// ordinary machines and the sampler would only measure itself.
+pub const MAX_RATE_HZ: f64 = 100_000.0;
+pub const MIN_RATE_HZ: f64 = 1.0;
+
+const ABOUT: &str = "Show when each Python thread waits for the GIL, holds it, and lets it go — on a timeline, \
+for a process that is already running, without eBPF.";
+
+const LONG_ABOUT: &str = "Show when each Python thread waits for the GIL, holds it, and lets it go — on a timeline, \
+for a process that is already running, without eBPF.
+
+gilsample reads the interpreter's GIL state from the target's memory (process_vm_readv) and each thread's \
+kernel state from /proc at a high rate (10 kHz by default), infers take_gil / hold_gil / drop_gil intervals \
+per thread, and writes Chrome Trace JSON (GIL_<pid>_rank_<rank>.json) that opens in Perfetto UI, \
+chrome://tracing or MindStudio Insight. The target is never stopped or written to.
+
+Needs ptrace-read access to the target: root, CAP_SYS_PTRACE, or the same user with \
+kernel.yama.ptrace_scope=0. No BPF privileges.";
+
+const EXAMPLES: &str = "Examples:
+  gilsample --pid 12345 --rate 10khz            record until Ctrl+C, SIGTERM or the target exits
+  gilsample --pid 12345,678 --duration 10 -o traces/
+  gilsample -- python3 train.py --epochs 1      launch and record from the first instruction
+  gilsample info --pid 12345                    what gilsample sees in a process (for support requests)";
+
+#[derive(Parser, Debug)]
+#[command(name = "gilsample", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub record: RecordArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Describe a running Python process: binary, version, layout source, GIL address, threads and their state.
+    Info(InfoArgs),
+    /// Generate a layout file from a CPython build with DWARF (used by scripts/generate-layouts.sh).
+    Layout(LayoutArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Process ids to record, comma-separated (e.g. 123,456).
+    #[arg(short, long, value_name = "PID[,PID...]", value_parser = parse_pids)]
+    pub pid: Option<PidList>,
+
+    /// Sampling rate: 10khz, 10kHz, 500hz or a plain number of Hz (1 Hz to 100 kHz).
+    #[arg(short, long, default_value = "10khz", value_parser = parse_rate)]
+    pub rate: Rate,
+
+    /// Seconds to record; -1 (the default) records until Ctrl+C, SIGTERM or the target exits.
+    #[arg(short, long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_duration)]
+    pub duration: Option<DurationArg>,
+
+    /// Output directory (files are named GIL_<pid>_rank_<rank>.json) or, for one target, a file ending
+    /// in .json. Default: $GILSAMPLE_DIR, else ./gil_traces/.
+    #[arg(short, long, value_name = "DIR|FILE.json")]
+    pub output: Option<PathBuf>,
+
+    /// Overwrite existing trace files.
+    #[arg(long)]
+    pub force: bool,
+
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// Where struct layouts come from: DWARF of the target's binary or its debug file, the layout files
+    /// shipped in gilsample, or the first that works.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub layout_source: LayoutChoice,
+
+    /// Clock of trace timestamps: wall (epoch µs, lines up with msprof/Kineto traces) or monotonic.
+    #[arg(long, value_enum, default_value = "wall")]
+    pub clock: TraceClock,
+
+    /// A command to launch and record from its start until it exits (put it after --).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// The process to describe.
+    #[arg(short, long)]
+    pub pid: u32,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub layout_source: LayoutChoice,
+}
+
+#[derive(Args, Debug)]
+pub struct LayoutArgs {
+    /// A libpython or python executable with DWARF (or a separate debug file of one).
+    #[arg(long, value_name = "ELF")]
+    pub from: PathBuf,
+    /// The version, when the file's name and symbols do not tell it (e.g. a .debug file): 3.11.7
+    #[arg(long)]
+    pub python_version: Option<String>,
+    /// The binary the debug file belongs to, for the flavour and architecture when --from is a .debug file.
+    #[arg(long, value_name = "ELF")]
+    pub binary: Option<PathBuf>,
+    /// Write <version>-<flavour>-<arch>.json into this directory instead of printing it.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PidList(pub Vec<u32>);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate(pub f64);
+
+/// `None` inside means "until stopped" (-1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DurationArg(pub Option<f64>);
+
+pub fn parse_pids(text: &str) -> Result<PidList, String> {
+    let mut pids = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let pid: u32 = part.parse().map_err(|_| format!("'{part}' is not a process id"))?;
+        if pid == 0 {
+            return Err("0 is not a process id".into());
+        }
+        if !pids.contains(&pid) {
+            pids.push(pid);
+        }
+    }
+    if pids.is_empty() {
+        return Err("give at least one process id".into());
+    }
+    Ok(PidList(pids))
+}
+
+pub fn parse_rate(text: &str) -> Result<Rate, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let (number, scale) = if let Some(n) = lower.strip_suffix("khz") {
+        (n, 1000.0)
+    } else if let Some(n) = lower.strip_suffix("hz") {
+        (n, 1.0)
+    } else {
+        (lower.as_str(), 1.0)
+    };
+    let value: f64 = number.trim().parse().map_err(|_| format!("'{text}' is not a rate; write e.g. 10khz, 500hz or 2000"))?;
+    let hz = value * scale;
+    if !hz.is_finite() || hz < MIN_RATE_HZ || hz > MAX_RATE_HZ {
+        return Err(format!("{text} is out of range: the rate must be between {MIN_RATE_HZ} Hz and {} kHz", MAX_RATE_HZ / 1000.0));
+    }
+    Ok(Rate(hz))
+}
+
+pub fn parse_duration(text: &str) -> Result<DurationArg, String> {
+    let value: f64 = text.trim().parse().map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if value == -1.0 {
+        return Ok(DurationArg(None));
+    }
+    if !value.is_finite() || value <= 0.0 || value > 365.0 * 86400.0 {
+        return Err(format!("{text} is not a valid duration: give seconds > 0, or -1 to record until stopped"));
+    }
+    Ok(DurationArg(Some(value)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_in_every_spelling() {
+        assert_eq!(parse_rate("10khz"), Ok(Rate(10_000.0)));
+        assert_eq!(parse_rate("10kHz"), Ok(Rate(10_000.0)));
+        assert_eq!(parse_rate("500hz"), Ok(Rate(500.0)));
+        assert_eq!(parse_rate("2000"), Ok(Rate(2000.0)));
+        assert_eq!(parse_rate("2.5kHz"), Ok(Rate(2500.0)));
+    }
+
+    #[test]
+    fn absurd_rates_are_refused() {
+        for bad in ["0", "-5", "fast", "1mhz", "200khz", "nan", "inf", ""] {
+            assert!(parse_rate(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10"), Ok(DurationArg(Some(10.0))));
+        assert_eq!(parse_duration("-1"), Ok(DurationArg(None)));
+        for bad in ["0", "-2", "ten", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn pid_lists() {
+        assert_eq!(parse_pids("123,456, 123"), Ok(PidList(vec![123, 456])));
+        assert!(parse_pids("12a").is_err());
+        assert!(parse_pids(",").is_err());
+        assert!(parse_pids("0").is_err());
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,110 @@
+//! The one error type of gilsample. Its variants tell the caller what to do next (stop, retry, tell the
+//! user how to fix permissions), and `exit_code` maps each to the documented exit status.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Exit statuses, documented in the README.
+pub mod exit {
+    pub const OK: i32 = 0;
+    /// A runtime failure not covered below (I/O, a corrupt target).
+    pub const FAILURE: i32 = 1;
+    /// Bad command line.
+    pub const USAGE: i32 = 2;
+    /// Not allowed to read the target.
+    pub const PERMISSION: i32 = 3;
+    /// The target is not a Python process we can read (not Python, unsupported version, GIL disabled).
+    pub const UNSUPPORTED: i32 = 4;
+    /// The target does not exist (or is gone before anything was recorded).
+    pub const NO_SUCH_PROCESS: i32 = 5;
+    /// The output could not be written; the message says where the partial data is.
+    pub const OUTPUT: i32 = 6;
+    /// Stopped by a second Ctrl+C: the trace was not finished.
+    pub const INTERRUPTED: i32 = 130;
+}
+
+#[derive(Debug)]
+pub enum Error {
+    /// Wrong command-line input; the message says which value and why.
+    Usage(String),
+    /// The kernel refused access to the target's memory or /proc files.
+    Permission { pid: u32, what: String },
+    /// The process does not exist or exited.
+    ProcessGone { pid: u32 },
+    /// The process runs no interpreter we can find (or is not a user process).
+    NotPython { pid: u32, why: String },
+    /// A Python we recognise but cannot read.
+    Unsupported { pid: u32, why: String },
+    /// The interpreter exists but has not finished starting (launch mode waits for this).
+    NotReady { pid: u32, why: String },
+    /// The layout does not match what the live process holds.
+    LayoutInvalid { pid: u32, why: String },
+    /// An ELF or DWARF file we could not use.
+    Binary { path: PathBuf, why: String },
+    /// Writing the trace failed.
+    Output { path: PathBuf, why: String },
+    Io { context: String, source: io::Error },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: io::Error) -> Error {
+        Error::Io { context: context.into(), source }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => exit::USAGE,
+            Error::Permission { .. } => exit::PERMISSION,
+            Error::ProcessGone { .. } => exit::NO_SUCH_PROCESS,
+            Error::NotPython { .. } | Error::Unsupported { .. } | Error::LayoutInvalid { .. } => {
+                exit::UNSUPPORTED
+            }
+            Error::NotReady { .. } => exit::UNSUPPORTED,
+            Error::Output { .. } => exit::OUTPUT,
+            Error::Binary { .. } | Error::Io { .. } => exit::FAILURE,
+        }
+    }
+
+    /// Maps an errno from reading a target's memory or /proc entries to the variant that says what it means.
+    pub fn from_target_errno(pid: u32, errno: i32, what: &str) -> Error {
+        match errno {
+            libc::EPERM | libc::EACCES => Error::Permission { pid, what: what.to_string() },
+            libc::ESRCH | libc::ENOENT => Error::ProcessGone { pid },
+            _ => Error::io(format!("{what} of process {pid}"), io::Error::from_raw_os_error(errno)),
+        }
+    }
+}
+
+const PERMISSION_HELP: &str = "gilsample needs the same access as a debugger (ptrace \"attach\" mode), without stopping the \
+target. Run it as root, or as the target's user with CAP_SYS_PTRACE (sudo setcap cap_sys_ptrace+ep $(which gilsample)), \
+or relax Yama (echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope). In a container, start it with \
+--cap-add SYS_PTRACE (Docker) or securityContext.capabilities.add: [\"SYS_PTRACE\"] (Kubernetes). \
+BPF privileges are not needed.";
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(msg) => write!(f, "{msg}"),
+            Error::Permission { pid, what } => {
+                write!(f, "permission denied: cannot read {what} of process {pid}. {PERMISSION_HELP}")
+            }
+            Error::ProcessGone { pid } => write!(f, "process {pid} does not exist (or has exited)"),
+            Error::NotPython { pid, why } => write!(f, "process {pid} is not a Python process gilsample can read: {why}"),
+            Error::Unsupported { pid, why } => write!(f, "process {pid}: {why}"),
+            Error::NotReady { pid, why } => write!(f, "process {pid}: the interpreter is not running yet: {why}"),
+            Error::LayoutInvalid { pid, why } => write!(
+                f,
+                "process {pid}: the interpreter's memory does not match the expected layout: {why}. \
+                 Try another --layout-source, or regenerate python-layouts/ with scripts/generate-layouts.sh"
+            ),
+            Error::Binary { path, why } => write!(f, "{}: {why}", path.display()),
+            Error::Output { path, why } => write!(f, "cannot write {}: {why}", path.display()),
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,5 @@
+//! From per-sample thread states to intervals and statistics. Pure code: no I/O, no clocks, so every
+//! rule is unit-tested on hand-made sample sequences.
+
+pub mod intervals;
+pub mod stats;

@@ -1,0 +1,15 @@
+//! gilsample: per-thread GIL wait/hold/release timelines of running CPython processes, sampled from
+//! outside without BPF. See README.md for the design; each module's header says what it owns.
+
+pub mod addr;
+pub mod cli;
+pub mod error;
+pub mod info;
+pub mod infer;
+pub mod process;
+pub mod python;
+pub mod record;
+pub mod sample;
+pub mod summary;
+pub mod symbols;
+pub mod trace;

@@ -1,0 +1,170 @@
+//! The gilsample command: parses arguments, runs the job, prints, and exits with a documented status.
+//! The only module that prints or exits.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+
+use gilsample::cli::{Cli, Command, LayoutArgs, RecordArgs};
+use gilsample::error::{Error, Result, exit};
+use gilsample::info::describe;
+use gilsample::python::attach::detect_flavour;
+use gilsample::python::layout::Layout;
+use gilsample::python::version::PyVersion;
+use gilsample::record::{Progress, RecordOptions, Targets, record};
+use gilsample::summary::format_summary;
+use gilsample::symbols::elf::{self, ElfImage};
+use gilsample::trace::output::{DIR_ENV, OutputSpec};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Info(args)) => describe(args.pid, args.layout_source).map(|text| {
+            print!("{text}");
+            exit::OK
+        }),
+        Some(Command::Layout(args)) => run_layout(&args).map(|()| exit::OK),
+        None => run_record(cli.record),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("gilsample: error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in every thread and waits for them in one: the first asks the
+/// recording to stop and finish its files; a second one exits at once (files stay at their
+/// temporary names, never half-written at the final name).
+fn install_signal_thread(stop: Arc<AtomicBool>) {
+    let mut set = SigSet::empty();
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(signal);
+    }
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None).expect("blocking signals cannot fail");
+    std::thread::spawn(move || {
+        let mut received = 0;
+        while let Ok(signal) = set.wait() {
+            received += 1;
+            if received == 1 {
+                eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)");
+                stop.store(true, Ordering::SeqCst);
+            } else {
+                eprintln!("gilsample: aborted; unfinished traces are left as .*.partial files");
+                std::process::exit(exit::INTERRUPTED);
+            }
+        }
+    });
+}
+
+fn run_record(args: RecordArgs) -> Result<i32> {
+    let targets = match (&args.pid, args.command.is_empty()) {
+        (Some(pids), true) => Targets::Pids(pids.0.clone()),
+        (None, false) => Targets::Launch(args.command.clone()),
+        (Some(_), false) => return Err(Error::Usage("give either --pid or a command after --, not both".into())),
+        (None, true) => return Err(Error::Usage("nothing to record: give --pid PID[,PID...] or a command after --".into())),
+    };
+    let output = OutputSpec::resolve(args.output.as_deref(), std::env::var_os(DIR_ENV).map(Into::into));
+    if let (OutputSpec::File(path), Targets::Pids(pids)) = (&output, &targets)
+        && pids.len() > 1
+    {
+        return Err(Error::Usage(format!("{} is one file, but {} processes were given: give a directory", path.display(), pids.len())));
+    }
+    let opts = RecordOptions {
+        targets,
+        rate_hz: args.rate.0,
+        duration: args.duration.and_then(|d| d.0).map(Duration::from_secs_f64),
+        output,
+        force: args.force,
+        layout: args.layout_source,
+        clock: args.clock,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    install_signal_thread(stop.clone());
+
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let bar = show_progress.then(|| new_progress_bar(opts.duration));
+    let mut on_progress = |p: &Progress| {
+        if let Some(bar) = &bar {
+            let rate = if p.elapsed.as_secs_f64() > 0.0 { p.samples as f64 / p.elapsed.as_secs_f64() / p.targets.max(1) as f64 } else { 0.0 };
+            bar.set_position(p.elapsed.as_millis() as u64);
+            bar.set_message(format!("{} samples, {:.0} Hz, {} late, {} threads", p.samples, rate, p.late, p.threads));
+        }
+    };
+    let report = record(&opts, stop, &mut on_progress);
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = report?;
+    if !args.quiet {
+        eprint!("{}", format_summary(&report));
+    }
+    if let Some((_, first)) = report.failures.first()
+        && report.targets.is_empty()
+    {
+        return Ok(first.exit_code());
+    }
+    if !report.failures.is_empty() {
+        return Ok(exit::FAILURE);
+    }
+    Ok(report.child_status.unwrap_or(exit::OK))
+}
+
+fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
+    match duration {
+        Some(d) => {
+            let bar = ProgressBar::new(d.as_millis() as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {percent}% {msg}")
+                    .expect("the template is valid"),
+            );
+            bar
+        }
+        None => {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] recording (Ctrl+C to stop) {msg}").expect("the template is valid"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        }
+    }
+}
+
+fn run_layout(args: &LayoutArgs) -> Result<()> {
+    let image = ElfImage::open(&args.from)?;
+    let binary_image = match &args.binary {
+        Some(path) => ElfImage::open(path)?,
+        None => ElfImage::open(&args.from)?,
+    };
+    let binary = binary_image.parse()?;
+    let version = match &args.python_version {
+        Some(text) => text.clone(),
+        None => elf::find_symbol(&binary, "Py_Version")
+            .and_then(|s| elf::read_vaddr(&binary, binary_image.bytes(), s.vaddr, 8))
+            .map(|b| PyVersion::from_hex(u64::from_le_bytes(b.try_into().unwrap())).to_string())
+            .ok_or_else(|| Error::Usage(format!("{}: no Py_Version symbol; give --python-version", args.from.display())))?,
+    };
+    let minor: String = version.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
+    let flavour = detect_flavour(&binary_image)?;
+    let arch = elf::arch_name(&binary);
+    let layout = Layout::from_dwarf(&image, &minor, &version, flavour, arch)?;
+    match &args.out {
+        Some(dir) => {
+            let path = dir.join(format!("{}.json", layout.key()));
+            std::fs::write(&path, layout.to_json()).map_err(|e| Error::Output { path: path.clone(), why: e.to_string() })?;
+            eprintln!("wrote {}", Path::new(&path).display());
+        }
+        None => print!("{}", layout.to_json()),
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! The target's memory mappings, and opening the files behind them from the observer's side.
+//!
+//! A target in a container or chroot has maps paths relative to the reader's root (plain chroot: the
+//! host path) or to its own root (after `pivot_root`: only reachable as `/proc/PID/root/<path>`). Both
+//! are tried, and a file is accepted only when its device and inode match the maps line.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use procfs::ProcError;
+use procfs::process::{MMapPath, Process};
+
+use crate::error::{Error, Result};
+
+/// One line of `/proc/PID/maps` that is backed by a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+    pub path: PathBuf,
+}
+
+impl Mapping {
+    /// Whether two mappings come from the same file.
+    pub fn same_file(&self, other: &Mapping) -> bool {
+        self.inode == other.inode && self.dev_major == other.dev_major && self.dev_minor == other.dev_minor
+    }
+}
+
+pub fn proc_error(pid: u32, err: ProcError, what: &str) -> Error {
+    match err {
+        ProcError::PermissionDenied(_) => Error::Permission { pid, what: what.to_string() },
+        ProcError::NotFound(_) => Error::ProcessGone { pid },
+        ProcError::Io(e, _) => Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), what),
+        other => Error::io(format!("{what} of process {pid}"), std::io::Error::other(other.to_string())),
+    }
+}
+
+/// The file-backed mappings of `pid`, in address order.
+pub fn read_file_mappings(pid: u32) -> Result<Vec<Mapping>> {
+    let process = Process::new(pid as i32).map_err(|e| proc_error(pid, e, "/proc entry"))?;
+    let maps = process.maps().map_err(|e| proc_error(pid, e, "memory maps (/proc/PID/maps)"))?;
+    Ok(maps
+        .into_iter()
+        .filter_map(|m| match m.pathname {
+            MMapPath::Path(path) if m.inode != 0 => Some(Mapping {
+                start: m.address.0,
+                end: m.address.1,
+                offset: m.offset,
+                dev_major: m.dev.0 as u32,
+                dev_minor: m.dev.1 as u32,
+                inode: m.inode,
+                path,
+            }),
+            _ => None,
+        })
+        .collect())
+}
+
+/// How a mapped file was reached from here; named in `gilsample info` and the trace metadata.
+#[derive(Debug)]
+pub struct OpenedFile {
+    pub file: File,
+    /// The path this process opened.
+    pub opened_as: PathBuf,
+}
+
+/// Opens the file behind `mapping`, checking that it is the same file the target mapped.
+pub fn open_mapped_file(pid: u32, mapping: &Mapping) -> Result<OpenedFile> {
+    let relative = mapping.path.strip_prefix("/").unwrap_or(&mapping.path);
+    let candidates = [
+        PathBuf::from(format!("/proc/{pid}/root")).join(relative),
+        mapping.path.clone(),
+        PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", mapping.start, mapping.end)),
+    ];
+    let mut tried = Vec::new();
+    for candidate in candidates {
+        match open_if_same(&candidate, mapping) {
+            Ok(Some(file)) => return Ok(OpenedFile { file, opened_as: candidate }),
+            Ok(None) => tried.push(format!("{} (a different file)", candidate.display())),
+            Err(e) => tried.push(format!("{} ({e})", candidate.display())),
+        }
+    }
+    Err(Error::Binary {
+        path: mapping.path.clone(),
+        why: format!("cannot open the file process {pid} mapped; tried {}", tried.join(", ")),
+    })
+}
+
+fn open_if_same(path: &Path, mapping: &Mapping) -> std::io::Result<Option<File>> {
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    let dev = meta.dev();
+    let same = meta.ino() == mapping.inode
+        && libc::major(dev) == mapping.dev_major
+        && libc::minor(dev) == mapping.dev_minor;
+    Ok(same.then_some(file))
+}

@@ -1,0 +1,386 @@
+//! Attaching to a target: find the ELF that defines `_PyRuntime` among its mappings, learn the version,
+//! pick a layout, and check that layout against the live process before any sampling starts.
+//!
+//! Nothing is written to the target and it is never stopped; "attach" only means reading.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::addr::RemoteAddr;
+use crate::error::{Error, Result};
+use crate::process::maps::{Mapping, OpenedFile, open_mapped_file, read_file_mappings};
+use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
+use crate::process::tasks::read_tids;
+use crate::python::layout::{Flavour, Layout, find_shipped, shipped_keys};
+use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, TidSource, WalkError, decode_gil_word, find_gil, find_tid_source, gil_word_span};
+use crate::python::version::{OLDEST_SUPPORTED, PyVersion};
+use crate::symbols::elf::{self, ElfImage};
+
+/// Where a layout may come from, in the order `Auto` tries them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayoutChoice {
+    /// DWARF of the target's binary (or its separate debug file), else the shipped file.
+    Auto,
+    /// Only DWARF.
+    Dwarf,
+    /// Only the file compiled in from python-layouts/.
+    File,
+}
+
+/// The layout source actually used; recorded in the trace metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LayoutSource {
+    Dwarf(PathBuf),
+    File(String),
+}
+
+impl fmt::Display for LayoutSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayoutSource::Dwarf(path) => write!(f, "dwarf:{}", path.display()),
+            LayoutSource::File(key) => write!(f, "file:python-layouts/{key}.json"),
+        }
+    }
+}
+
+/// The interpreter binary found in the target.
+#[derive(Clone, Debug)]
+pub struct Binary {
+    /// The path as the target's maps name it.
+    pub mapped_path: PathBuf,
+    /// The path gilsample opened it through (differs for containers).
+    pub opened_as: PathBuf,
+    pub shared_library: bool,
+    pub build_id: Option<String>,
+    pub arch: &'static str,
+    pub runtime_symbol: RemoteAddr,
+    pub load_bias: u64,
+}
+
+/// A target ready to be sampled: everything the sampler needs, checked against the live process.
+pub struct Target {
+    pub pid: u32,
+    pub binary: Binary,
+    pub version: PyVersion,
+    pub flavour: Flavour,
+    pub layout: Layout,
+    pub layout_source: LayoutSource,
+    pub runtime: RemoteAddr,
+    pub gil: RemoteAddr,
+    pub tids: TidSource,
+    pub memory: ProcessMemory,
+}
+
+impl Target {
+    /// Reads the GIL words in one read.
+    pub fn read_gil_word(&self, buf: &mut [u8; 64]) -> std::result::Result<GilWord, ReadError> {
+        let (start, end) = gil_word_span(&self.layout);
+        let len = (end - start) as usize;
+        let span = buf.get_mut(..len).ok_or(ReadError::Fault)?;
+        self.memory.read_into(RemoteAddr(self.gil.0 + start), span)?;
+        decode_gil_word(&self.layout, start, span)
+    }
+
+    /// The byte ranges of the GIL's condition variables and mutexes: a thread sleeping in futex on an
+    /// address inside one of these is waiting for (`take`) or handing off (`drop`) the GIL.
+    pub fn gil_wait_ranges(&self) -> GilWaitRanges {
+        let range = |name: &str| self.layout.field(name).map(|f| (self.gil.0 + f.offset, self.gil.0 + f.offset + f.size));
+        GilWaitRanges {
+            take: [range("gil.cond"), range("gil.mutex")],
+            drop: [range("gil.switch_cond"), range("gil.switch_mutex")],
+        }
+    }
+}
+
+/// Address ranges `[start, end)` inside the GIL struct.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GilWaitRanges {
+    pub take: [Option<(u64, u64)>; 2],
+    pub drop: [Option<(u64, u64)>; 2],
+}
+
+/// A Python binary found in a target, with its layout: everything about the target that does not
+/// depend on the interpreter having started.
+pub struct Located {
+    pub pid: u32,
+    pub binary: Binary,
+    pub version: PyVersion,
+    pub flavour: Flavour,
+    pub layout: Layout,
+    pub layout_source: LayoutSource,
+}
+
+/// Attaches to `pid`: `locate` then `connect`. `NotReady` means the process is Python but its
+/// interpreter is not running yet (launch mode retries `connect` on it).
+pub fn attach(pid: u32, choice: LayoutChoice) -> Result<Target> {
+    locate(pid, choice)?.connect()
+}
+
+/// Finds the interpreter binary in `pid`'s mappings, its version, flavour and layout.
+pub fn locate(pid: u32, choice: LayoutChoice) -> Result<Located> {
+    check_is_user_process(pid)?;
+    let mappings = read_file_mappings(pid)?;
+    if mappings.is_empty() {
+        return Err(Error::NotPython { pid, why: "it has no file mappings (a kernel thread or a zombie)".into() });
+    }
+    let (binary, image, version) = find_interpreter(pid, &mappings)?;
+    let flavour = detect_flavour(&image)?;
+    let (layout, layout_source) = choose_layout(pid, &image, &version, flavour, binary.arch, choice)?;
+    Ok(Located { pid, binary, version, flavour, layout, layout_source })
+}
+
+impl Located {
+    /// Finds the GIL and the thread list in the live process and validates the layout against them.
+    pub fn connect(&self) -> Result<Target> {
+        let pid = self.pid;
+        let memory = ProcessMemory::new(pid);
+        let runtime = self.binary.runtime_symbol;
+        let mut probe = [0u8; 8];
+        memory.read_into(runtime, &mut probe).map_err(|e| read_error(pid, e, "memory"))?;
+        let gil = find_gil(&memory, &self.layout, runtime).map_err(|e| walk_error(pid, e))?;
+        let mut process_tids = HashSet::new();
+        read_tids(pid, &mut process_tids)?;
+        let tids = find_tid_source(&memory, &self.layout, runtime, &process_tids).map_err(|e| walk_error(pid, e))?;
+        let target = Target {
+            pid,
+            binary: self.binary.clone(),
+            version: self.version,
+            flavour: self.flavour,
+            layout: self.layout.clone(),
+            layout_source: self.layout_source.clone(),
+            runtime,
+            gil,
+            tids,
+            memory,
+        };
+        validate(&target, &process_tids)?;
+        Ok(target)
+    }
+}
+
+fn check_is_user_process(pid: u32) -> Result<()> {
+    if pid == std::process::id() {
+        return Err(Error::Usage(format!("process {pid} is gilsample itself; give the pid of a Python process")));
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), "/proc entry"))?;
+    // The state follows the command name, which is in parentheses and may itself contain spaces.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).unwrap_or("");
+    if state == "Z" {
+        return Err(Error::ProcessGone { pid });
+    }
+    Ok(())
+}
+
+fn read_error(pid: u32, e: ReadError, what: &str) -> Error {
+    match e {
+        ReadError::Permission => Error::Permission { pid, what: what.into() },
+        ReadError::Gone => Error::ProcessGone { pid },
+        ReadError::Fault => Error::LayoutInvalid { pid, why: format!("{what}: unreadable address") },
+        ReadError::Other(errno) => Error::from_target_errno(pid, errno, what),
+    }
+}
+
+fn walk_error(pid: u32, e: WalkError) -> Error {
+    match e {
+        WalkError::Read(ReadError::Fault) => Error::LayoutInvalid { pid, why: "a pointer in the runtime leads to unmapped memory".into() },
+        WalkError::Read(e) => read_error(pid, e, "memory"),
+        WalkError::NotInitialized => Error::NotReady { pid, why: "_PyRuntime has no interpreter or thread yet".into() },
+        WalkError::Corrupt(why) => Error::LayoutInvalid { pid, why },
+    }
+}
+
+/// Files worth opening: the ones whose name says Python first, then the main executable (an embedded
+/// or renamed interpreter). Parsing every shared object of a large framework would be slow.
+fn candidate_files(mappings: &[Mapping]) -> Vec<&Mapping> {
+    let mut seen: Vec<&Mapping> = Vec::new();
+    for m in mappings {
+        if !seen.iter().any(|s| s.same_file(m)) {
+            seen.push(m);
+        }
+    }
+    let is_python = |m: &&Mapping| m.path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains("python"));
+    let mut ordered: Vec<&Mapping> = seen.iter().copied().filter(is_python).collect();
+    if let Some(first) = seen.first().filter(|m| !is_python(m)) {
+        ordered.push(first);
+    }
+    ordered
+}
+
+fn find_interpreter(pid: u32, mappings: &[Mapping]) -> Result<(Binary, ElfImage, PyVersion)> {
+    let mut python_like: Option<PyVersion> = None;
+    let mut problems = Vec::new();
+    for candidate in candidate_files(mappings) {
+        if let Some(v) = PyVersion::from_file_name(&candidate.path) {
+            python_like.get_or_insert(v);
+        }
+        let OpenedFile { file, opened_as } = match open_mapped_file(pid, candidate) {
+            Ok(opened) => opened,
+            Err(e) => {
+                problems.push(e.to_string());
+                continue;
+            }
+        };
+        let image = ElfImage::from_file(file, &opened_as)?;
+        let Ok(parsed) = image.parse() else { continue };
+        let Some(symbol) = elf::find_symbol(&parsed, "_PyRuntime") else { continue };
+        let same_file: Vec<&Mapping> = mappings.iter().filter(|m| m.same_file(candidate)).collect();
+        let Some(bias) = elf::find_load_bias(&parsed, &same_file) else {
+            problems.push(format!("{}: no mapping matches its load segments", candidate.path.display()));
+            continue;
+        };
+        let version = match elf::find_symbol(&parsed, "Py_Version")
+            .and_then(|s| elf::read_vaddr(&parsed, image.bytes(), s.vaddr, 8))
+            .map(|b| PyVersion::from_hex(u64::from_le_bytes(b.try_into().unwrap())))
+        {
+            Some(v) => v,
+            None => PyVersion::from_file_name(&candidate.path).ok_or_else(|| Error::Unsupported {
+                pid,
+                why: format!("{} defines _PyRuntime but its version is unknown (no Py_Version, unversioned name)", candidate.path.display()),
+            })?,
+        };
+        let binary = Binary {
+            mapped_path: candidate.path.clone(),
+            opened_as: opened_as.clone(),
+            shared_library: parsed.header.e_type == goblin::elf::header::ET_DYN && parsed.interpreter.is_none(),
+            build_id: elf::build_id(&parsed, image.bytes()),
+            arch: elf::arch_name(&parsed),
+            runtime_symbol: RemoteAddr(symbol.vaddr.wrapping_add(bias)),
+            load_bias: bias,
+        };
+        drop(parsed);
+        check_version_supported(pid, version)?;
+        return Ok((binary, image, version));
+    }
+    match python_like {
+        Some(v) if (v.major, v.minor) < OLDEST_SUPPORTED => Err(Error::Unsupported {
+            pid,
+            why: format!(
+                "Python {v} is not supported: gilsample reads _PyRuntime, which exists from {}.{} on",
+                OLDEST_SUPPORTED.0, OLDEST_SUPPORTED.1
+            ),
+        }),
+        _ if !problems.is_empty() => Err(Error::NotPython { pid, why: problems.join("; ") }),
+        _ => Err(Error::NotPython { pid, why: "no mapped file defines _PyRuntime".into() }),
+    }
+}
+
+fn check_version_supported(pid: u32, version: PyVersion) -> Result<()> {
+    if version.major != 3 || (version.major, version.minor) < OLDEST_SUPPORTED {
+        return Err(Error::Unsupported { pid, why: format!("Python {version} is not supported (3.7 and newer are)") });
+    }
+    Ok(())
+}
+
+pub fn detect_flavour(image: &ElfImage) -> Result<Flavour> {
+    let elf = image.parse()?;
+    // Py_REF_DEBUG (implied by Py_DEBUG) exports these; release builds never do.
+    let debug = ["_Py_RefTotal", "_Py_GetGlobalRefTotal"].iter().any(|s| elf::find_symbol(&elf, s).is_some());
+    Ok(if debug { Flavour::Debug } else { Flavour::Default })
+}
+
+/// Separate debug files for a binary: by build-id, then by debuglink, inside the target's root first.
+fn separate_debug_files(pid: u32, image: &ElfImage, mapped_path: &Path) -> Vec<PathBuf> {
+    let Ok(elf) = image.parse() else { return Vec::new() };
+    let mut found = Vec::new();
+    let roots = [PathBuf::from(format!("/proc/{pid}/root")), PathBuf::from("/")];
+    if let Some(id) = elf::build_id(&elf, image.bytes()).filter(|id| id.len() > 2) {
+        for root in &roots {
+            found.push(root.join(format!("usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..])));
+        }
+    }
+    if let (Some(link), Some(dir)) = (elf::debuglink(&elf, image.bytes()), mapped_path.parent()) {
+        let dir = dir.strip_prefix("/").unwrap_or(dir);
+        for root in &roots {
+            found.push(root.join("usr/lib/debug").join(dir).join(&link));
+            found.push(root.join(dir).join(".debug").join(&link));
+        }
+    }
+    found.into_iter().filter(|p| p.is_file()).collect()
+}
+
+fn choose_layout(
+    pid: u32,
+    image: &ElfImage,
+    version: &PyVersion,
+    flavour: Flavour,
+    arch: &str,
+    choice: LayoutChoice,
+) -> Result<(Layout, LayoutSource)> {
+    let key = version.minor_key();
+    let mut tried = Vec::new();
+    if choice != LayoutChoice::File {
+        let mut dwarf_files = Vec::new();
+        if image.parse().map(|e| elf::has_debug_info(&e)).unwrap_or(false) {
+            dwarf_files.push(image.path.clone());
+        }
+        dwarf_files.extend(separate_debug_files(pid, image, &image.path));
+        for path in dwarf_files {
+            let from = if path == image.path { None } else { Some(ElfImage::open(&path)) };
+            let source_image = match &from {
+                Some(Ok(img)) => img,
+                Some(Err(e)) => {
+                    tried.push(e.to_string());
+                    continue;
+                }
+                None => image,
+            };
+            match Layout::from_dwarf(source_image, &key, &version.to_string(), flavour, arch) {
+                Ok(layout) => return Ok((layout, LayoutSource::Dwarf(path))),
+                Err(e) => tried.push(e.to_string()),
+            }
+        }
+        if tried.is_empty() {
+            tried.push("no DWARF in the binary and no separate debug file".into());
+        }
+    }
+    if choice != LayoutChoice::Dwarf {
+        if let Some(layout) = find_shipped(&key, flavour, arch)? {
+            let source = LayoutSource::File(layout.key());
+            return Ok((layout, source));
+        }
+        tried.push(format!("no shipped layout {key}-{flavour}-{arch}"));
+    }
+    Err(Error::Unsupported {
+        pid,
+        why: format!(
+            "no layout for Python {version} ({flavour}, {arch}): {}. Shipped layouts: {}. To add one, run \
+             scripts/generate-layouts.sh on a build of this version that has DWARF, or install its debug \
+             symbols (e.g. the python3.X-dbg package) so gilsample can read them.",
+            tried.join("; "),
+            shipped_keys().join(", ")
+        ),
+    })
+}
+
+/// Checks the layout against the live process: the thread list walks to real tids of the process, and
+/// a locked GIL's holder is one of those threads. A few attempts absorb a thread starting or exiting
+/// in the middle of the check.
+fn validate(target: &Target, process_tids: &HashSet<u32>) -> Result<()> {
+    let pid = target.pid;
+    let mut walker = ThreadWalker::default();
+    let mut threads: Vec<ThreadRef> = Vec::new();
+    let mut last_problem = String::new();
+    let mut tids = process_tids.clone();
+    for _ in 0..5 {
+        walker.walk(&target.memory, &target.layout, target.runtime, target.tids, &mut threads).map_err(|e| walk_error(pid, e))?;
+        read_tids(pid, &mut tids)?;
+        if threads.is_empty() {
+            return Err(Error::NotReady { pid, why: "no Python thread yet".into() });
+        }
+        let mut buf = [0u8; 64];
+        let word = target.read_gil_word(&mut buf).map_err(|e| read_error(pid, e, "the GIL"))?;
+        let unknown: Vec<u32> = threads.iter().map(|t| t.tid).filter(|t| !tids.contains(t)).collect();
+        let holder_known = !word.locked || threads.iter().any(|t| t.tstate == word.last_holder);
+        if unknown.is_empty() && holder_known {
+            return Ok(());
+        }
+        last_problem = if !unknown.is_empty() {
+            format!("thread ids {unknown:?} read from the thread states are not threads of the process")
+        } else {
+            format!("the GIL holder {} is not in the thread list", word.last_holder)
+        };
+    }
+    Err(Error::LayoutInvalid { pid, why: last_problem })
+}

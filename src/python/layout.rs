@@ -1,0 +1,220 @@
+//! Layouts: the offsets and sizes of the few CPython fields gilsample reads, per version, build flavour
+//! and architecture.
+//!
+//! A layout is data. `FIELD_QUERIES` says which DWARF member paths answer each field; `from_dwarf`
+//! asks an interpreter build, and `scripts/generate-layouts.sh` writes the answers to
+//! `python-layouts/<version>-<flavour>-<arch>.json`, which are compiled into the binary. Adding a CPython
+//! version is a matter of running that script on a build of it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::symbols::dwarf::{FieldInfo, FieldQuery, find_fields};
+use crate::symbols::elf::ElfImage;
+
+/// Which kind of build the interpreter is; debug (`Py_DEBUG`) builds have different struct layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Flavour {
+    Default,
+    Debug,
+    FreeThreaded,
+}
+
+impl fmt::Display for Flavour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Flavour::Default => "default",
+            Flavour::Debug => "debug",
+            Flavour::FreeThreaded => "free-threaded",
+        })
+    }
+}
+
+/// One field gilsample reads: its name in layout files, the struct tag it lives in, the member paths
+/// that name it across versions (first match wins), and whether every version has it.
+pub struct FieldSpec {
+    pub name: &'static str,
+    pub root: &'static str,
+    pub paths: &'static [&'static str],
+    pub required: bool,
+}
+
+const RUNTIME: &str = "pyruntimestate";
+const INTERP: &str = "_is";
+const TSTATE: &str = "_ts";
+const GIL: &str = "_gil_runtime_state";
+
+/// Every field, with the CPython member paths that hold it (see Include/internal/pycore_runtime.h,
+/// pycore_interp.h, pycore_gil.h and Include/cpython/pystate.h of each version).
+pub const FIELD_QUERIES: &[FieldSpec] = &[
+    FieldSpec { name: "runtime.interpreters.head", root: RUNTIME, paths: &["interpreters.head"], required: true },
+    FieldSpec { name: "runtime.interpreters.main", root: RUNTIME, paths: &["interpreters.main"], required: false },
+    // 3.7–3.11: one GIL embedded in the runtime.
+    FieldSpec { name: "runtime.ceval.gil", root: RUNTIME, paths: &["ceval.gil"], required: false },
+    FieldSpec { name: "interp.next", root: INTERP, paths: &["next"], required: true },
+    FieldSpec { name: "interp.threads.head", root: INTERP, paths: &["threads.head", "tstate_head"], required: true },
+    // 3.12+: each interpreter points to its GIL (the main one to its own `_gil`).
+    FieldSpec { name: "interp.ceval.gil", root: INTERP, paths: &["ceval.gil"], required: false },
+    FieldSpec { name: "tstate.next", root: TSTATE, paths: &["next"], required: true },
+    FieldSpec { name: "tstate.interp", root: TSTATE, paths: &["interp"], required: true },
+    FieldSpec { name: "tstate.thread_id", root: TSTATE, paths: &["thread_id"], required: true },
+    // 3.11+: the OS thread id; older versions map `thread_id` (a pthread_t) through glibc.
+    FieldSpec { name: "tstate.native_thread_id", root: TSTATE, paths: &["native_thread_id"], required: false },
+    FieldSpec { name: "gil", root: GIL, paths: &[""], required: true },
+    FieldSpec { name: "gil.last_holder", root: GIL, paths: &["last_holder"], required: true },
+    FieldSpec { name: "gil.locked", root: GIL, paths: &["locked"], required: true },
+    FieldSpec { name: "gil.switch_number", root: GIL, paths: &["switch_number"], required: true },
+    FieldSpec { name: "gil.cond", root: GIL, paths: &["cond"], required: true },
+    FieldSpec { name: "gil.mutex", root: GIL, paths: &["mutex"], required: true },
+    FieldSpec { name: "gil.switch_cond", root: GIL, paths: &["switch_cond"], required: false },
+    FieldSpec { name: "gil.switch_mutex", root: GIL, paths: &["switch_mutex"], required: false },
+];
+
+/// A version's layout, as stored in `python-layouts/`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// `3.11`
+    pub version: String,
+    pub flavour: Flavour,
+    pub arch: String,
+    /// The full version of the build the layout was generated from, e.g. `3.11.7`.
+    pub generated_from_version: String,
+    /// The file it was generated from, and its build-id, so a test can regenerate and compare.
+    pub generated_from: String,
+    pub build_id: Option<String>,
+    pub fields: BTreeMap<String, FieldInfo>,
+}
+
+impl Layout {
+    /// Reads every field in `FIELD_QUERIES` from the DWARF of `image`.
+    pub fn from_dwarf(image: &ElfImage, version: &str, full_version: &str, flavour: Flavour, arch: &str) -> Result<Layout> {
+        let queries: Vec<(usize, FieldQuery<'_>)> = FIELD_QUERIES
+            .iter()
+            .enumerate()
+            .flat_map(|(i, spec)| spec.paths.iter().map(move |path| (i, FieldQuery { root: spec.root, path })))
+            .collect();
+        let plain: Vec<FieldQuery<'_>> = queries.iter().map(|(_, q)| *q).collect();
+        let answers = find_fields(image, &plain)?;
+        let mut fields = BTreeMap::new();
+        for ((spec_index, _), answer) in queries.iter().zip(answers) {
+            let name = FIELD_QUERIES[*spec_index].name;
+            if let Some(info) = answer {
+                fields.entry(name.to_string()).or_insert(info);
+            }
+        }
+        let elf = image.parse()?;
+        let layout = Layout {
+            version: version.to_string(),
+            flavour,
+            arch: arch.to_string(),
+            generated_from_version: full_version.to_string(),
+            generated_from: image.path.display().to_string(),
+            build_id: crate::symbols::elf::build_id(&elf, image.bytes()),
+            fields,
+        };
+        layout.check().map_err(|why| Error::Binary { path: image.path.clone(), why })?;
+        Ok(layout)
+    }
+
+    /// Checks what a reader relies on: required fields present, every field inside its struct, a GIL
+    /// reachable one way or the other, and pointer-sized pointers.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        for spec in FIELD_QUERIES.iter().filter(|s| s.required) {
+            if !self.fields.contains_key(spec.name) {
+                return Err(format!("layout {} lacks field {}", self.key(), spec.name));
+            }
+        }
+        let gil_size = self.fields["gil"].size;
+        for (name, info) in self.fields.iter().filter(|(n, _)| n.starts_with("gil.")) {
+            if info.offset.checked_add(info.size).is_none_or(|end| end > gil_size) {
+                return Err(format!("field {name} lies outside the {gil_size}-byte GIL struct"));
+            }
+        }
+        let runtime_gil = self.fields.get("runtime.ceval.gil");
+        let interp_gil = self.fields.get("interp.ceval.gil");
+        match (runtime_gil, interp_gil) {
+            (Some(g), _) if g.size == gil_size => {}
+            (None, Some(p)) if p.size == 8 => {}
+            _ => return Err("neither _PyRuntime.ceval.gil (embedded) nor interp->ceval.gil (pointer) is usable".into()),
+        }
+        for name in ["runtime.interpreters.head", "interp.next", "interp.threads.head", "tstate.next", "tstate.interp"] {
+            if self.fields[name].size != 8 {
+                return Err(format!("field {name} is not a 64-bit pointer"));
+            }
+        }
+        if self.fields.values().any(|f| f.offset > 1 << 20 || f.size > 1 << 16) {
+            return Err("a field offset or size is implausibly large".into());
+        }
+        Ok(())
+    }
+
+    /// `3.11-default-x86_64`, the file name under `python-layouts/` without `.json`.
+    pub fn key(&self) -> String {
+        layout_key(&self.version, self.flavour, &self.arch)
+    }
+
+    pub fn field(&self, name: &str) -> Option<FieldInfo> {
+        self.fields.get(name).copied()
+    }
+
+    /// A field `check` guaranteed to be there.
+    pub fn required(&self, name: &str) -> FieldInfo {
+        self.fields[name]
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a layout always serializes") + "\n"
+    }
+}
+
+pub fn layout_key(version: &str, flavour: Flavour, arch: &str) -> String {
+    format!("{version}-{flavour}-{arch}")
+}
+
+/// The layouts compiled in from `python-layouts/` (see build.rs): file name and contents.
+pub const SHIPPED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/shipped_layouts.rs"));
+
+/// The shipped layout for a version, flavour and architecture.
+pub fn find_shipped(version: &str, flavour: Flavour, arch: &str) -> Result<Option<Layout>> {
+    let wanted = format!("{}.json", layout_key(version, flavour, arch));
+    let Some((name, text)) = SHIPPED.iter().find(|(name, _)| *name == wanted) else { return Ok(None) };
+    let layout: Layout = serde_json::from_str(text)
+        .map_err(|e| Error::Binary { path: format!("python-layouts/{name}").into(), why: format!("corrupt layout file: {e}") })?;
+    layout
+        .check()
+        .map_err(|why| Error::Binary { path: format!("python-layouts/{name}").into(), why })?;
+    Ok(Some(layout))
+}
+
+/// The keys of every shipped layout, for error messages.
+pub fn shipped_keys() -> Vec<String> {
+    SHIPPED.iter().map(|(name, _)| name.trim_end_matches(".json").to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_layout_parses_and_checks() {
+        assert!(!SHIPPED.is_empty(), "no layouts were compiled in");
+        for (name, text) in SHIPPED {
+            let layout: Layout = serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            layout.check().unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(format!("{}.json", layout.key()), *name, "file name must match contents");
+        }
+    }
+
+    #[test]
+    fn check_rejects_a_field_outside_the_gil() {
+        let (_, text) = SHIPPED[0];
+        let mut layout: Layout = serde_json::from_str(text).unwrap();
+        let gil = layout.fields["gil"];
+        layout.fields.insert("gil.locked".into(), FieldInfo { offset: gil.size, size: 4 });
+        assert!(layout.check().unwrap_err().contains("gil.locked"));
+    }
+}

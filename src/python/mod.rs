@@ -1,0 +1,7 @@
+//! The CPython side: which version a binary is, where its structs' fields are (layouts), how to walk
+//! `_PyRuntime` → interpreters → thread states, and where the GIL is.
+
+pub mod attach;
+pub mod layout;
+pub mod runtime;
+pub mod version;

@@ -1,0 +1,255 @@
+//! Walking the interpreter's state in target memory: `_PyRuntime` → interpreters → thread states, the
+//! GIL's address, and the GIL's three words (holder, locked, switch count).
+//!
+//! Every pointer comes from the target and is untrusted: each is checked for plausibility before use,
+//! every list walk is bounded and detects cycles, and a read that fails is reported, never unwrapped.
+
+use std::collections::HashSet;
+
+use crate::addr::RemoteAddr;
+use crate::process::memory::{MemorySource, ReadError};
+use crate::python::layout::Layout;
+
+/// More threads than any real program has; a longer list means the walk is reading garbage.
+pub const MAX_THREADS: usize = 10_000;
+/// Subinterpreters are few; more means garbage.
+pub const MAX_INTERPRETERS: usize = 256;
+/// How far into glibc's `struct pthread` the `tid` field is searched for.
+const PTHREAD_SEARCH_BYTES: usize = 2048;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WalkError {
+    Read(ReadError),
+    /// `_PyRuntime` is still zeroed: the interpreter has not started (or has finalized).
+    NotInitialized,
+    /// The memory does not form the structure the layout describes.
+    Corrupt(String),
+}
+
+impl From<ReadError> for WalkError {
+    fn from(e: ReadError) -> WalkError {
+        WalkError::Read(e)
+    }
+}
+
+/// How a thread state leads to an OS thread id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TidSource {
+    /// 3.11+: `PyThreadState.native_thread_id`.
+    NativeThreadId,
+    /// Before 3.11: `PyThreadState.thread_id` is a `pthread_t`, the address of glibc's `struct pthread`,
+    /// whose `tid` field sits at this offset (found on the live process, not assumed).
+    PthreadTid { offset: u64 },
+}
+
+/// One Python thread: its `PyThreadState` and its OS thread id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadRef {
+    pub tstate: RemoteAddr,
+    pub tid: u32,
+}
+
+/// The GIL as one sample sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GilWord {
+    pub locked: bool,
+    /// `last_holder`: the thread state that took the GIL last; the holder only while `locked`.
+    pub last_holder: RemoteAddr,
+    /// Counts hand-offs since start; its change between two samples is how many the sampler missed.
+    pub switch_number: u64,
+}
+
+/// The byte range `[start, end)` of the GIL struct that holds `last_holder`, `locked` and `switch_number`,
+/// so one read per sample fetches all three.
+pub fn gil_word_span(layout: &Layout) -> (u64, u64) {
+    let fields = ["gil.last_holder", "gil.locked", "gil.switch_number"].map(|n| layout.required(n));
+    let start = fields.iter().map(|f| f.offset).min().unwrap_or(0);
+    let end = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0);
+    (start, end)
+}
+
+/// Decodes the GIL words from the bytes of `gil_word_span`. `locked` must be 0 or 1: anything else
+/// is a torn or wrong read.
+pub fn decode_gil_word(layout: &Layout, span_start: u64, bytes: &[u8]) -> Result<GilWord, ReadError> {
+    let field = |name: &str| -> Result<u64, ReadError> {
+        let info = layout.required(name);
+        let at = (info.offset - span_start) as usize;
+        let raw = bytes.get(at..at + info.size as usize).ok_or(ReadError::Fault)?;
+        Ok(match raw.len() {
+            4 => u32::from_ne_bytes(raw.try_into().unwrap()) as u64,
+            8 => u64::from_ne_bytes(raw.try_into().unwrap()),
+            _ => return Err(ReadError::Fault),
+        })
+    };
+    let locked = match field("gil.locked")? {
+        0 => false,
+        1 => true,
+        _ => return Err(ReadError::Fault),
+    };
+    Ok(GilWord { locked, last_holder: RemoteAddr(field("gil.last_holder")?), switch_number: field("gil.switch_number")? })
+}
+
+fn read_field(mem: &dyn MemorySource, base: RemoteAddr, layout: &Layout, name: &str) -> Result<RemoteAddr, WalkError> {
+    let addr = base
+        .offset(layout.required(name).offset)
+        .ok_or_else(|| WalkError::Corrupt(format!("{name} overflows at {base}")))?;
+    Ok(mem.read_addr(addr)?)
+}
+
+fn check_pointer(addr: RemoteAddr, what: &str) -> Result<RemoteAddr, WalkError> {
+    if addr.is_plausible_pointer(8) {
+        Ok(addr)
+    } else {
+        Err(WalkError::Corrupt(format!("{what} is not a valid pointer ({addr})")))
+    }
+}
+
+/// The interpreters, head first (the main interpreter is the last).
+pub fn read_interpreters(mem: &dyn MemorySource, layout: &Layout, runtime: RemoteAddr) -> Result<Vec<RemoteAddr>, WalkError> {
+    let head = read_field(mem, runtime, layout, "runtime.interpreters.head")?;
+    if head.is_null() {
+        return Err(WalkError::NotInitialized);
+    }
+    let mut interps = Vec::new();
+    let mut current = head;
+    while !current.is_null() {
+        check_pointer(current, "interpreter pointer")?;
+        if interps.len() >= MAX_INTERPRETERS || interps.contains(&current) {
+            return Err(WalkError::Corrupt("the interpreter list loops or is implausibly long".into()));
+        }
+        interps.push(current);
+        current = read_field(mem, current, layout, "interp.next")?;
+    }
+    Ok(interps)
+}
+
+/// The address of the GIL struct: embedded in `_PyRuntime` (3.7–3.11), or pointed to by the main
+/// interpreter's `ceval.gil` (3.12+).
+pub fn find_gil(mem: &dyn MemorySource, layout: &Layout, runtime: RemoteAddr) -> Result<RemoteAddr, WalkError> {
+    if let Some(gil) = layout.field("runtime.ceval.gil") {
+        return runtime.offset(gil.offset).ok_or_else(|| WalkError::Corrupt("GIL address overflows".into()));
+    }
+    let main = match layout.field("runtime.interpreters.main") {
+        Some(f) => mem.read_addr(runtime.offset(f.offset).ok_or(ReadError::Fault)?)?,
+        None => *read_interpreters(mem, layout, runtime)?.last().ok_or(WalkError::NotInitialized)?,
+    };
+    if main.is_null() {
+        return Err(WalkError::NotInitialized);
+    }
+    check_pointer(main, "main interpreter")?;
+    let gil = read_field(mem, main, layout, "interp.ceval.gil")?;
+    if gil.is_null() {
+        return Err(WalkError::NotInitialized);
+    }
+    check_pointer(gil, "interp->ceval.gil")
+}
+
+/// Reads the `PyThreadState` list of every interpreter into `out` as (tstate, pthread_t or tid) pairs,
+/// before tid resolution. Bounded and cycle-checked.
+fn read_thread_states(
+    mem: &dyn MemorySource,
+    layout: &Layout,
+    runtime: RemoteAddr,
+    id_field: &str,
+    out: &mut Vec<(RemoteAddr, u64)>,
+    seen: &mut HashSet<RemoteAddr>,
+) -> Result<(), WalkError> {
+    out.clear();
+    seen.clear();
+    for interp in read_interpreters(mem, layout, runtime)? {
+        let mut tstate = read_field(mem, interp, layout, "interp.threads.head")?;
+        while !tstate.is_null() {
+            check_pointer(tstate, "thread state pointer")?;
+            if out.len() >= MAX_THREADS || !seen.insert(tstate) {
+                return Err(WalkError::Corrupt("the thread list loops or is implausibly long".into()));
+            }
+            let id = read_field(mem, tstate, layout, id_field)?.0;
+            out.push((tstate, id));
+            tstate = read_field(mem, tstate, layout, "tstate.next")?;
+        }
+    }
+    Ok(())
+}
+
+/// Walks the thread lists and resolves each thread state to its OS tid. Reusable buffers keep the
+/// periodic re-walk during sampling allocation-free once warmed up.
+#[derive(Default)]
+pub struct ThreadWalker {
+    raw: Vec<(RemoteAddr, u64)>,
+    seen: HashSet<RemoteAddr>,
+}
+
+impl ThreadWalker {
+    pub fn walk(
+        &mut self,
+        mem: &dyn MemorySource,
+        layout: &Layout,
+        runtime: RemoteAddr,
+        tids: TidSource,
+        out: &mut Vec<ThreadRef>,
+    ) -> Result<(), WalkError> {
+        let id_field = match tids {
+            TidSource::NativeThreadId => "tstate.native_thread_id",
+            TidSource::PthreadTid { .. } => "tstate.thread_id",
+        };
+        read_thread_states(mem, layout, runtime, id_field, &mut self.raw, &mut self.seen)?;
+        out.clear();
+        for &(tstate, id) in &self.raw {
+            let tid = match tids {
+                TidSource::NativeThreadId => id,
+                TidSource::PthreadTid { offset } => {
+                    // A thread state not yet bound to an OS thread has no pthread_t.
+                    if id == 0 {
+                        continue;
+                    }
+                    let mut buf = [0u8; 4];
+                    let addr = RemoteAddr(id).offset(offset).ok_or(ReadError::Fault)?;
+                    mem.read_into(addr, &mut buf)?;
+                    u32::from_ne_bytes(buf) as u64
+                }
+            };
+            if tid == 0 {
+                continue;
+            }
+            let tid = u32::try_from(tid).map_err(|_| WalkError::Corrupt(format!("thread id {tid} is out of range")))?;
+            out.push(ThreadRef { tstate, tid });
+        }
+        Ok(())
+    }
+}
+
+/// Decides how thread states map to tids. For 3.11+ that is `native_thread_id`; before, it finds the
+/// offset of `tid` inside glibc's `struct pthread` as the one offset at which every thread's
+/// `pthread_t` block holds a distinct tid of the process.
+pub fn find_tid_source(
+    mem: &dyn MemorySource,
+    layout: &Layout,
+    runtime: RemoteAddr,
+    process_tids: &HashSet<u32>,
+) -> Result<TidSource, WalkError> {
+    if layout.field("tstate.native_thread_id").is_some() {
+        return Ok(TidSource::NativeThreadId);
+    }
+    let mut raw = Vec::new();
+    read_thread_states(mem, layout, runtime, "tstate.thread_id", &mut raw, &mut HashSet::new())?;
+    let pthreads: Vec<u64> = raw.iter().map(|&(_, id)| id).filter(|&id| id != 0).collect();
+    if pthreads.is_empty() {
+        return Err(WalkError::NotInitialized);
+    }
+    let mut blocks = Vec::with_capacity(pthreads.len());
+    for &pthread in &pthreads {
+        check_pointer(RemoteAddr(pthread), "pthread_t")?;
+        let mut block = vec![0u8; PTHREAD_SEARCH_BYTES];
+        mem.read_into(RemoteAddr(pthread), &mut block)?;
+        blocks.push(block);
+    }
+    let offset = (0..PTHREAD_SEARCH_BYTES - 4).step_by(4).find(|&off| {
+        let values: Vec<u32> = blocks.iter().map(|b| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap())).collect();
+        let distinct: HashSet<u32> = values.iter().copied().collect();
+        values.iter().all(|v| process_tids.contains(v)) && distinct.len() == values.len()
+    });
+    match offset {
+        Some(offset) => Ok(TidSource::PthreadTid { offset: offset as u64 }),
+        None => Err(WalkError::Corrupt("no tid field found in the threads' struct pthread (is this glibc?)".into())),
+    }
+}

@@ -1,0 +1,6 @@
+//! The sampling loop: clock and deadlines, per-sample classification of each thread, and the loop
+//! that ties the target's memory and the kernel's thread states together.
+
+pub mod classify;
+pub mod clock;
+pub mod sampler;

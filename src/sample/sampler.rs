@@ -1,0 +1,294 @@
+//! The sampling loop of one target.
+//!
+//! Each tick, at an absolute CLOCK_MONOTONIC deadline: one read of the GIL words from target memory,
+//! one `pread` of each Python thread's syscall file (plus its schedstat when it may be a woken waiter),
+//! classification, and the per-thread state machines. The thread list is re-walked every
+//! `refresh_ns` and whenever the GIL holder is not a known thread, so threads that start or exit are
+//! picked up within that time. Nothing on the per-tick path allocates once the thread table is built.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::addr::RemoteAddr;
+use crate::infer::intervals::{GilState, Interval, ThreadTimeline, TimelineParams};
+use crate::process::kernel::{KernelState, ThreadFiles};
+use crate::process::memory::ReadError;
+use crate::python::attach::Target;
+use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
+use crate::sample::classify::{Basis, ThreadEvidence, classify};
+use crate::sample::clock::{monotonic_ns, sleep_until};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SamplerConfig {
+    pub period_ns: u64,
+    /// Stop after this long; `None`: until stopped or the target exits.
+    pub duration_ns: Option<u64>,
+    /// How often the thread list is re-walked.
+    pub refresh_ns: u64,
+}
+
+impl SamplerConfig {
+    pub const DEFAULT_REFRESH_NS: u64 = 5_000_000;
+}
+
+/// Counters other threads (the progress bar) read while sampling runs.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    pub samples: AtomicU64,
+    pub late: AtomicU64,
+    pub threads: AtomicU64,
+    pub done: AtomicBool,
+}
+
+/// What the sampler hands downstream, in time order per thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    Interval(Interval),
+    /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
+    Waiters { t_ns: u64, count: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    Duration,
+    Stopped,
+    TargetExited,
+    Failed(String),
+}
+
+/// What the loop measured about itself; the summary and trace metadata print it.
+#[derive(Clone, Debug)]
+pub struct SamplerReport {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub samples: u64,
+    /// Ticks that started more than one period after their deadline.
+    pub late_samples: u64,
+    /// Ticks skipped because a read was torn or the thread list was inconsistent.
+    pub faulted_samples: u64,
+    pub thread_samples: u64,
+    pub running_still_waiting: u64,
+    pub running_released: u64,
+    pub handoffs_seen: u64,
+    /// `switch_number` advanced by this much over the recording: the interpreter's own count.
+    pub handoffs_counted: u64,
+    pub thread_names: BTreeMap<u32, String>,
+    pub max_threads: usize,
+    pub end: EndReason,
+}
+
+impl SamplerReport {
+    pub fn achieved_rate_hz(&self) -> f64 {
+        let secs = (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9;
+        if secs > 0.0 { self.samples as f64 / secs } else { 0.0 }
+    }
+}
+
+struct Tracked {
+    tid: u32,
+    tstate: RemoteAddr,
+    files: ThreadFiles,
+    timeline: ThreadTimeline,
+    /// The last CPU-time reading and when it was taken.
+    cpu: Option<(u64, u64)>,
+}
+
+struct Loop<'a> {
+    target: &'a Target,
+    params: TimelineParams,
+    threads: Vec<Tracked>,
+    refs: Vec<ThreadRef>,
+    walker: ThreadWalker,
+    report: SamplerReport,
+}
+
+/// Samples `target` until the duration ends, `stop` is set, or the target exits. Intervals and counter
+/// changes go to `sink` as they close.
+pub fn run_sampler(
+    target: &Target,
+    config: &SamplerConfig,
+    stop: &AtomicBool,
+    live: &LiveCounters,
+    sink: &mut dyn FnMut(Record),
+) -> SamplerReport {
+    let start = monotonic_ns();
+    let mut state = Loop {
+        target,
+        params: TimelineParams::for_period(config.period_ns),
+        threads: Vec::with_capacity(64),
+        refs: Vec::with_capacity(64),
+        walker: ThreadWalker::default(),
+        report: SamplerReport {
+            start_ns: start,
+            end_ns: start,
+            samples: 0,
+            late_samples: 0,
+            faulted_samples: 0,
+            thread_samples: 0,
+            running_still_waiting: 0,
+            running_released: 0,
+            handoffs_seen: 0,
+            handoffs_counted: 0,
+            thread_names: BTreeMap::new(),
+            max_threads: 0,
+            end: EndReason::Stopped,
+        },
+    };
+    let end = state.run(config, stop, live, sink, start);
+    let last = state.report.end_ns;
+    for tracked in &mut state.threads {
+        tracked.timeline.close(None, &state.params, &mut |iv| sink(Record::Interval(iv)));
+    }
+    state.report.end_ns = last;
+    state.report.end = end;
+    live.done.store(true, Ordering::Release);
+    state.report
+}
+
+impl Loop<'_> {
+    fn run(&mut self, config: &SamplerConfig, stop: &AtomicBool, live: &LiveCounters, sink: &mut dyn FnMut(Record), start: u64) -> EndReason {
+        let period = config.period_ns;
+        let end_at = config.duration_ns.map(|d| start + d);
+        let mut deadline = start;
+        let mut last_refresh = 0u64;
+        let mut buf = [0u8; 64];
+        let mut first_switch: Option<u64> = None;
+        let mut last_holder_tid: Option<u32> = None;
+        let mut waiters: Option<u32> = None;
+        let mut states: Vec<GilState> = Vec::with_capacity(64);
+        let mut kernel: Vec<Option<KernelState>> = Vec::with_capacity(64);
+        let mut cpu: Vec<Option<u64>> = Vec::with_capacity(64);
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return EndReason::Stopped;
+            }
+            if end_at.is_some_and(|end| deadline >= end) {
+                return EndReason::Duration;
+            }
+            sleep_until(deadline);
+            let t0 = monotonic_ns();
+            if t0 > deadline + period {
+                self.report.late_samples += 1;
+                live.late.fetch_add(1, Ordering::Relaxed);
+                deadline += (t0 - deadline) / period * period;
+            }
+            deadline += period;
+
+            let word = match self.target.read_gil_word(&mut buf) {
+                Ok(word) => word,
+                Err(ReadError::Gone) => return EndReason::TargetExited,
+                Err(ReadError::Permission) => return EndReason::Failed("permission to read the target was lost".into()),
+                Err(_) => {
+                    self.report.faulted_samples += 1;
+                    continue;
+                }
+            };
+            let holder_unknown = word.locked && !self.threads.iter().any(|t| t.tstate == word.last_holder);
+            if t0 - last_refresh >= config.refresh_ns || holder_unknown {
+                last_refresh = t0;
+                match self.refresh(t0, sink) {
+                    Ok(()) => live.threads.store(self.threads.len() as u64, Ordering::Relaxed),
+                    Err(WalkError::Read(ReadError::Gone)) => return EndReason::TargetExited,
+                    Err(_) => {
+                        self.report.faulted_samples += 1;
+                        continue;
+                    }
+                }
+            }
+
+            kernel.clear();
+            cpu.clear();
+            for tracked in &self.threads {
+                let state = tracked.files.read_state().ok();
+                let may_be_woken_waiter = tracked.timeline.current() == Some(GilState::Take) || state == Some(KernelState::Running);
+                kernel.push(state);
+                cpu.push(if may_be_woken_waiter { tracked.files.read_cpu_ns() } else { None });
+            }
+            let t1 = monotonic_ns();
+            let t = t0 + (t1 - t0) / 2;
+
+            let ranges = self.target.gil_wait_ranges();
+            states.clear();
+            let mut holder_tid = None;
+            for (i, tracked) in self.threads.iter_mut().enumerate() {
+                let is_last_holder = tracked.tstate == word.last_holder;
+                if is_last_holder && word.locked {
+                    holder_tid = Some(tracked.tid);
+                }
+                let (cpu_ns, elapsed_ns) = match (cpu[i], tracked.cpu) {
+                    (Some(now), Some((before, at))) if t > at => (Some(now.saturating_sub(before)), t - at),
+                    _ => (None, period),
+                };
+                tracked.cpu = cpu[i].map(|c| (c, t));
+                let evidence = ThreadEvidence {
+                    holds: is_last_holder && word.locked,
+                    released_last: is_last_holder && !word.locked,
+                    kernel: kernel[i],
+                    previous: tracked.timeline.current(),
+                    cpu_ns,
+                    elapsed_ns,
+                };
+                let (state, basis) = classify(&evidence, &ranges);
+                match basis {
+                    Basis::Direct => {}
+                    Basis::RunningStillWaiting => self.report.running_still_waiting += 1,
+                    Basis::RunningReleased => self.report.running_released += 1,
+                }
+                tracked.timeline.observe(t, state, &self.params, &mut |iv| sink(Record::Interval(iv)));
+                states.push(state);
+            }
+            self.report.thread_samples += self.threads.len() as u64;
+
+            let count = states.iter().filter(|&&s| s == GilState::Take).count() as u32;
+            if waiters != Some(count) {
+                waiters = Some(count);
+                sink(Record::Waiters { t_ns: t, count });
+            }
+            if let Some(tid) = holder_tid {
+                if last_holder_tid.is_some_and(|last| last != tid) {
+                    self.report.handoffs_seen += 1;
+                }
+                last_holder_tid = Some(tid);
+            }
+            let first = *first_switch.get_or_insert(word.switch_number);
+            self.report.handoffs_counted = word.switch_number.wrapping_sub(first);
+            self.report.samples += 1;
+            self.report.end_ns = t;
+            live.samples.store(self.report.samples, Ordering::Relaxed);
+        }
+    }
+
+    /// Re-walks the thread list: closes threads that are gone, opens the /proc files of new ones.
+    fn refresh(&mut self, now: u64, sink: &mut dyn FnMut(Record)) -> Result<(), WalkError> {
+        let target = self.target;
+        self.walker.walk(&target.memory, &target.layout, target.runtime, target.tids, &mut self.refs)?;
+        let refs = &self.refs;
+        let params = self.params;
+        self.threads.retain_mut(|tracked| {
+            if refs.iter().any(|r| r.tid == tracked.tid) {
+                return true;
+            }
+            tracked.timeline.close(Some(now), &params, &mut |iv| sink(Record::Interval(iv)));
+            false
+        });
+        for r in refs {
+            if let Some(tracked) = self.threads.iter_mut().find(|t| t.tid == r.tid) {
+                tracked.tstate = r.tstate;
+                continue;
+            }
+            // A thread that exited between the walk and here has no files; the next walk drops it.
+            let Ok(files) = ThreadFiles::open(target.pid, r.tid) else { continue };
+            self.report.thread_names.entry(r.tid).or_insert_with(|| thread_name(target.pid, r.tid));
+            self.threads.push(Tracked { tid: r.tid, tstate: r.tstate, files, timeline: ThreadTimeline::new(r.tid), cpu: None });
+        }
+        self.report.max_threads = self.report.max_threads.max(self.threads.len());
+        Ok(())
+    }
+}
+
+/// The OS thread name (`comm`), or the main thread's label.
+fn thread_name(pid: u32, tid: u32) -> String {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
+    let comm = comm.trim();
+    if tid == pid { format!("MainThread ({comm})") } else { comm.to_string() }
+}

@@ -1,0 +1,67 @@
+//! The end-of-recording summary as text: per process the achieved rate, late samples and hand-offs
+//! seen versus counted by the interpreter; per thread the share of time in each state.
+
+use std::fmt::Write;
+
+use crate::infer::intervals::GilState;
+use crate::record::{RecordReport, TargetReport};
+
+pub fn format_summary(report: &RecordReport) -> String {
+    let mut out = String::new();
+    for target in &report.targets {
+        format_target(&mut out, target);
+    }
+    for (pid, error) in &report.failures {
+        let _ = writeln!(out, "process {pid}: not recorded: {error}");
+    }
+    out
+}
+
+fn format_target(out: &mut String, t: &TargetReport) {
+    let s = &t.sampler;
+    let secs = s.end_ns.saturating_sub(s.start_ns) as f64 / 1e9;
+    let late_pct = if s.samples > 0 { 100.0 * s.late_samples as f64 / (s.samples + s.late_samples) as f64 } else { 0.0 };
+    let missed = s.handoffs_counted.saturating_sub(s.handoffs_seen);
+    let _ = writeln!(out, "process {} (rank {}, Python {}, layout {})", t.pid, t.rank, t.python, t.layout_source);
+    let _ = writeln!(out, "  trace: {}", t.path.display());
+    let _ = writeln!(
+        out,
+        "  {:.2} s, {} samples, {:.0} Hz achieved, {} late ({:.2}%), {} torn/skipped; ended: {:?}",
+        secs,
+        s.samples,
+        s.achieved_rate_hz(),
+        s.late_samples,
+        late_pct,
+        s.faulted_samples,
+        s.end
+    );
+    let _ = writeln!(
+        out,
+        "  GIL hand-offs: {} seen, {} counted by the interpreter ({} happened between samples)",
+        s.handoffs_seen, s.handoffs_counted, missed
+    );
+    if s.thread_samples > 0 {
+        let _ = writeln!(
+            out,
+            "  running-but-not-holding thread samples: {} judged still waiting, {} judged released (of {})",
+            s.running_still_waiting, s.running_released, s.thread_samples
+        );
+    }
+    let _ = writeln!(out, "  {:>8}  {:>7} {:>7} {:>7} {:>9} {:>8} {:>6}  name", "tid", "hold%", "take%", "drop%", "released%", "unknown%", "acq");
+    for (tid, stats) in &t.totals.threads {
+        let pct = |state| 100.0 * stats.fraction(state);
+        let name = s.thread_names.get(tid).map(String::as_str).unwrap_or("");
+        let _ = writeln!(
+            out,
+            "  {:>8}  {:>7.2} {:>7.2} {:>7.2} {:>9.2} {:>8.2} {:>6}  {}",
+            tid,
+            pct(GilState::Hold),
+            pct(GilState::Take),
+            pct(GilState::Drop),
+            pct(GilState::Released),
+            pct(GilState::Unknown),
+            stats.acquisitions,
+            name
+        );
+    }
+}

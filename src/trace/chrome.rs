@@ -1,0 +1,159 @@
+//! A streaming Chrome Trace JSON writer.
+//!
+//! Events are written as they arrive (memory stays flat however long the recording), to a temporary
+//! file beside the final name; `finish` appends the metadata, syncs, and renames. A recording that is cut
+//! short therefore never leaves a truncated file at the final name.
+//!
+//! Timestamps are microseconds with nanosecond decimals, on the wall clock by default (what Ascend msprof
+//! and PyTorch/Kineto traces use, so they line up when opened together); `otherData` records the
+//! clock and `trace_to_monotonic_offset_ns` (monotonic_ns = ts_us * 1000 + offset).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{Error, Result};
+use crate::infer::intervals::Interval;
+use crate::trace::output::{check_not_exists, create_partial};
+
+/// Which clock trace timestamps use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceClock {
+    /// CLOCK_REALTIME (epoch) microseconds, as profilers write.
+    Wall,
+    /// CLOCK_MONOTONIC microseconds.
+    Monotonic,
+}
+
+pub struct ChromeWriter {
+    out: BufWriter<File>,
+    partial: PathBuf,
+    final_path: PathBuf,
+    pid: u32,
+    /// Added to monotonic nanoseconds to get trace nanoseconds.
+    offset_ns: i64,
+    events: u64,
+}
+
+/// `123.456`-style microseconds from nanoseconds, exact in the text.
+fn micros(ns: i64) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let abs = ns.unsigned_abs();
+    format!("{sign}{}.{:03}", abs / 1000, abs % 1000)
+}
+
+impl ChromeWriter {
+    /// Starts a trace for `pid` that will end up at `final_path`. `offset_ns` maps monotonic to trace time.
+    pub fn create(final_path: &Path, force: bool, pid: u32, offset_ns: i64) -> Result<ChromeWriter> {
+        check_not_exists(final_path, force)?;
+        let (file, partial) = create_partial(final_path)?;
+        let mut writer = ChromeWriter { out: BufWriter::with_capacity(1 << 16, file), partial, final_path: final_path.to_path_buf(), pid, offset_ns, events: 0 };
+        writer.put("{\"traceEvents\":[\n")?;
+        Ok(writer)
+    }
+
+    pub fn partial_path(&self) -> &Path {
+        &self.partial
+    }
+
+    fn put(&mut self, text: &str) -> Result<()> {
+        self.out.write_all(text.as_bytes()).map_err(|e| self.output_error(e))
+    }
+
+    fn output_error(&self, e: std::io::Error) -> Error {
+        Error::Output { path: self.final_path.clone(), why: format!("{e} (partial data is in {})", self.partial.display()) }
+    }
+
+    fn separator(&mut self) -> Result<()> {
+        if self.events > 0 {
+            self.put(",\n")?;
+        }
+        self.events += 1;
+        Ok(())
+    }
+
+    /// Writes a complete event for `interval` if its state is one the trace shows.
+    pub fn write_interval(&mut self, interval: &Interval) -> Result<()> {
+        let Some(name) = interval.state.event_name() else { return Ok(()) };
+        self.separator()?;
+        let ts = micros(interval.start_ns as i64 + self.offset_ns);
+        let dur = micros((interval.end_ns - interval.start_ns) as i64);
+        let line = format!("{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}", self.pid, interval.tid);
+        self.put(&line)
+    }
+
+    /// Writes a counter sample on the process's "GIL waiters" track.
+    pub fn write_waiters(&mut self, t_ns: u64, count: u32) -> Result<()> {
+        self.separator()?;
+        let ts = micros(t_ns as i64 + self.offset_ns);
+        let line = format!("{{\"name\":\"GIL waiters\",\"ph\":\"C\",\"ts\":{ts},\"pid\":{},\"args\":{{\"take_gil\":{count}}}}}", self.pid);
+        self.put(&line)
+    }
+
+    /// Writes a metadata or other pre-built event.
+    pub fn write_value(&mut self, event: &Value) -> Result<()> {
+        self.separator()?;
+        let text = event.to_string();
+        self.put(&text)
+    }
+
+    /// Appends process/thread names and `otherData`, syncs, and renames into place.
+    pub fn finish(mut self, process_name: &str, threads: &[(u32, String)], other: Map<String, Value>, force: bool) -> Result<PathBuf> {
+        let pid = self.pid;
+        self.write_value(&json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": process_name}}))?;
+        self.write_value(&json!({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": 0}}))?;
+        for (index, (tid, name)) in threads.iter().enumerate() {
+            self.write_value(&json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}))?;
+            self.write_value(&json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": index}}))?;
+        }
+        let tail = format!("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{}}}\n", Value::Object(other));
+        self.put(&tail)?;
+        self.out.flush().map_err(|e| self.output_error(e))?;
+        self.out.get_ref().sync_all().map_err(|e| self.output_error(e))?;
+        check_not_exists(&self.final_path, force).map_err(|e| Error::Output {
+            path: self.final_path.clone(),
+            why: format!("{e}; the complete trace was left in {}", self.partial.display()),
+        })?;
+        std::fs::rename(&self.partial, &self.final_path).map_err(|e| self.output_error(e))?;
+        Ok(self.final_path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infer::intervals::GilState;
+
+    #[test]
+    fn micros_are_exact() {
+        assert_eq!(micros(1_234_567), "1234.567");
+        assert_eq!(micros(5), "0.005");
+        assert_eq!(micros(-1_500), "-1.500");
+    }
+
+    #[test]
+    fn writes_a_valid_trace_and_renames_it_into_place() {
+        let dir = std::env::temp_dir().join(format!("gilsample-chrome-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("GIL_1_rank_0.json");
+        let _ = std::fs::remove_file(&path);
+        let mut w = ChromeWriter::create(&path, false, 1, 1_000).unwrap();
+        let partial = w.partial_path().to_path_buf();
+        w.write_interval(&Interval { tid: 2, state: GilState::Hold, start_ns: 10_000, end_ns: 12_500 }).unwrap();
+        w.write_interval(&Interval { tid: 2, state: GilState::Released, start_ns: 12_500, end_ns: 13_000 }).unwrap();
+        w.write_waiters(11_000, 1).unwrap();
+        let done = w.finish("python", &[(2, "worker".into())], Map::new(), false).unwrap();
+        assert!(!partial.exists());
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&done).unwrap()).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        let hold = events.iter().find(|e| e["name"] == "hold_gil").unwrap();
+        assert_eq!(hold["ts"].as_f64().unwrap(), 11.0);
+        assert_eq!(hold["dur"].as_f64().unwrap(), 2.5);
+        assert!(events.iter().all(|e| e["name"] != "released"));
+        assert_eq!(v["displayTimeUnit"], "ns");
+        assert!(ChromeWriter::create(&path, false, 1, 0).is_err(), "an existing trace is not overwritten");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,5 @@
+//! Writing what was recorded: Chrome Trace JSON, streamed to a temporary file and renamed into place
+//! when complete, and the output naming rules users know from the reference tool.
+
+pub mod chrome;
+pub mod output;

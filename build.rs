@@ -22,8 +22,15 @@ fn main() {
     for name in &names {
         let path = dir.join(name);
         println!("cargo:rerun-if-changed={}", path.display());
-        out.push_str(&format!("    ({name:?}, include_str!({:?})),\n", path.display().to_string()));
+        out.push_str(&format!(
+            "    ({name:?}, include_str!({:?})),\n",
+            path.display().to_string()
+        ));
     }
     out.push_str("]\n");
-    fs::write(PathBuf::from(env::var("OUT_DIR").unwrap()).join("shipped_layouts.rs"), out).unwrap();
+    fs::write(
+        PathBuf::from(env::var("OUT_DIR").unwrap()).join("shipped_layouts.rs"),
+        out,
+    )
+    .unwrap();
 }

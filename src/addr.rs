@@ -24,7 +24,7 @@ impl RemoteAddr {
     /// A pointer that user space on a 64-bit Linux target could hold: non-null, below the canonical
     /// user-space limit (47 bits on x86_64, 48 on aarch64 with 4-level tables), and aligned to `align`.
     pub fn is_plausible_pointer(self, align: u64) -> bool {
-        self.0 >= 0x1000 && self.0 < (1 << 48) && self.0 % align == 0
+        self.0 >= 0x1000 && self.0 < (1 << 48) && self.0.is_multiple_of(align)
     }
 }
 

@@ -129,7 +129,9 @@ pub struct DurationArg(pub Option<f64>);
 pub fn parse_pids(text: &str) -> Result<PidList, String> {
     let mut pids = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let pid: u32 = part.parse().map_err(|_| format!("'{part}' is not a process id"))?;
+        let pid: u32 = part
+            .parse()
+            .map_err(|_| format!("'{part}' is not a process id"))?;
         if pid == 0 {
             return Err("0 is not a process id".into());
         }
@@ -152,21 +154,32 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     } else {
         (lower.as_str(), 1.0)
     };
-    let value: f64 = number.trim().parse().map_err(|_| format!("'{text}' is not a rate; write e.g. 10khz, 500hz or 2000"))?;
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a rate; write e.g. 10khz, 500hz or 2000"))?;
     let hz = value * scale;
-    if !hz.is_finite() || hz < MIN_RATE_HZ || hz > MAX_RATE_HZ {
-        return Err(format!("{text} is out of range: the rate must be between {MIN_RATE_HZ} Hz and {} kHz", MAX_RATE_HZ / 1000.0));
+    if !hz.is_finite() || !(MIN_RATE_HZ..=MAX_RATE_HZ).contains(&hz) {
+        return Err(format!(
+            "{text} is out of range: the rate must be between {MIN_RATE_HZ} Hz and {} kHz",
+            MAX_RATE_HZ / 1000.0
+        ));
     }
     Ok(Rate(hz))
 }
 
 pub fn parse_duration(text: &str) -> Result<DurationArg, String> {
-    let value: f64 = text.trim().parse().map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
     if value == -1.0 {
         return Ok(DurationArg(None));
     }
     if !value.is_finite() || value <= 0.0 || value > 365.0 * 86400.0 {
-        return Err(format!("{text} is not a valid duration: give seconds > 0, or -1 to record until stopped"));
+        return Err(format!(
+            "{text} is not a valid duration: give seconds > 0, or -1 to record until stopped"
+        ));
     }
     Ok(DurationArg(Some(value)))
 }

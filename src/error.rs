@@ -29,29 +29,58 @@ pub enum Error {
     /// Wrong command-line input; the message says which value and why.
     Usage(String),
     /// The kernel refused access to the target's memory or /proc files.
-    Permission { pid: u32, what: String },
+    Permission {
+        pid: u32,
+        what: String,
+    },
     /// The process does not exist or exited.
-    ProcessGone { pid: u32 },
+    ProcessGone {
+        pid: u32,
+    },
     /// The process runs no interpreter we can find (or is not a user process).
-    NotPython { pid: u32, why: String },
+    NotPython {
+        pid: u32,
+        why: String,
+    },
     /// A Python we recognise but cannot read.
-    Unsupported { pid: u32, why: String },
+    Unsupported {
+        pid: u32,
+        why: String,
+    },
     /// The interpreter exists but has not finished starting (launch mode waits for this).
-    NotReady { pid: u32, why: String },
+    NotReady {
+        pid: u32,
+        why: String,
+    },
     /// The layout does not match what the live process holds.
-    LayoutInvalid { pid: u32, why: String },
+    LayoutInvalid {
+        pid: u32,
+        why: String,
+    },
     /// An ELF or DWARF file we could not use.
-    Binary { path: PathBuf, why: String },
+    Binary {
+        path: PathBuf,
+        why: String,
+    },
     /// Writing the trace failed.
-    Output { path: PathBuf, why: String },
-    Io { context: String, source: io::Error },
+    Output {
+        path: PathBuf,
+        why: String,
+    },
+    Io {
+        context: String,
+        source: io::Error,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     pub fn exit_code(&self) -> i32 {
@@ -71,9 +100,15 @@ impl Error {
     /// Maps an errno from reading a target's memory or /proc entries to the variant that says what it means.
     pub fn from_target_errno(pid: u32, errno: i32, what: &str) -> Error {
         match errno {
-            libc::EPERM | libc::EACCES => Error::Permission { pid, what: what.to_string() },
+            libc::EPERM | libc::EACCES => Error::Permission {
+                pid,
+                what: what.to_string(),
+            },
             libc::ESRCH | libc::ENOENT => Error::ProcessGone { pid },
-            _ => Error::io(format!("{what} of process {pid}"), io::Error::from_raw_os_error(errno)),
+            _ => Error::io(
+                format!("{what} of process {pid}"),
+                io::Error::from_raw_os_error(errno),
+            ),
         }
     }
 }
@@ -89,12 +124,21 @@ impl fmt::Display for Error {
         match self {
             Error::Usage(msg) => write!(f, "{msg}"),
             Error::Permission { pid, what } => {
-                write!(f, "permission denied: cannot read {what} of process {pid}. {PERMISSION_HELP}")
+                write!(
+                    f,
+                    "permission denied: cannot read {what} of process {pid}. {PERMISSION_HELP}"
+                )
             }
             Error::ProcessGone { pid } => write!(f, "process {pid} does not exist (or has exited)"),
-            Error::NotPython { pid, why } => write!(f, "process {pid} is not a Python process gilsample can read: {why}"),
+            Error::NotPython { pid, why } => write!(
+                f,
+                "process {pid} is not a Python process gilsample can read: {why}"
+            ),
             Error::Unsupported { pid, why } => write!(f, "process {pid}: {why}"),
-            Error::NotReady { pid, why } => write!(f, "process {pid}: the interpreter is not running yet: {why}"),
+            Error::NotReady { pid, why } => write!(
+                f,
+                "process {pid}: the interpreter is not running yet: {why}"
+            ),
             Error::LayoutInvalid { pid, why } => write!(
                 f,
                 "process {pid}: the interpreter's memory does not match the expected layout: {why}. \

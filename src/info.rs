@@ -13,32 +13,81 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     let mut out = String::new();
     let b = &target.binary;
     let _ = writeln!(out, "pid:            {pid}");
-    let _ = writeln!(out, "binary:         {} ({})", b.mapped_path.display(), if b.shared_library { "shared libpython" } else { "executable" });
+    let _ = writeln!(
+        out,
+        "binary:         {} ({})",
+        b.mapped_path.display(),
+        if b.shared_library {
+            "shared libpython"
+        } else {
+            "executable"
+        }
+    );
     let _ = writeln!(out, "opened as:      {}", b.opened_as.display());
-    let _ = writeln!(out, "build-id:       {}", b.build_id.as_deref().unwrap_or("none"));
-    let _ = writeln!(out, "python:         {} ({}, {})", target.version, target.flavour, b.arch);
+    let _ = writeln!(
+        out,
+        "build-id:       {}",
+        b.build_id.as_deref().unwrap_or("none")
+    );
+    let _ = writeln!(
+        out,
+        "python:         {} ({}, {})",
+        target.version, target.flavour, b.arch
+    );
     let _ = writeln!(out, "layout source:  {}", target.layout_source);
-    let _ = writeln!(out, "_PyRuntime:     {} (load bias {:#x})", target.runtime, b.load_bias);
+    let _ = writeln!(
+        out,
+        "_PyRuntime:     {} (load bias {:#x})",
+        target.runtime, b.load_bias
+    );
     let _ = writeln!(out, "GIL:            {}", target.gil);
     let _ = writeln!(out, "thread ids via: {:?}", target.tids);
     let mut buf = [0u8; 64];
     let word = target.read_gil_word(&mut buf).ok();
     if let Some(w) = word {
-        let _ = writeln!(out, "GIL state:      locked={} last_holder={} switch_number={}", w.locked, w.last_holder, w.switch_number);
+        let _ = writeln!(
+            out,
+            "GIL state:      locked={} last_holder={} switch_number={}",
+            w.locked, w.last_holder, w.switch_number
+        );
     }
     let mut threads = Vec::new();
     ThreadWalker::default()
-        .walk(&target.memory, &target.layout, target.runtime, target.tids, &mut threads)
-        .map_err(|e| crate::error::Error::LayoutInvalid { pid, why: format!("{e:?}") })?;
+        .walk(
+            &target.memory,
+            &target.layout,
+            target.runtime,
+            target.tids,
+            &mut threads,
+        )
+        .map_err(|e| crate::error::Error::LayoutInvalid {
+            pid,
+            why: format!("{e:?}"),
+        })?;
     let ranges = target.gil_wait_ranges();
     let _ = writeln!(out, "threads:        {}", threads.len());
     for t in &threads {
-        let kernel = ThreadFiles::open(pid, t.tid).ok().and_then(|f| f.read_state().ok());
+        let kernel = ThreadFiles::open(pid, t.tid)
+            .ok()
+            .and_then(|f| f.read_state().ok());
         let is_last = word.is_some_and(|w| w.last_holder == t.tstate);
         let locked = word.is_some_and(|w| w.locked);
-        let evidence = ThreadEvidence { holds: is_last && locked, released_last: is_last && !locked, kernel, previous: None, cpu_ns: None, elapsed_ns: 0 };
+        let evidence = ThreadEvidence {
+            holds: is_last && locked,
+            released_last: is_last && !locked,
+            kernel,
+            previous: None,
+            handoffs_since_previous: None,
+        };
         let (state, _) = classify(&evidence, &ranges);
-        let _ = writeln!(out, "  tid {:>8}  tstate {}  {:<9} kernel: {:?}", t.tid, t.tstate, state.to_string(), kernel);
+        let _ = writeln!(
+            out,
+            "  tid {:>8}  tstate {}  {:<9} kernel: {:?}",
+            t.tid,
+            t.tstate,
+            state.to_string(),
+            kernel
+        );
     }
     Ok(out)
 }

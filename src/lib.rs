@@ -4,8 +4,8 @@
 pub mod addr;
 pub mod cli;
 pub mod error;
-pub mod info;
 pub mod infer;
+pub mod info;
 pub mod process;
 pub mod python;
 pub mod record;

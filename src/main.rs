@@ -18,7 +18,7 @@ use gilsample::info::describe;
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
-use gilsample::record::{Progress, RecordOptions, Targets, record};
+use gilsample::record::{RecordOptions, Targets, Update, record};
 use gilsample::summary::format_summary;
 use gilsample::symbols::elf::{self, ElfImage};
 use gilsample::trace::output::{DIR_ENV, OutputSpec};
@@ -70,14 +70,29 @@ fn run_record(args: RecordArgs) -> Result<i32> {
     let targets = match (&args.pid, args.command.is_empty()) {
         (Some(pids), true) => Targets::Pids(pids.0.clone()),
         (None, false) => Targets::Launch(args.command.clone()),
-        (Some(_), false) => return Err(Error::Usage("give either --pid or a command after --, not both".into())),
-        (None, true) => return Err(Error::Usage("nothing to record: give --pid PID[,PID...] or a command after --".into())),
+        (Some(_), false) => {
+            return Err(Error::Usage(
+                "give either --pid or a command after --, not both".into(),
+            ));
+        }
+        (None, true) => {
+            return Err(Error::Usage(
+                "nothing to record: give --pid PID[,PID...] or a command after --".into(),
+            ));
+        }
     };
-    let output = OutputSpec::resolve(args.output.as_deref(), std::env::var_os(DIR_ENV).map(Into::into));
+    let output = OutputSpec::resolve(
+        args.output.as_deref(),
+        std::env::var_os(DIR_ENV).map(Into::into),
+    );
     if let (OutputSpec::File(path), Targets::Pids(pids)) = (&output, &targets)
         && pids.len() > 1
     {
-        return Err(Error::Usage(format!("{} is one file, but {} processes were given: give a directory", path.display(), pids.len())));
+        return Err(Error::Usage(format!(
+            "{} is one file, but {} processes were given: give a directory",
+            path.display(),
+            pids.len()
+        )));
     }
     let opts = RecordOptions {
         targets,
@@ -93,11 +108,39 @@ fn run_record(args: RecordArgs) -> Result<i32> {
 
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let bar = show_progress.then(|| new_progress_bar(opts.duration));
-    let mut on_progress = |p: &Progress| {
-        if let Some(bar) = &bar {
-            let rate = if p.elapsed.as_secs_f64() > 0.0 { p.samples as f64 / p.elapsed.as_secs_f64() / p.targets.max(1) as f64 } else { 0.0 };
-            bar.set_position(p.elapsed.as_millis() as u64);
-            bar.set_message(format!("{} samples, {:.0} Hz, {} late, {} threads", p.samples, rate, p.late, p.threads));
+    let quiet = args.quiet;
+    let mut on_progress = |update: Update<'_>| match update {
+        Update::Started {
+            pid,
+            path,
+            python,
+            layout,
+            rate_hz,
+        } if !quiet => {
+            let line = format!(
+                "gilsample: recording process {pid} (Python {python}, layout {layout}) at {rate_hz} Hz -> {}",
+                path.display()
+            );
+            match &bar {
+                Some(bar) => bar.println(line),
+                None => eprintln!("{line}"),
+            }
+        }
+        Update::Started { .. } => {}
+        Update::Progress(p) => {
+            if let Some(bar) = &bar {
+                let secs = p.elapsed.as_secs_f64();
+                let rate = if secs > 0.0 {
+                    p.samples as f64 / secs / p.targets.max(1) as f64
+                } else {
+                    0.0
+                };
+                bar.set_position(p.elapsed.as_millis() as u64);
+                bar.set_message(format!(
+                    "{} samples, {:.0} Hz, {} late, {} threads",
+                    p.samples, rate, p.late, p.threads
+                ));
+            }
         }
     };
     let report = record(&opts, stop, &mut on_progress);
@@ -124,15 +167,20 @@ fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
         Some(d) => {
             let bar = ProgressBar::new(d.as_millis() as u64);
             bar.set_style(
-                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {percent}% {msg}")
-                    .expect("the template is valid"),
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {percent}% {msg}",
+                )
+                .expect("the template is valid"),
             );
             bar
         }
         None => {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
-                ProgressStyle::with_template("{spinner} [{elapsed_precise}] recording (Ctrl+C to stop) {msg}").expect("the template is valid"),
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] recording (Ctrl+C to stop) {msg}",
+                )
+                .expect("the template is valid"),
             );
             bar.enable_steady_tick(Duration::from_millis(200));
             bar
@@ -152,7 +200,12 @@ fn run_layout(args: &LayoutArgs) -> Result<()> {
         None => elf::find_symbol(&binary, "Py_Version")
             .and_then(|s| elf::read_vaddr(&binary, binary_image.bytes(), s.vaddr, 8))
             .map(|b| PyVersion::from_hex(u64::from_le_bytes(b.try_into().unwrap())).to_string())
-            .ok_or_else(|| Error::Usage(format!("{}: no Py_Version symbol; give --python-version", args.from.display())))?,
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "{}: no Py_Version symbol; give --python-version",
+                    args.from.display()
+                ))
+            })?,
     };
     let minor: String = version.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
     let flavour = detect_flavour(&binary_image)?;
@@ -161,7 +214,10 @@ fn run_layout(args: &LayoutArgs) -> Result<()> {
     match &args.out {
         Some(dir) => {
             let path = dir.join(format!("{}.json", layout.key()));
-            std::fs::write(&path, layout.to_json()).map_err(|e| Error::Output { path: path.clone(), why: e.to_string() })?;
+            std::fs::write(&path, layout.to_json()).map_err(|e| Error::Output {
+                path: path.clone(),
+                why: e.to_string(),
+            })?;
             eprintln!("wrote {}", Path::new(&path).display());
         }
         None => print!("{}", layout.to_json()),

@@ -4,7 +4,7 @@
 //! Sampling and writing are separate threads joined by a channel so that file I/O never delays a
 //! sample; the sampler's only output is `Record` values.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +61,19 @@ pub struct RecordReport {
     pub child_status: Option<i32>,
 }
 
+/// What `record` tells its caller while it runs.
+pub enum Update<'a> {
+    /// Sampling of a target has begun and its trace will be written to `path`.
+    Started {
+        pid: u32,
+        path: &'a Path,
+        python: String,
+        layout: String,
+        rate_hz: f64,
+    },
+    Progress(&'a Progress),
+}
+
 /// A snapshot for the progress display.
 pub struct Progress {
     pub elapsed: Duration,
@@ -74,7 +87,11 @@ pub struct Progress {
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
 const LAUNCH_POLL: Duration = Duration::from_micros(500);
 
-pub fn record(opts: &RecordOptions, stop: Arc<AtomicBool>, progress: &mut dyn FnMut(&Progress)) -> Result<RecordReport> {
+pub fn record(
+    opts: &RecordOptions,
+    stop: Arc<AtomicBool>,
+    progress: &mut dyn FnMut(Update<'_>),
+) -> Result<RecordReport> {
     opts.output.prepare()?;
     let period_ns = (1e9 / opts.rate_hz).round() as u64;
     let mut failures = Vec::new();
@@ -117,31 +134,58 @@ pub fn record(opts: &RecordOptions, stop: Arc<AtomicBool>, progress: &mut dyn Fn
         refresh_ns: SamplerConfig::DEFAULT_REFRESH_NS,
     };
     let mut writers = Vec::new();
+    let mut announcements = Vec::new();
     for target in &targets {
         let rank = read_rank(target.pid);
         let path = opts.output.path_for(target.pid, rank);
-        writers.push((rank, ChromeWriter::create(&path, opts.force, target.pid, offset_ns)?));
+        writers.push((
+            rank,
+            ChromeWriter::create(&path, opts.force, target.pid, offset_ns)?,
+        ));
+        announcements.push(Announcement {
+            pid: target.pid,
+            path,
+            python: target.version.to_string(),
+            layout: target.layout_source.to_string(),
+        });
     }
 
     let started = monotonic_ns();
-    let lives: Vec<Arc<LiveCounters>> = targets.iter().map(|_| Arc::new(LiveCounters::default())).collect();
+    let lives: Vec<Arc<LiveCounters>> = targets
+        .iter()
+        .map(|_| Arc::new(LiveCounters::default()))
+        .collect();
     let reports = thread::scope(|scope| {
         let mut handles = Vec::new();
         for ((target, (rank, writer)), live) in targets.iter().zip(writers).zip(&lives) {
             let stop = &stop;
-            let handle = scope.spawn(move || record_one(target, rank, writer, &config, stop, live, opts, offset_ns));
+            let handle = scope.spawn(move || {
+                record_one(target, rank, writer, &config, stop, live, opts, offset_ns)
+            });
             handles.push(handle);
         }
-        let reaped = watch_child(child.as_mut(), &stop, &lives, started, progress);
-        let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("a recording thread panicked")).collect();
+        let reaped = watch(
+            child.as_mut(),
+            &lives,
+            &announcements,
+            opts.rate_hz,
+            started,
+            progress,
+        );
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("a recording thread panicked"))
+            .collect();
         (results, reaped)
     });
     let (results, reaped) = reports;
     let child_status = match (child.as_mut(), reaped) {
         (_, Some(status)) => Some(status),
         (Some(child), None) => {
-            let status = child.wait().map_err(|e| Error::io("waiting for the launched command", e))?;
-            Some(status.code().unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)))
+            let status = child
+                .wait()
+                .map_err(|e| Error::io("waiting for the launched command", e))?;
+            Some(exit_code(&status))
         }
         (None, None) => None,
     };
@@ -152,11 +196,17 @@ pub fn record(opts: &RecordOptions, stop: Arc<AtomicBool>, progress: &mut dyn Fn
             Err(e) => failures.push((target.pid, e)),
         }
     }
-    Ok(RecordReport { targets: done, failures, child_status })
+    Ok(RecordReport {
+        targets: done,
+        failures,
+        child_status,
+    })
 }
 
 fn spawn_command(command: &[String]) -> Result<Child> {
-    let (program, args) = command.split_first().ok_or_else(|| Error::Usage("no command to launch after --".into()))?;
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| Error::Usage("no command to launch after --".into()))?;
     let mut cmd = Command::new(program);
     cmd.args(args);
     // gilsample blocks SIGINT/SIGTERM/SIGHUP in all its threads to handle them in one place; the child
@@ -164,22 +214,36 @@ fn spawn_command(command: &[String]) -> Result<Child> {
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
             let empty = nix::sys::signal::SigSet::empty();
-            nix::sys::signal::pthread_sigmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&empty), None)
-                .map_err(std::io::Error::from)
+            nix::sys::signal::pthread_sigmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(&empty),
+                None,
+            )
+            .map_err(std::io::Error::from)
         });
     }
-    cmd.spawn().map_err(|e| Error::Usage(format!("cannot launch {program}: {e}")))
+    cmd.spawn()
+        .map_err(|e| Error::Usage(format!("cannot launch {program}: {e}")))
 }
 
 /// Polls the launched process until its interpreter is running and readable.
-fn wait_for_interpreter(child: &mut Child, choice: LayoutChoice, stop: &AtomicBool) -> Result<Target> {
+fn wait_for_interpreter(
+    child: &mut Child,
+    choice: LayoutChoice,
+    stop: &AtomicBool,
+) -> Result<Target> {
     let pid = child.id();
     let begin = monotonic_ns();
     let mut located: Option<Located> = None;
     let mut last_error = None;
-    while Duration::from_nanos(monotonic_ns() - begin) < LAUNCH_TIMEOUT && !stop.load(Ordering::Relaxed) {
+    while Duration::from_nanos(monotonic_ns() - begin) < LAUNCH_TIMEOUT
+        && !stop.load(Ordering::Relaxed)
+    {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(Error::NotPython { pid, why: format!("the command exited ({status}) before its interpreter started") });
+            return Err(Error::NotPython {
+                pid,
+                why: format!("the command exited ({status}) before its interpreter started"),
+            });
         }
         if located.is_none() {
             match locate(pid, choice) {
@@ -197,34 +261,77 @@ fn wait_for_interpreter(child: &mut Child, choice: LayoutChoice, stop: &AtomicBo
         }
         thread::sleep(LAUNCH_POLL);
     }
-    Err(last_error.unwrap_or(Error::NotPython { pid, why: "its interpreter did not start".into() }))
+    Err(last_error.unwrap_or(Error::NotPython {
+        pid,
+        why: "its interpreter did not start".into(),
+    }))
 }
 
-/// Reports progress until every sampler is done; in launch mode also reaps the child when it exits
-/// and returns its status.
-fn watch_child(mut child: Option<&mut Child>, stop: &AtomicBool, lives: &[Arc<LiveCounters>], started: u64, progress: &mut dyn FnMut(&Progress)) -> Option<i32> {
+/// What to say about a target once its first sample is taken.
+struct Announcement {
+    pid: u32,
+    path: PathBuf,
+    python: String,
+    layout: String,
+}
+
+/// Reports progress until every sampler is done: each target is announced once its first sample has
+/// been taken (so "recording" means sampling has begun); in launch mode also reaps the child when it
+/// exits and returns its status.
+fn watch(
+    mut child: Option<&mut Child>,
+    lives: &[Arc<LiveCounters>],
+    announcements: &[Announcement],
+    rate_hz: f64,
+    started: u64,
+    progress: &mut dyn FnMut(Update<'_>),
+) -> Option<i32> {
     let mut status = None;
+    let mut announced = vec![false; lives.len()];
     loop {
         if let Some(c) = child.as_deref_mut()
             && status.is_none()
             && let Ok(Some(exit)) = c.try_wait()
         {
-            status = Some(exit.code().unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&exit).unwrap_or(0)));
+            status = Some(exit_code(&exit));
+        }
+        for ((live, a), done) in lives.iter().zip(announcements).zip(announced.iter_mut()) {
+            if !*done && live.samples.load(Ordering::Relaxed) > 0 {
+                *done = true;
+                progress(Update::Started {
+                    pid: a.pid,
+                    path: &a.path,
+                    python: a.python.clone(),
+                    layout: a.layout.clone(),
+                    rate_hz,
+                });
+            }
         }
         let all_done = lives.iter().all(|l| l.done.load(Ordering::Acquire));
-        progress(&Progress {
+        progress(Update::Progress(&Progress {
             elapsed: Duration::from_nanos(monotonic_ns() - started),
-            samples: lives.iter().map(|l| l.samples.load(Ordering::Relaxed)).sum(),
+            samples: lives
+                .iter()
+                .map(|l| l.samples.load(Ordering::Relaxed))
+                .sum(),
             late: lives.iter().map(|l| l.late.load(Ordering::Relaxed)).sum(),
-            threads: lives.iter().map(|l| l.threads.load(Ordering::Relaxed)).sum(),
+            threads: lives
+                .iter()
+                .map(|l| l.threads.load(Ordering::Relaxed))
+                .sum(),
             targets: lives.len(),
-        });
+        }));
         if all_done {
             return status;
         }
-        let _ = stop;
-        thread::sleep(Duration::from_millis(50));
+        thread::sleep(Duration::from_millis(5));
     }
+}
+
+fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(status).unwrap_or(0))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -258,18 +365,29 @@ fn record_one(
             let _ = tx.send(record);
         });
         drop(tx);
-        (report, writer_thread.join().expect("the trace writer panicked"))
+        (
+            report,
+            writer_thread.join().expect("the trace writer panicked"),
+        )
     });
     let (report, written) = writing;
     let (writer, totals) = written?;
     let cmdline = read_cmdline(target.pid).unwrap_or_default();
-    let mut threads: Vec<(u32, String)> = report.thread_names.iter().map(|(tid, name)| (*tid, name.clone())).collect();
+    let mut threads: Vec<(u32, String)> = report
+        .thread_names
+        .iter()
+        .map(|(tid, name)| (*tid, name.clone()))
+        .collect();
     threads.sort_by_key(|(tid, _)| (*tid != target.pid, *tid));
     let process_name = format!(
         "Python {} pid {} rank {rank}{}",
         target.version,
         target.pid,
-        if cmdline.is_empty() { String::new() } else { format!(": {cmdline}") }
+        if cmdline.is_empty() {
+            String::new()
+        } else {
+            format!(": {cmdline}")
+        }
     );
     let other = metadata(target, rank, &report, opts, offset_ns, &cmdline);
     let path = writer.finish(&process_name, &threads, other, opts.force)?;
@@ -284,7 +402,14 @@ fn record_one(
     })
 }
 
-fn metadata(target: &Target, rank: u32, report: &SamplerReport, opts: &RecordOptions, offset_ns: i64, cmdline: &str) -> Map<String, Value> {
+fn metadata(
+    target: &Target,
+    rank: u32,
+    report: &SamplerReport,
+    opts: &RecordOptions,
+    offset_ns: i64,
+    cmdline: &str,
+) -> Map<String, Value> {
     let clock = match opts.clock {
         TraceClock::Wall => "CLOCK_REALTIME",
         TraceClock::Monotonic => "CLOCK_MONOTONIC",

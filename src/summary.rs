@@ -20,9 +20,17 @@ pub fn format_summary(report: &RecordReport) -> String {
 fn format_target(out: &mut String, t: &TargetReport) {
     let s = &t.sampler;
     let secs = s.end_ns.saturating_sub(s.start_ns) as f64 / 1e9;
-    let late_pct = if s.samples > 0 { 100.0 * s.late_samples as f64 / (s.samples + s.late_samples) as f64 } else { 0.0 };
+    let late_pct = if s.samples > 0 {
+        100.0 * s.late_samples as f64 / (s.samples + s.late_samples) as f64
+    } else {
+        0.0
+    };
     let missed = s.handoffs_counted.saturating_sub(s.handoffs_seen);
-    let _ = writeln!(out, "process {} (rank {}, Python {}, layout {})", t.pid, t.rank, t.python, t.layout_source);
+    let _ = writeln!(
+        out,
+        "process {} (rank {}, Python {}, layout {})",
+        t.pid, t.rank, t.python, t.layout_source
+    );
     let _ = writeln!(out, "  trace: {}", t.path.display());
     let _ = writeln!(
         out,
@@ -47,7 +55,11 @@ fn format_target(out: &mut String, t: &TargetReport) {
             s.running_still_waiting, s.running_released, s.thread_samples
         );
     }
-    let _ = writeln!(out, "  {:>8}  {:>7} {:>7} {:>7} {:>9} {:>8} {:>6}  name", "tid", "hold%", "take%", "drop%", "released%", "unknown%", "acq");
+    let _ = writeln!(
+        out,
+        "  {:>8}  {:>7} {:>7} {:>7} {:>9} {:>8} {:>6}  name",
+        "tid", "hold%", "take%", "drop%", "released%", "unknown%", "acq"
+    );
     for (tid, stats) in &t.totals.threads {
         let pct = |state| 100.0 * stats.fraction(state);
         let name = s.thread_names.get(tid).map(String::as_str).unwrap_or("");

@@ -28,7 +28,13 @@ pub enum GilState {
 }
 
 impl GilState {
-    pub const ALL: [GilState; 5] = [GilState::Hold, GilState::Take, GilState::Drop, GilState::Released, GilState::Unknown];
+    pub const ALL: [GilState; 5] = [
+        GilState::Hold,
+        GilState::Take,
+        GilState::Drop,
+        GilState::Released,
+        GilState::Unknown,
+    ];
 
     /// The Chrome trace event name, for the states that become events (the reference tool's names).
     pub fn event_name(self) -> Option<&'static str> {
@@ -78,7 +84,10 @@ impl TimelineParams {
     pub const GAP_PERIODS: u64 = 4;
 
     pub fn for_period(period_ns: u64) -> TimelineParams {
-        TimelineParams { period_ns, max_gap_ns: period_ns * Self::GAP_PERIODS }
+        TimelineParams {
+            period_ns,
+            max_gap_ns: period_ns * Self::GAP_PERIODS,
+        }
     }
 
     fn half(&self) -> u64 {
@@ -111,32 +120,62 @@ impl ThreadTimeline {
     }
 
     /// Feeds one sample; closed intervals go to `emit`. Samples must come in time order.
-    pub fn observe(&mut self, t_ns: u64, state: GilState, params: &TimelineParams, emit: &mut impl FnMut(Interval)) {
+    pub fn observe(
+        &mut self,
+        t_ns: u64,
+        state: GilState,
+        params: &TimelineParams,
+        emit: &mut impl FnMut(Interval),
+    ) {
         let half = params.half();
         match self.open {
-            None => self.open = Some(Open { state, start_ns: t_ns.saturating_sub(half), last_seen_ns: t_ns }),
+            None => {
+                self.open = Some(Open {
+                    state,
+                    start_ns: t_ns.saturating_sub(half),
+                    last_seen_ns: t_ns,
+                })
+            }
             Some(open) if t_ns.saturating_sub(open.last_seen_ns) > params.max_gap_ns => {
                 let end = open.last_seen_ns + half;
                 self.emit(open.state, open.start_ns, end, emit);
-                self.open = Some(Open { state, start_ns: t_ns.saturating_sub(half).max(end), last_seen_ns: t_ns });
+                self.open = Some(Open {
+                    state,
+                    start_ns: t_ns.saturating_sub(half).max(end),
+                    last_seen_ns: t_ns,
+                });
             }
             Some(open) if open.state == state => {
-                self.open = Some(Open { last_seen_ns: t_ns.max(open.last_seen_ns), ..open });
+                self.open = Some(Open {
+                    last_seen_ns: t_ns.max(open.last_seen_ns),
+                    ..open
+                });
             }
             Some(open) => {
                 let boundary = open.last_seen_ns + t_ns.saturating_sub(open.last_seen_ns) / 2;
                 self.emit(open.state, open.start_ns, boundary, emit);
-                self.open = Some(Open { state, start_ns: boundary, last_seen_ns: t_ns });
+                self.open = Some(Open {
+                    state,
+                    start_ns: boundary,
+                    last_seen_ns: t_ns,
+                });
             }
         }
     }
 
     /// Closes the open interval: `gone_at_ns` is the first sample without the thread (it exited), or
     /// `None` at the end of the recording.
-    pub fn close(&mut self, gone_at_ns: Option<u64>, params: &TimelineParams, emit: &mut impl FnMut(Interval)) {
+    pub fn close(
+        &mut self,
+        gone_at_ns: Option<u64>,
+        params: &TimelineParams,
+        emit: &mut impl FnMut(Interval),
+    ) {
         let Some(open) = self.open.take() else { return };
         let end = match gone_at_ns {
-            Some(gone) if gone > open.last_seen_ns && gone - open.last_seen_ns <= params.max_gap_ns => {
+            Some(gone)
+                if gone > open.last_seen_ns && gone - open.last_seen_ns <= params.max_gap_ns =>
+            {
                 open.last_seen_ns + (gone - open.last_seen_ns) / 2
             }
             _ => open.last_seen_ns + params.half(),
@@ -146,14 +185,23 @@ impl ThreadTimeline {
 
     fn emit(&self, state: GilState, start_ns: u64, end_ns: u64, emit: &mut impl FnMut(Interval)) {
         if end_ns > start_ns {
-            emit(Interval { tid: self.tid, state, start_ns, end_ns });
+            emit(Interval {
+                tid: self.tid,
+                state,
+                start_ns,
+                end_ns,
+            });
         }
     }
 }
 
 /// Runs the state machine over a whole sequence of `(t_ns, state)` samples of one thread, closing at the
 /// end of the recording: the pure form of what the sampler does incrementally.
-pub fn infer_intervals(tid: u32, samples: &[(u64, GilState)], params: &TimelineParams) -> Vec<Interval> {
+pub fn infer_intervals(
+    tid: u32,
+    samples: &[(u64, GilState)],
+    params: &TimelineParams,
+) -> Vec<Interval> {
     let mut out = Vec::new();
     let mut timeline = ThreadTimeline::new(tid);
     for &(t, state) in samples {
@@ -168,10 +216,18 @@ mod tests {
     use super::GilState::*;
     use super::*;
 
-    const P: TimelineParams = TimelineParams { period_ns: 100, max_gap_ns: 400 };
+    const P: TimelineParams = TimelineParams {
+        period_ns: 100,
+        max_gap_ns: 400,
+    };
 
     fn iv(state: GilState, start_ns: u64, end_ns: u64) -> Interval {
-        Interval { tid: 7, state, start_ns, end_ns }
+        Interval {
+            tid: 7,
+            state,
+            start_ns,
+            end_ns,
+        }
     }
 
     #[test]
@@ -182,7 +238,11 @@ mod tests {
 
     #[test]
     fn a_change_is_placed_at_the_midpoint_between_samples() {
-        let out = infer_intervals(7, &[(1000, Take), (1100, Take), (1200, Hold), (1300, Hold)], &P);
+        let out = infer_intervals(
+            7,
+            &[(1000, Take), (1100, Take), (1200, Hold), (1300, Hold)],
+            &P,
+        );
         assert_eq!(out, vec![iv(Take, 950, 1150), iv(Hold, 1150, 1350)]);
     }
 
@@ -227,13 +287,24 @@ mod tests {
     #[test]
     fn unknown_stays_unknown_and_is_not_absorbed_by_neighbours() {
         let out = infer_intervals(7, &[(1000, Hold), (1100, Unknown), (1200, Hold)], &P);
-        assert_eq!(out, vec![iv(Hold, 950, 1050), iv(Unknown, 1050, 1150), iv(Hold, 1150, 1250)]);
+        assert_eq!(
+            out,
+            vec![
+                iv(Hold, 950, 1050),
+                iv(Unknown, 1050, 1150),
+                iv(Hold, 1150, 1250)
+            ]
+        );
     }
 
     #[test]
     fn intervals_of_a_thread_never_overlap_and_cover_its_span() {
         let states = [Take, Hold, Hold, Drop, Released, Take, Take, Hold];
-        let samples: Vec<(u64, GilState)> = states.iter().enumerate().map(|(i, &s)| (1000 + 97 * i as u64, s)).collect();
+        let samples: Vec<(u64, GilState)> = states
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| (1000 + 97 * i as u64, s))
+            .collect();
         let out = infer_intervals(7, &samples, &P);
         for pair in out.windows(2) {
             assert_eq!(pair[0].end_ns, pair[1].start_ns);

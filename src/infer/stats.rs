@@ -20,7 +20,11 @@ impl ThreadStats {
 
     pub fn fraction(&self, state: GilState) -> f64 {
         let total = self.total_ns();
-        if total == 0 { 0.0 } else { self.ns[state.index()] as f64 / total as f64 }
+        if total == 0 {
+            0.0
+        } else {
+            self.ns[state.index()] as f64 / total as f64
+        }
     }
 }
 
@@ -34,7 +38,9 @@ impl Totals {
     pub fn add(&mut self, interval: &Interval) {
         let stats = self.threads.entry(interval.tid).or_default();
         stats.ns[interval.state.index()] += interval.end_ns - interval.start_ns;
-        let continues_hold = stats.last.is_some_and(|(s, end)| s == GilState::Hold && end == interval.start_ns);
+        let continues_hold = stats
+            .last
+            .is_some_and(|(s, end)| s == GilState::Hold && end == interval.start_ns);
         if interval.state == GilState::Hold && !continues_hold {
             stats.acquisitions += 1;
         }
@@ -49,8 +55,18 @@ mod tests {
     #[test]
     fn counts_time_per_state_and_acquisitions() {
         let mut totals = Totals::default();
-        let iv = |state, start_ns, end_ns| Interval { tid: 1, state, start_ns, end_ns };
-        for interval in [iv(GilState::Take, 0, 10), iv(GilState::Hold, 10, 40), iv(GilState::Take, 40, 50), iv(GilState::Hold, 50, 60)] {
+        let iv = |state, start_ns, end_ns| Interval {
+            tid: 1,
+            state,
+            start_ns,
+            end_ns,
+        };
+        for interval in [
+            iv(GilState::Take, 0, 10),
+            iv(GilState::Hold, 10, 40),
+            iv(GilState::Take, 40, 50),
+            iv(GilState::Hold, 50, 60),
+        ] {
             totals.add(&interval);
         }
         let stats = &totals.threads[&1];
@@ -63,8 +79,18 @@ mod tests {
     #[test]
     fn a_hold_split_by_a_gap_counts_twice_but_a_contiguous_one_once() {
         let mut totals = Totals::default();
-        totals.add(&Interval { tid: 1, state: GilState::Hold, start_ns: 0, end_ns: 10 });
-        totals.add(&Interval { tid: 1, state: GilState::Hold, start_ns: 20, end_ns: 30 });
+        totals.add(&Interval {
+            tid: 1,
+            state: GilState::Hold,
+            start_ns: 0,
+            end_ns: 10,
+        });
+        totals.add(&Interval {
+            tid: 1,
+            state: GilState::Hold,
+            start_ns: 20,
+            end_ns: 30,
+        });
         assert_eq!(totals.threads[&1].acquisitions, 2);
     }
 }

@@ -1,7 +1,7 @@
 //! What the kernel says a thread is doing: `/proc/PID/task/TID/syscall` (running, or the syscall it is
-//! blocked in and its arguments) and `/proc/PID/task/TID/schedstat` (CPU time consumed).
+//! blocked in and its arguments).
 //!
-//! Both files are opened once per thread and re-read with `pread` at offset 0 on every sample, into a
+//! The file is opened once per thread and re-read with `pread` at offset 0 on every sample, into a
 //! fixed buffer: no allocation on the sampling path. Reading them needs ptrace-read access to the
 //! target, the same permission as reading its memory; BPF is never involved.
 
@@ -58,43 +58,29 @@ fn parse_hex(field: &str) -> Option<u64> {
     u64::from_str_radix(field.strip_prefix("0x")?, 16).ok()
 }
 
-/// Parses the first field of `schedstat`: nanoseconds the thread has spent on a CPU.
-pub fn parse_schedstat_cpu_ns(text: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(text).ok()?;
-    text.split_whitespace().next()?.parse().ok()
-}
-
 /// The open /proc files of one thread.
 pub struct ThreadFiles {
     syscall: File,
-    schedstat: Option<File>,
 }
 
 impl ThreadFiles {
     pub fn open(pid: u32, tid: u32) -> Result<ThreadFiles, ReadError> {
-        let base = format!("/proc/{pid}/task/{tid}");
-        let syscall = File::open(format!("{base}/syscall")).map_err(io_to_read_error)?;
-        // schedstat needs CONFIG_SCHED_INFO; without it, running threads are classified without CPU time.
-        let schedstat = File::open(format!("{base}/schedstat")).ok();
-        Ok(ThreadFiles { syscall, schedstat })
+        let syscall =
+            File::open(format!("/proc/{pid}/task/{tid}/syscall")).map_err(io_to_read_error)?;
+        Ok(ThreadFiles { syscall })
     }
 
     pub fn read_state(&self) -> Result<KernelState, ReadError> {
         let mut buf = [0u8; 256];
-        let n = self.syscall.read_at(&mut buf, 0).map_err(io_to_read_error)?;
+        let n = self
+            .syscall
+            .read_at(&mut buf, 0)
+            .map_err(io_to_read_error)?;
         // An empty read means the thread has exited and its task is being torn down.
         if n == 0 {
             return Err(ReadError::Gone);
         }
         parse_syscall(&buf[..n]).ok_or(ReadError::Fault)
-    }
-
-    /// CPU nanoseconds consumed so far, when the kernel exposes them.
-    pub fn read_cpu_ns(&self) -> Option<u64> {
-        let file = self.schedstat.as_ref()?;
-        let mut buf = [0u8; 96];
-        let n = file.read_at(&mut buf, 0).ok()?;
-        parse_schedstat_cpu_ns(&buf[..n])
     }
 }
 
@@ -120,22 +106,62 @@ mod tests {
     fn parses_blocked_futex() {
         let line = format!("{SYS_FUTEX} 0x7f00aa10 0x189 0x0 0x0 0x0 0xffffffff 0x7ffd 0x7f01\n");
         let state = parse_syscall(line.as_bytes()).unwrap();
-        assert_eq!(state, KernelState::InSyscall { nr: SYS_FUTEX, arg0: 0x7f00aa10, arg1: 0x189 });
+        assert_eq!(
+            state,
+            KernelState::InSyscall {
+                nr: SYS_FUTEX,
+                arg0: 0x7f00aa10,
+                arg1: 0x189
+            }
+        );
         assert_eq!(state.futex_addr(), Some(0x7f00aa10));
     }
 
     #[test]
     fn parses_outside_syscall_and_rejects_garbage() {
-        assert_eq!(parse_syscall(b"-1 0x7ffd 0x7f01\n"), Some(KernelState::Blocked));
+        assert_eq!(
+            parse_syscall(b"-1 0x7ffd 0x7f01\n"),
+            Some(KernelState::Blocked)
+        );
         assert_eq!(parse_syscall(b"7 zz"), None);
         assert_eq!(parse_syscall(b""), None);
     }
 
     #[test]
     fn reads_own_threads_state() {
-        let files = ThreadFiles::open(std::process::id(), nix::unistd::gettid().as_raw() as u32).unwrap();
-        // The calling thread is on a CPU while it reads its own file.
-        assert_eq!(files.read_state(), Ok(KernelState::Running));
-        assert!(files.read_cpu_ns().unwrap() > 0);
+        let files =
+            ThreadFiles::open(std::process::id(), nix::unistd::gettid().as_raw() as u32).unwrap();
+        // A thread reading its own file sees itself inside that very pread.
+        match files.read_state() {
+            Ok(KernelState::InSyscall { nr, .. }) => assert_eq!(nr, libc::SYS_pread64),
+            other => panic!("unexpected state {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sees_another_thread_blocked_in_read() {
+        let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let blocked = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+            let mut byte = [0u8; 1];
+            std::io::Read::read(&mut &reader, &mut byte).unwrap();
+        });
+        let files = ThreadFiles::open(std::process::id(), tid_rx.recv().unwrap()).unwrap();
+        // The thread reaches its read a moment after sending its tid; poll, bounded.
+        let seen = (0..100_000).find_map(|_| match files.read_state() {
+            Ok(KernelState::InSyscall { nr, .. })
+                if nr == libc::SYS_read || nr == libc::SYS_recvfrom =>
+            {
+                Some(nr)
+            }
+            _ => {
+                std::thread::yield_now();
+                None
+            }
+        });
+        std::io::Write::write_all(&mut &writer, b"x").unwrap();
+        blocked.join().unwrap();
+        assert!(seen.is_some(), "never saw the thread blocked in read");
     }
 }

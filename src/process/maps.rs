@@ -28,23 +28,35 @@ pub struct Mapping {
 impl Mapping {
     /// Whether two mappings come from the same file.
     pub fn same_file(&self, other: &Mapping) -> bool {
-        self.inode == other.inode && self.dev_major == other.dev_major && self.dev_minor == other.dev_minor
+        self.inode == other.inode
+            && self.dev_major == other.dev_major
+            && self.dev_minor == other.dev_minor
     }
 }
 
 pub fn proc_error(pid: u32, err: ProcError, what: &str) -> Error {
     match err {
-        ProcError::PermissionDenied(_) => Error::Permission { pid, what: what.to_string() },
+        ProcError::PermissionDenied(_) => Error::Permission {
+            pid,
+            what: what.to_string(),
+        },
         ProcError::NotFound(_) => Error::ProcessGone { pid },
-        ProcError::Io(e, _) => Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), what),
-        other => Error::io(format!("{what} of process {pid}"), std::io::Error::other(other.to_string())),
+        ProcError::Io(e, _) => {
+            Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), what)
+        }
+        other => Error::io(
+            format!("{what} of process {pid}"),
+            std::io::Error::other(other.to_string()),
+        ),
     }
 }
 
 /// The file-backed mappings of `pid`, in address order.
 pub fn read_file_mappings(pid: u32) -> Result<Vec<Mapping>> {
     let process = Process::new(pid as i32).map_err(|e| proc_error(pid, e, "/proc entry"))?;
-    let maps = process.maps().map_err(|e| proc_error(pid, e, "memory maps (/proc/PID/maps)"))?;
+    let maps = process
+        .maps()
+        .map_err(|e| proc_error(pid, e, "memory maps (/proc/PID/maps)"))?;
     Ok(maps
         .into_iter()
         .filter_map(|m| match m.pathname {
@@ -76,19 +88,30 @@ pub fn open_mapped_file(pid: u32, mapping: &Mapping) -> Result<OpenedFile> {
     let candidates = [
         PathBuf::from(format!("/proc/{pid}/root")).join(relative),
         mapping.path.clone(),
-        PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", mapping.start, mapping.end)),
+        PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            mapping.start, mapping.end
+        )),
     ];
     let mut tried = Vec::new();
     for candidate in candidates {
         match open_if_same(&candidate, mapping) {
-            Ok(Some(file)) => return Ok(OpenedFile { file, opened_as: candidate }),
+            Ok(Some(file)) => {
+                return Ok(OpenedFile {
+                    file,
+                    opened_as: candidate,
+                });
+            }
             Ok(None) => tried.push(format!("{} (a different file)", candidate.display())),
             Err(e) => tried.push(format!("{} ({e})", candidate.display())),
         }
     }
     Err(Error::Binary {
         path: mapping.path.clone(),
-        why: format!("cannot open the file process {pid} mapped; tried {}", tried.join(", ")),
+        why: format!(
+            "cannot open the file process {pid} mapped; tried {}",
+            tried.join(", ")
+        ),
     })
 }
 

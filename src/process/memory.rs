@@ -65,21 +65,27 @@ pub struct ProcessMemory {
 
 impl ProcessMemory {
     pub fn new(pid: u32) -> ProcessMemory {
-        ProcessMemory { pid: pid as i32, mem_file: OnceLock::new() }
+        ProcessMemory {
+            pid: pid as i32,
+            mem_file: OnceLock::new(),
+        }
     }
 
     fn read_via_mem_file(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), ReadError> {
-        let opened = self.mem_file.get_or_init(|| File::open(format!("/proc/{}/mem", self.pid)).ok());
+        let opened = self
+            .mem_file
+            .get_or_init(|| File::open(format!("/proc/{}/mem", self.pid)).ok());
         let Some(file) = opened else {
             return Err(ReadError::Other(libc::ENOSYS));
         };
         match file.read_at(buf, addr.0) {
             Ok(n) if n == buf.len() => Ok(()),
             Ok(_) => Err(ReadError::Fault),
-            Err(e) => Err(ReadError::from_errno(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))),
+            Err(e) => Err(ReadError::from_errno(Errno::from_raw(
+                e.raw_os_error().unwrap_or(libc::EIO),
+            ))),
         }
     }
-
 }
 
 impl MemorySource for ProcessMemory {
@@ -91,7 +97,10 @@ impl MemorySource for ProcessMemory {
             return self.read_via_mem_file(addr, buf);
         }
         let len = buf.len();
-        let remote = [RemoteIoVec { base: addr.0 as usize, len }];
+        let remote = [RemoteIoVec {
+            base: addr.0 as usize,
+            len,
+        }];
         let mut local = [IoSliceMut::new(buf)];
         match process_vm_readv(Pid::from_raw(self.pid), &mut local, &remote) {
             Ok(n) if n == len => Ok(()),
@@ -132,7 +141,11 @@ impl SnapshotMemory {
 
 impl MemorySource for SnapshotMemory {
     fn read_into(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), ReadError> {
-        let (start, bytes) = self.regions.range(..=addr.0).next_back().ok_or(ReadError::Fault)?;
+        let (start, bytes) = self
+            .regions
+            .range(..=addr.0)
+            .next_back()
+            .ok_or(ReadError::Fault)?;
         let from = (addr.0 - start) as usize;
         let to = from.checked_add(buf.len()).ok_or(ReadError::Fault)?;
         let src = bytes.get(from..to).ok_or(ReadError::Fault)?;

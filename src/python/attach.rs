@@ -13,7 +13,10 @@ use crate::process::maps::{Mapping, OpenedFile, open_mapped_file, read_file_mapp
 use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
 use crate::process::tasks::read_tids;
 use crate::python::layout::{Flavour, Layout, find_shipped, shipped_keys};
-use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, TidSource, WalkError, decode_gil_word, find_gil, find_tid_source, gil_word_span};
+use crate::python::runtime::{
+    GilWord, ThreadRef, ThreadWalker, TidSource, WalkError, decode_gil_word, find_gil,
+    find_tid_source, gil_word_span,
+};
 use crate::python::version::{OLDEST_SUPPORTED, PyVersion};
 use crate::symbols::elf::{self, ElfImage};
 
@@ -78,14 +81,19 @@ impl Target {
         let (start, end) = gil_word_span(&self.layout);
         let len = (end - start) as usize;
         let span = buf.get_mut(..len).ok_or(ReadError::Fault)?;
-        self.memory.read_into(RemoteAddr(self.gil.0 + start), span)?;
+        self.memory
+            .read_into(RemoteAddr(self.gil.0 + start), span)?;
         decode_gil_word(&self.layout, start, span)
     }
 
     /// The byte ranges of the GIL's condition variables and mutexes: a thread sleeping in futex on an
     /// address inside one of these is waiting for (`take`) or handing off (`drop`) the GIL.
     pub fn gil_wait_ranges(&self) -> GilWaitRanges {
-        let range = |name: &str| self.layout.field(name).map(|f| (self.gil.0 + f.offset, self.gil.0 + f.offset + f.size));
+        let range = |name: &str| {
+            self.layout
+                .field(name)
+                .map(|f| (self.gil.0 + f.offset, self.gil.0 + f.offset + f.size))
+        };
         GilWaitRanges {
             take: [range("gil.cond"), range("gil.mutex")],
             drop: [range("gil.switch_cond"), range("gil.switch_mutex")],
@@ -122,12 +130,23 @@ pub fn locate(pid: u32, choice: LayoutChoice) -> Result<Located> {
     check_is_user_process(pid)?;
     let mappings = read_file_mappings(pid)?;
     if mappings.is_empty() {
-        return Err(Error::NotPython { pid, why: "it has no file mappings (a kernel thread or a zombie)".into() });
+        return Err(Error::NotPython {
+            pid,
+            why: "it has no file mappings (a kernel thread or a zombie)".into(),
+        });
     }
     let (binary, image, version) = find_interpreter(pid, &mappings)?;
     let flavour = detect_flavour(&image)?;
-    let (layout, layout_source) = choose_layout(pid, &image, &version, flavour, binary.arch, choice)?;
-    Ok(Located { pid, binary, version, flavour, layout, layout_source })
+    let (layout, layout_source) =
+        choose_layout(pid, &image, &version, flavour, binary.arch, choice)?;
+    Ok(Located {
+        pid,
+        binary,
+        version,
+        flavour,
+        layout,
+        layout_source,
+    })
 }
 
 impl Located {
@@ -137,11 +156,14 @@ impl Located {
         let memory = ProcessMemory::new(pid);
         let runtime = self.binary.runtime_symbol;
         let mut probe = [0u8; 8];
-        memory.read_into(runtime, &mut probe).map_err(|e| read_error(pid, e, "memory"))?;
+        memory
+            .read_into(runtime, &mut probe)
+            .map_err(|e| read_error(pid, e, "memory"))?;
         let gil = find_gil(&memory, &self.layout, runtime).map_err(|e| walk_error(pid, e))?;
         let mut process_tids = HashSet::new();
         read_tids(pid, &mut process_tids)?;
-        let tids = find_tid_source(&memory, &self.layout, runtime, &process_tids).map_err(|e| walk_error(pid, e))?;
+        let tids = find_tid_source(&memory, &self.layout, runtime, &process_tids)
+            .map_err(|e| walk_error(pid, e))?;
         let target = Target {
             pid,
             binary: self.binary.clone(),
@@ -161,12 +183,18 @@ impl Located {
 
 fn check_is_user_process(pid: u32) -> Result<()> {
     if pid == std::process::id() {
-        return Err(Error::Usage(format!("process {pid} is gilsample itself; give the pid of a Python process")));
+        return Err(Error::Usage(format!(
+            "process {pid} is gilsample itself; give the pid of a Python process"
+        )));
     }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), "/proc entry"))?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| {
+        Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), "/proc entry")
+    })?;
     // The state follows the command name, which is in parentheses and may itself contain spaces.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).unwrap_or("");
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("");
     if state == "Z" {
         return Err(Error::ProcessGone { pid });
     }
@@ -175,18 +203,30 @@ fn check_is_user_process(pid: u32) -> Result<()> {
 
 fn read_error(pid: u32, e: ReadError, what: &str) -> Error {
     match e {
-        ReadError::Permission => Error::Permission { pid, what: what.into() },
+        ReadError::Permission => Error::Permission {
+            pid,
+            what: what.into(),
+        },
         ReadError::Gone => Error::ProcessGone { pid },
-        ReadError::Fault => Error::LayoutInvalid { pid, why: format!("{what}: unreadable address") },
+        ReadError::Fault => Error::LayoutInvalid {
+            pid,
+            why: format!("{what}: unreadable address"),
+        },
         ReadError::Other(errno) => Error::from_target_errno(pid, errno, what),
     }
 }
 
 fn walk_error(pid: u32, e: WalkError) -> Error {
     match e {
-        WalkError::Read(ReadError::Fault) => Error::LayoutInvalid { pid, why: "a pointer in the runtime leads to unmapped memory".into() },
+        WalkError::Read(ReadError::Fault) => Error::LayoutInvalid {
+            pid,
+            why: "a pointer in the runtime leads to unmapped memory".into(),
+        },
         WalkError::Read(e) => read_error(pid, e, "memory"),
-        WalkError::NotInitialized => Error::NotReady { pid, why: "_PyRuntime has no interpreter or thread yet".into() },
+        WalkError::NotInitialized => Error::NotReady {
+            pid,
+            why: "_PyRuntime has no interpreter or thread yet".into(),
+        },
         WalkError::Corrupt(why) => Error::LayoutInvalid { pid, why },
     }
 }
@@ -200,7 +240,12 @@ fn candidate_files(mappings: &[Mapping]) -> Vec<&Mapping> {
             seen.push(m);
         }
     }
-    let is_python = |m: &&Mapping| m.path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains("python"));
+    let is_python = |m: &&Mapping| {
+        m.path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains("python"))
+    };
     let mut ordered: Vec<&Mapping> = seen.iter().copied().filter(is_python).collect();
     if let Some(first) = seen.first().filter(|m| !is_python(m)) {
         ordered.push(first);
@@ -224,10 +269,15 @@ fn find_interpreter(pid: u32, mappings: &[Mapping]) -> Result<(Binary, ElfImage,
         };
         let image = ElfImage::from_file(file, &opened_as)?;
         let Ok(parsed) = image.parse() else { continue };
-        let Some(symbol) = elf::find_symbol(&parsed, "_PyRuntime") else { continue };
+        let Some(symbol) = elf::find_symbol(&parsed, "_PyRuntime") else {
+            continue;
+        };
         let same_file: Vec<&Mapping> = mappings.iter().filter(|m| m.same_file(candidate)).collect();
         let Some(bias) = elf::find_load_bias(&parsed, &same_file) else {
-            problems.push(format!("{}: no mapping matches its load segments", candidate.path.display()));
+            problems.push(format!(
+                "{}: no mapping matches its load segments",
+                candidate.path.display()
+            ));
             continue;
         };
         let version = match elf::find_symbol(&parsed, "Py_Version")
@@ -243,7 +293,8 @@ fn find_interpreter(pid: u32, mappings: &[Mapping]) -> Result<(Binary, ElfImage,
         let binary = Binary {
             mapped_path: candidate.path.clone(),
             opened_as: opened_as.clone(),
-            shared_library: parsed.header.e_type == goblin::elf::header::ET_DYN && parsed.interpreter.is_none(),
+            shared_library: parsed.header.e_type == goblin::elf::header::ET_DYN
+                && parsed.interpreter.is_none(),
             build_id: elf::build_id(&parsed, image.bytes()),
             arch: elf::arch_name(&parsed),
             runtime_symbol: RemoteAddr(symbol.vaddr.wrapping_add(bias)),
@@ -261,14 +312,23 @@ fn find_interpreter(pid: u32, mappings: &[Mapping]) -> Result<(Binary, ElfImage,
                 OLDEST_SUPPORTED.0, OLDEST_SUPPORTED.1
             ),
         }),
-        _ if !problems.is_empty() => Err(Error::NotPython { pid, why: problems.join("; ") }),
-        _ => Err(Error::NotPython { pid, why: "no mapped file defines _PyRuntime".into() }),
+        _ if !problems.is_empty() => Err(Error::NotPython {
+            pid,
+            why: problems.join("; "),
+        }),
+        _ => Err(Error::NotPython {
+            pid,
+            why: "no mapped file defines _PyRuntime".into(),
+        }),
     }
 }
 
 fn check_version_supported(pid: u32, version: PyVersion) -> Result<()> {
     if version.major != 3 || (version.major, version.minor) < OLDEST_SUPPORTED {
-        return Err(Error::Unsupported { pid, why: format!("Python {version} is not supported (3.7 and newer are)") });
+        return Err(Error::Unsupported {
+            pid,
+            why: format!("Python {version} is not supported (3.7 and newer are)"),
+        });
     }
     Ok(())
 }
@@ -276,18 +336,33 @@ fn check_version_supported(pid: u32, version: PyVersion) -> Result<()> {
 pub fn detect_flavour(image: &ElfImage) -> Result<Flavour> {
     let elf = image.parse()?;
     // Py_REF_DEBUG (implied by Py_DEBUG) exports these; release builds never do.
-    let debug = ["_Py_RefTotal", "_Py_GetGlobalRefTotal"].iter().any(|s| elf::find_symbol(&elf, s).is_some());
-    Ok(if debug { Flavour::Debug } else { Flavour::Default })
+    let debug = ["_Py_RefTotal", "_Py_GetGlobalRefTotal"]
+        .iter()
+        .any(|s| elf::find_symbol(&elf, s).is_some());
+    Ok(if debug {
+        Flavour::Debug
+    } else {
+        Flavour::Default
+    })
 }
 
 /// Separate debug files for a binary: by build-id, then by debuglink, inside the target's root first.
 fn separate_debug_files(pid: u32, image: &ElfImage, mapped_path: &Path) -> Vec<PathBuf> {
-    let Ok(elf) = image.parse() else { return Vec::new() };
+    let Ok(elf) = image.parse() else {
+        return Vec::new();
+    };
     let mut found = Vec::new();
-    let roots = [PathBuf::from(format!("/proc/{pid}/root")), PathBuf::from("/")];
+    let roots = [
+        PathBuf::from(format!("/proc/{pid}/root")),
+        PathBuf::from("/"),
+    ];
     if let Some(id) = elf::build_id(&elf, image.bytes()).filter(|id| id.len() > 2) {
         for root in &roots {
-            found.push(root.join(format!("usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..])));
+            found.push(root.join(format!(
+                "usr/lib/debug/.build-id/{}/{}.debug",
+                &id[..2],
+                &id[2..]
+            )));
         }
     }
     if let (Some(link), Some(dir)) = (elf::debuglink(&elf, image.bytes()), mapped_path.parent()) {
@@ -310,14 +385,36 @@ fn choose_layout(
 ) -> Result<(Layout, LayoutSource)> {
     let key = version.minor_key();
     let mut tried = Vec::new();
+    // A shipped layout generated from this very build (same build-id) is what its DWARF would say; using
+    // it skips a DWARF parse, which matters in launch mode where the script is already running.
+    if choice == LayoutChoice::Auto
+        && let Some(layout) = find_shipped(&key, flavour, arch)?
+        && layout.build_id.is_some()
+        && layout.build_id
+            == image
+                .parse()
+                .ok()
+                .and_then(|e| elf::build_id(&e, image.bytes()))
+    {
+        let source = LayoutSource::File(layout.key());
+        return Ok((layout, source));
+    }
     if choice != LayoutChoice::File {
         let mut dwarf_files = Vec::new();
-        if image.parse().map(|e| elf::has_debug_info(&e)).unwrap_or(false) {
+        if image
+            .parse()
+            .map(|e| elf::has_debug_info(&e))
+            .unwrap_or(false)
+        {
             dwarf_files.push(image.path.clone());
         }
         dwarf_files.extend(separate_debug_files(pid, image, &image.path));
         for path in dwarf_files {
-            let from = if path == image.path { None } else { Some(ElfImage::open(&path)) };
+            let from = if path == image.path {
+                None
+            } else {
+                Some(ElfImage::open(&path))
+            };
             let source_image = match &from {
                 Some(Ok(img)) => img,
                 Some(Err(e)) => {
@@ -364,23 +461,48 @@ fn validate(target: &Target, process_tids: &HashSet<u32>) -> Result<()> {
     let mut last_problem = String::new();
     let mut tids = process_tids.clone();
     for _ in 0..5 {
-        walker.walk(&target.memory, &target.layout, target.runtime, target.tids, &mut threads).map_err(|e| walk_error(pid, e))?;
+        walker
+            .walk(
+                &target.memory,
+                &target.layout,
+                target.runtime,
+                target.tids,
+                &mut threads,
+            )
+            .map_err(|e| walk_error(pid, e))?;
         read_tids(pid, &mut tids)?;
         if threads.is_empty() {
-            return Err(Error::NotReady { pid, why: "no Python thread yet".into() });
+            return Err(Error::NotReady {
+                pid,
+                why: "no Python thread yet".into(),
+            });
         }
         let mut buf = [0u8; 64];
-        let word = target.read_gil_word(&mut buf).map_err(|e| read_error(pid, e, "the GIL"))?;
-        let unknown: Vec<u32> = threads.iter().map(|t| t.tid).filter(|t| !tids.contains(t)).collect();
+        let word = target
+            .read_gil_word(&mut buf)
+            .map_err(|e| read_error(pid, e, "the GIL"))?;
+        let unknown: Vec<u32> = threads
+            .iter()
+            .map(|t| t.tid)
+            .filter(|t| !tids.contains(t))
+            .collect();
         let holder_known = !word.locked || threads.iter().any(|t| t.tstate == word.last_holder);
         if unknown.is_empty() && holder_known {
             return Ok(());
         }
         last_problem = if !unknown.is_empty() {
-            format!("thread ids {unknown:?} read from the thread states are not threads of the process")
+            format!(
+                "thread ids {unknown:?} read from the thread states are not threads of the process"
+            )
         } else {
-            format!("the GIL holder {} is not in the thread list", word.last_holder)
+            format!(
+                "the GIL holder {} is not in the thread list",
+                word.last_holder
+            )
         };
     }
-    Err(Error::LayoutInvalid { pid, why: last_problem })
+    Err(Error::LayoutInvalid {
+        pid,
+        why: last_problem,
+    })
 }

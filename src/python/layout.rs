@@ -51,27 +51,117 @@ const GIL: &str = "_gil_runtime_state";
 /// Every field, with the CPython member paths that hold it (see Include/internal/pycore_runtime.h,
 /// pycore_interp.h, pycore_gil.h and Include/cpython/pystate.h of each version).
 pub const FIELD_QUERIES: &[FieldSpec] = &[
-    FieldSpec { name: "runtime.interpreters.head", root: RUNTIME, paths: &["interpreters.head"], required: true },
-    FieldSpec { name: "runtime.interpreters.main", root: RUNTIME, paths: &["interpreters.main"], required: false },
+    FieldSpec {
+        name: "runtime.interpreters.head",
+        root: RUNTIME,
+        paths: &["interpreters.head"],
+        required: true,
+    },
+    FieldSpec {
+        name: "runtime.interpreters.main",
+        root: RUNTIME,
+        paths: &["interpreters.main"],
+        required: false,
+    },
     // 3.7–3.11: one GIL embedded in the runtime.
-    FieldSpec { name: "runtime.ceval.gil", root: RUNTIME, paths: &["ceval.gil"], required: false },
-    FieldSpec { name: "interp.next", root: INTERP, paths: &["next"], required: true },
-    FieldSpec { name: "interp.threads.head", root: INTERP, paths: &["threads.head", "tstate_head"], required: true },
+    FieldSpec {
+        name: "runtime.ceval.gil",
+        root: RUNTIME,
+        paths: &["ceval.gil"],
+        required: false,
+    },
+    FieldSpec {
+        name: "interp.next",
+        root: INTERP,
+        paths: &["next"],
+        required: true,
+    },
+    FieldSpec {
+        name: "interp.threads.head",
+        root: INTERP,
+        paths: &["threads.head", "tstate_head"],
+        required: true,
+    },
     // 3.12+: each interpreter points to its GIL (the main one to its own `_gil`).
-    FieldSpec { name: "interp.ceval.gil", root: INTERP, paths: &["ceval.gil"], required: false },
-    FieldSpec { name: "tstate.next", root: TSTATE, paths: &["next"], required: true },
-    FieldSpec { name: "tstate.interp", root: TSTATE, paths: &["interp"], required: true },
-    FieldSpec { name: "tstate.thread_id", root: TSTATE, paths: &["thread_id"], required: true },
+    FieldSpec {
+        name: "interp.ceval.gil",
+        root: INTERP,
+        paths: &["ceval.gil"],
+        required: false,
+    },
+    FieldSpec {
+        name: "tstate.next",
+        root: TSTATE,
+        paths: &["next"],
+        required: true,
+    },
+    FieldSpec {
+        name: "tstate.interp",
+        root: TSTATE,
+        paths: &["interp"],
+        required: true,
+    },
+    FieldSpec {
+        name: "tstate.thread_id",
+        root: TSTATE,
+        paths: &["thread_id"],
+        required: true,
+    },
     // 3.11+: the OS thread id; older versions map `thread_id` (a pthread_t) through glibc.
-    FieldSpec { name: "tstate.native_thread_id", root: TSTATE, paths: &["native_thread_id"], required: false },
-    FieldSpec { name: "gil", root: GIL, paths: &[""], required: true },
-    FieldSpec { name: "gil.last_holder", root: GIL, paths: &["last_holder"], required: true },
-    FieldSpec { name: "gil.locked", root: GIL, paths: &["locked"], required: true },
-    FieldSpec { name: "gil.switch_number", root: GIL, paths: &["switch_number"], required: true },
-    FieldSpec { name: "gil.cond", root: GIL, paths: &["cond"], required: true },
-    FieldSpec { name: "gil.mutex", root: GIL, paths: &["mutex"], required: true },
-    FieldSpec { name: "gil.switch_cond", root: GIL, paths: &["switch_cond"], required: false },
-    FieldSpec { name: "gil.switch_mutex", root: GIL, paths: &["switch_mutex"], required: false },
+    FieldSpec {
+        name: "tstate.native_thread_id",
+        root: TSTATE,
+        paths: &["native_thread_id"],
+        required: false,
+    },
+    FieldSpec {
+        name: "gil",
+        root: GIL,
+        paths: &[""],
+        required: true,
+    },
+    FieldSpec {
+        name: "gil.last_holder",
+        root: GIL,
+        paths: &["last_holder"],
+        required: true,
+    },
+    FieldSpec {
+        name: "gil.locked",
+        root: GIL,
+        paths: &["locked"],
+        required: true,
+    },
+    FieldSpec {
+        name: "gil.switch_number",
+        root: GIL,
+        paths: &["switch_number"],
+        required: true,
+    },
+    FieldSpec {
+        name: "gil.cond",
+        root: GIL,
+        paths: &["cond"],
+        required: true,
+    },
+    FieldSpec {
+        name: "gil.mutex",
+        root: GIL,
+        paths: &["mutex"],
+        required: true,
+    },
+    FieldSpec {
+        name: "gil.switch_cond",
+        root: GIL,
+        paths: &["switch_cond"],
+        required: false,
+    },
+    FieldSpec {
+        name: "gil.switch_mutex",
+        root: GIL,
+        paths: &["switch_mutex"],
+        required: false,
+    },
 ];
 
 /// A version's layout, as stored in `python-layouts/`.
@@ -91,11 +181,27 @@ pub struct Layout {
 
 impl Layout {
     /// Reads every field in `FIELD_QUERIES` from the DWARF of `image`.
-    pub fn from_dwarf(image: &ElfImage, version: &str, full_version: &str, flavour: Flavour, arch: &str) -> Result<Layout> {
+    pub fn from_dwarf(
+        image: &ElfImage,
+        version: &str,
+        full_version: &str,
+        flavour: Flavour,
+        arch: &str,
+    ) -> Result<Layout> {
         let queries: Vec<(usize, FieldQuery<'_>)> = FIELD_QUERIES
             .iter()
             .enumerate()
-            .flat_map(|(i, spec)| spec.paths.iter().map(move |path| (i, FieldQuery { root: spec.root, path })))
+            .flat_map(|(i, spec)| {
+                spec.paths.iter().map(move |path| {
+                    (
+                        i,
+                        FieldQuery {
+                            root: spec.root,
+                            path,
+                        },
+                    )
+                })
+            })
             .collect();
         let plain: Vec<FieldQuery<'_>> = queries.iter().map(|(_, q)| *q).collect();
         let answers = find_fields(image, &plain)?;
@@ -116,7 +222,10 @@ impl Layout {
             build_id: crate::symbols::elf::build_id(&elf, image.bytes()),
             fields,
         };
-        layout.check().map_err(|why| Error::Binary { path: image.path.clone(), why })?;
+        layout.check().map_err(|why| Error::Binary {
+            path: image.path.clone(),
+            why,
+        })?;
         Ok(layout)
     }
 
@@ -130,8 +239,14 @@ impl Layout {
         }
         let gil_size = self.fields["gil"].size;
         for (name, info) in self.fields.iter().filter(|(n, _)| n.starts_with("gil.")) {
-            if info.offset.checked_add(info.size).is_none_or(|end| end > gil_size) {
-                return Err(format!("field {name} lies outside the {gil_size}-byte GIL struct"));
+            if info
+                .offset
+                .checked_add(info.size)
+                .is_none_or(|end| end > gil_size)
+            {
+                return Err(format!(
+                    "field {name} lies outside the {gil_size}-byte GIL struct"
+                ));
             }
         }
         let runtime_gil = self.fields.get("runtime.ceval.gil");
@@ -139,14 +254,27 @@ impl Layout {
         match (runtime_gil, interp_gil) {
             (Some(g), _) if g.size == gil_size => {}
             (None, Some(p)) if p.size == 8 => {}
-            _ => return Err("neither _PyRuntime.ceval.gil (embedded) nor interp->ceval.gil (pointer) is usable".into()),
+            _ => return Err(
+                "neither _PyRuntime.ceval.gil (embedded) nor interp->ceval.gil (pointer) is usable"
+                    .into(),
+            ),
         }
-        for name in ["runtime.interpreters.head", "interp.next", "interp.threads.head", "tstate.next", "tstate.interp"] {
+        for name in [
+            "runtime.interpreters.head",
+            "interp.next",
+            "interp.threads.head",
+            "tstate.next",
+            "tstate.interp",
+        ] {
             if self.fields[name].size != 8 {
                 return Err(format!("field {name} is not a 64-bit pointer"));
             }
         }
-        if self.fields.values().any(|f| f.offset > 1 << 20 || f.size > 1 << 16) {
+        if self
+            .fields
+            .values()
+            .any(|f| f.offset > 1 << 20 || f.size > 1 << 16)
+        {
             return Err("a field offset or size is implausibly large".into());
         }
         Ok(())
@@ -181,18 +309,26 @@ pub const SHIPPED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/shipped
 /// The shipped layout for a version, flavour and architecture.
 pub fn find_shipped(version: &str, flavour: Flavour, arch: &str) -> Result<Option<Layout>> {
     let wanted = format!("{}.json", layout_key(version, flavour, arch));
-    let Some((name, text)) = SHIPPED.iter().find(|(name, _)| *name == wanted) else { return Ok(None) };
-    let layout: Layout = serde_json::from_str(text)
-        .map_err(|e| Error::Binary { path: format!("python-layouts/{name}").into(), why: format!("corrupt layout file: {e}") })?;
-    layout
-        .check()
-        .map_err(|why| Error::Binary { path: format!("python-layouts/{name}").into(), why })?;
+    let Some((name, text)) = SHIPPED.iter().find(|(name, _)| *name == wanted) else {
+        return Ok(None);
+    };
+    let layout: Layout = serde_json::from_str(text).map_err(|e| Error::Binary {
+        path: format!("python-layouts/{name}").into(),
+        why: format!("corrupt layout file: {e}"),
+    })?;
+    layout.check().map_err(|why| Error::Binary {
+        path: format!("python-layouts/{name}").into(),
+        why,
+    })?;
     Ok(Some(layout))
 }
 
 /// The keys of every shipped layout, for error messages.
 pub fn shipped_keys() -> Vec<String> {
-    SHIPPED.iter().map(|(name, _)| name.trim_end_matches(".json").to_string()).collect()
+    SHIPPED
+        .iter()
+        .map(|(name, _)| name.trim_end_matches(".json").to_string())
+        .collect()
 }
 
 #[cfg(test)]
@@ -203,9 +339,14 @@ mod tests {
     fn every_shipped_layout_parses_and_checks() {
         assert!(!SHIPPED.is_empty(), "no layouts were compiled in");
         for (name, text) in SHIPPED {
-            let layout: Layout = serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let layout: Layout =
+                serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
             layout.check().unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(format!("{}.json", layout.key()), *name, "file name must match contents");
+            assert_eq!(
+                format!("{}.json", layout.key()),
+                *name,
+                "file name must match contents"
+            );
         }
     }
 
@@ -214,7 +355,13 @@ mod tests {
         let (_, text) = SHIPPED[0];
         let mut layout: Layout = serde_json::from_str(text).unwrap();
         let gil = layout.fields["gil"];
-        layout.fields.insert("gil.locked".into(), FieldInfo { offset: gil.size, size: 4 });
+        layout.fields.insert(
+            "gil.locked".into(),
+            FieldInfo {
+                offset: gil.size,
+                size: 4,
+            },
+        );
         assert!(layout.check().unwrap_err().contains("gil.locked"));
     }
 }

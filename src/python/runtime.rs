@@ -70,11 +70,17 @@ pub fn gil_word_span(layout: &Layout) -> (u64, u64) {
 
 /// Decodes the GIL words from the bytes of `gil_word_span`. `locked` must be 0 or 1: anything else
 /// is a torn or wrong read.
-pub fn decode_gil_word(layout: &Layout, span_start: u64, bytes: &[u8]) -> Result<GilWord, ReadError> {
+pub fn decode_gil_word(
+    layout: &Layout,
+    span_start: u64,
+    bytes: &[u8],
+) -> Result<GilWord, ReadError> {
     let field = |name: &str| -> Result<u64, ReadError> {
         let info = layout.required(name);
         let at = (info.offset - span_start) as usize;
-        let raw = bytes.get(at..at + info.size as usize).ok_or(ReadError::Fault)?;
+        let raw = bytes
+            .get(at..at + info.size as usize)
+            .ok_or(ReadError::Fault)?;
         Ok(match raw.len() {
             4 => u32::from_ne_bytes(raw.try_into().unwrap()) as u64,
             8 => u64::from_ne_bytes(raw.try_into().unwrap()),
@@ -86,10 +92,19 @@ pub fn decode_gil_word(layout: &Layout, span_start: u64, bytes: &[u8]) -> Result
         1 => true,
         _ => return Err(ReadError::Fault),
     };
-    Ok(GilWord { locked, last_holder: RemoteAddr(field("gil.last_holder")?), switch_number: field("gil.switch_number")? })
+    Ok(GilWord {
+        locked,
+        last_holder: RemoteAddr(field("gil.last_holder")?),
+        switch_number: field("gil.switch_number")?,
+    })
 }
 
-fn read_field(mem: &dyn MemorySource, base: RemoteAddr, layout: &Layout, name: &str) -> Result<RemoteAddr, WalkError> {
+fn read_field(
+    mem: &dyn MemorySource,
+    base: RemoteAddr,
+    layout: &Layout,
+    name: &str,
+) -> Result<RemoteAddr, WalkError> {
     let addr = base
         .offset(layout.required(name).offset)
         .ok_or_else(|| WalkError::Corrupt(format!("{name} overflows at {base}")))?;
@@ -100,12 +115,18 @@ fn check_pointer(addr: RemoteAddr, what: &str) -> Result<RemoteAddr, WalkError> 
     if addr.is_plausible_pointer(8) {
         Ok(addr)
     } else {
-        Err(WalkError::Corrupt(format!("{what} is not a valid pointer ({addr})")))
+        Err(WalkError::Corrupt(format!(
+            "{what} is not a valid pointer ({addr})"
+        )))
     }
 }
 
 /// The interpreters, head first (the main interpreter is the last).
-pub fn read_interpreters(mem: &dyn MemorySource, layout: &Layout, runtime: RemoteAddr) -> Result<Vec<RemoteAddr>, WalkError> {
+pub fn read_interpreters(
+    mem: &dyn MemorySource,
+    layout: &Layout,
+    runtime: RemoteAddr,
+) -> Result<Vec<RemoteAddr>, WalkError> {
     let head = read_field(mem, runtime, layout, "runtime.interpreters.head")?;
     if head.is_null() {
         return Err(WalkError::NotInitialized);
@@ -115,7 +136,9 @@ pub fn read_interpreters(mem: &dyn MemorySource, layout: &Layout, runtime: Remot
     while !current.is_null() {
         check_pointer(current, "interpreter pointer")?;
         if interps.len() >= MAX_INTERPRETERS || interps.contains(&current) {
-            return Err(WalkError::Corrupt("the interpreter list loops or is implausibly long".into()));
+            return Err(WalkError::Corrupt(
+                "the interpreter list loops or is implausibly long".into(),
+            ));
         }
         interps.push(current);
         current = read_field(mem, current, layout, "interp.next")?;
@@ -125,13 +148,21 @@ pub fn read_interpreters(mem: &dyn MemorySource, layout: &Layout, runtime: Remot
 
 /// The address of the GIL struct: embedded in `_PyRuntime` (3.7–3.11), or pointed to by the main
 /// interpreter's `ceval.gil` (3.12+).
-pub fn find_gil(mem: &dyn MemorySource, layout: &Layout, runtime: RemoteAddr) -> Result<RemoteAddr, WalkError> {
+pub fn find_gil(
+    mem: &dyn MemorySource,
+    layout: &Layout,
+    runtime: RemoteAddr,
+) -> Result<RemoteAddr, WalkError> {
     if let Some(gil) = layout.field("runtime.ceval.gil") {
-        return runtime.offset(gil.offset).ok_or_else(|| WalkError::Corrupt("GIL address overflows".into()));
+        return runtime
+            .offset(gil.offset)
+            .ok_or_else(|| WalkError::Corrupt("GIL address overflows".into()));
     }
     let main = match layout.field("runtime.interpreters.main") {
         Some(f) => mem.read_addr(runtime.offset(f.offset).ok_or(ReadError::Fault)?)?,
-        None => *read_interpreters(mem, layout, runtime)?.last().ok_or(WalkError::NotInitialized)?,
+        None => *read_interpreters(mem, layout, runtime)?
+            .last()
+            .ok_or(WalkError::NotInitialized)?,
     };
     if main.is_null() {
         return Err(WalkError::NotInitialized);
@@ -161,7 +192,9 @@ fn read_thread_states(
         while !tstate.is_null() {
             check_pointer(tstate, "thread state pointer")?;
             if out.len() >= MAX_THREADS || !seen.insert(tstate) {
-                return Err(WalkError::Corrupt("the thread list loops or is implausibly long".into()));
+                return Err(WalkError::Corrupt(
+                    "the thread list loops or is implausibly long".into(),
+                ));
             }
             let id = read_field(mem, tstate, layout, id_field)?.0;
             out.push((tstate, id));
@@ -192,7 +225,14 @@ impl ThreadWalker {
             TidSource::NativeThreadId => "tstate.native_thread_id",
             TidSource::PthreadTid { .. } => "tstate.thread_id",
         };
-        read_thread_states(mem, layout, runtime, id_field, &mut self.raw, &mut self.seen)?;
+        read_thread_states(
+            mem,
+            layout,
+            runtime,
+            id_field,
+            &mut self.raw,
+            &mut self.seen,
+        )?;
         out.clear();
         for &(tstate, id) in &self.raw {
             let tid = match tids {
@@ -211,7 +251,8 @@ impl ThreadWalker {
             if tid == 0 {
                 continue;
             }
-            let tid = u32::try_from(tid).map_err(|_| WalkError::Corrupt(format!("thread id {tid} is out of range")))?;
+            let tid = u32::try_from(tid)
+                .map_err(|_| WalkError::Corrupt(format!("thread id {tid} is out of range")))?;
             out.push(ThreadRef { tstate, tid });
         }
         Ok(())
@@ -231,8 +272,19 @@ pub fn find_tid_source(
         return Ok(TidSource::NativeThreadId);
     }
     let mut raw = Vec::new();
-    read_thread_states(mem, layout, runtime, "tstate.thread_id", &mut raw, &mut HashSet::new())?;
-    let pthreads: Vec<u64> = raw.iter().map(|&(_, id)| id).filter(|&id| id != 0).collect();
+    read_thread_states(
+        mem,
+        layout,
+        runtime,
+        "tstate.thread_id",
+        &mut raw,
+        &mut HashSet::new(),
+    )?;
+    let pthreads: Vec<u64> = raw
+        .iter()
+        .map(|&(_, id)| id)
+        .filter(|&id| id != 0)
+        .collect();
     if pthreads.is_empty() {
         return Err(WalkError::NotInitialized);
     }
@@ -244,12 +296,19 @@ pub fn find_tid_source(
         blocks.push(block);
     }
     let offset = (0..PTHREAD_SEARCH_BYTES - 4).step_by(4).find(|&off| {
-        let values: Vec<u32> = blocks.iter().map(|b| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap())).collect();
+        let values: Vec<u32> = blocks
+            .iter()
+            .map(|b| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap()))
+            .collect();
         let distinct: HashSet<u32> = values.iter().copied().collect();
         values.iter().all(|v| process_tids.contains(v)) && distinct.len() == values.len()
     });
     match offset {
-        Some(offset) => Ok(TidSource::PthreadTid { offset: offset as u64 }),
-        None => Err(WalkError::Corrupt("no tid field found in the threads' struct pthread (is this glibc?)".into())),
+        Some(offset) => Ok(TidSource::PthreadTid {
+            offset: offset as u64,
+        }),
+        None => Err(WalkError::Corrupt(
+            "no tid field found in the threads' struct pthread (is this glibc?)".into(),
+        )),
     }
 }

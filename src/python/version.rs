@@ -17,7 +17,11 @@ pub struct PyVersion {
 impl PyVersion {
     /// Decodes `PY_VERSION_HEX` (e.g. 0x030b07f0 = 3.11.7 final).
     pub fn from_hex(hex: u64) -> PyVersion {
-        PyVersion { major: ((hex >> 24) & 0xff) as u32, minor: ((hex >> 16) & 0xff) as u32, micro: Some(((hex >> 8) & 0xff) as u32) }
+        PyVersion {
+            major: ((hex >> 24) & 0xff) as u32,
+            minor: ((hex >> 16) & 0xff) as u32,
+            micro: Some(((hex >> 8) & 0xff) as u32),
+        }
     }
 
     /// Reads `3.X` out of names such as `libpython3.8.so.1.0`, `libpython3.7m.so`, `python3.11`, `python3.13d`.
@@ -26,8 +30,16 @@ impl PyVersion {
         let rest = &name[name.find("python")? + "python".len()..];
         let mut parts = rest.splitn(2, '.');
         let major: u32 = parts.next()?.parse().ok()?;
-        let minor_digits: String = parts.next()?.chars().take_while(|c| c.is_ascii_digit()).collect();
-        Some(PyVersion { major, minor: minor_digits.parse().ok()?, micro: None })
+        let minor_digits: String = parts
+            .next()?
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        Some(PyVersion {
+            major,
+            minor: minor_digits.parse().ok()?,
+            micro: None,
+        })
     }
 
     /// `3.11`, the key layouts are stored under.

@@ -7,11 +7,17 @@
 //! 3. Asleep in futex on the GIL's `cond` or `mutex` → `Take` (waiting in `take_gil`).
 //! 4. Asleep in futex on `switch_cond` or `switch_mutex` → `Drop` (FORCE_SWITCHING hand-off in `drop_gil`).
 //! 5. Asleep anywhere else (another futex, I/O, sleep) or stopped → `Released`.
-//! 6. Running (on a CPU or runnable) and not the holder is ambiguous: a waiter that was woken and has
-//!    not yet taken the GIL, or a thread running native code without it. A thread that was waiting at
-//!    its previous sample, has used less than half of the time since on a CPU (runnable, not running
-//!    native work), and did not take and drop the GIL meanwhile (it is not `last_holder` of an unlocked
-//!    GIL) is still `Take`. Everything else running is `Released`. Both cases are counted.
+//! 6. Running (on a CPU or runnable) and not the holder is ambiguous: a thread woken inside `take_gil`
+//!    or `drop_gil` that has not yet taken the GIL or returned (on a busy machine it may sit on the run
+//!    queue for milliseconds), or a thread running native code without the GIL. `switch_number`
+//!    decides, because CPython increments it on every change of holder and a thread leaves `take_gil`
+//!    only by taking the GIL:
+//!    - previously `Take`, and no hand-off since the previous sample, or exactly one that went to another
+//!      thread (this thread is not `last_holder`) → still `Take`;
+//!    - previously `Drop`, and no hand-off since (the FORCE_SWITCHING wait ends only on one) → still `Drop`;
+//!    - otherwise → `Released`.
+//!
+//!    Both outcomes are counted and reported in the summary and the trace metadata.
 
 use crate::infer::intervals::GilState;
 use crate::process::kernel::KernelState;
@@ -27,9 +33,8 @@ pub struct ThreadEvidence {
     pub kernel: Option<KernelState>,
     /// The thread's state at its previous sample.
     pub previous: Option<GilState>,
-    /// CPU time used since the previous sample and the wall time elapsed, when both are known.
-    pub cpu_ns: Option<u64>,
-    pub elapsed_ns: u64,
+    /// How far `switch_number` advanced since the previous sample (`None` for the first sample).
+    pub handoffs_since_previous: Option<u64>,
 }
 
 /// Why a thread was given its state, for the ambiguity counters in the summary.
@@ -37,22 +42,34 @@ pub struct ThreadEvidence {
 pub enum Basis {
     /// Memory or the kernel said so directly.
     Direct,
-    /// Running and judged still waiting for the GIL (rule 6).
+    /// Running and judged still inside `take_gil` or `drop_gil` (rule 6).
     RunningStillWaiting,
     /// Running and judged to run without the GIL (rule 6).
     RunningReleased,
 }
 
 fn inside(addr: u64, ranges: &[Option<(u64, u64)>]) -> bool {
-    ranges.iter().flatten().any(|&(start, end)| addr >= start && addr < end)
+    ranges
+        .iter()
+        .flatten()
+        .any(|&(start, end)| addr >= start && addr < end)
 }
 
 pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Basis) {
-    let Some(kernel) = evidence.kernel else { return (GilState::Unknown, Basis::Direct) };
+    let Some(kernel) = evidence.kernel else {
+        return (GilState::Unknown, Basis::Direct);
+    };
     let futex = kernel.futex_addr();
     if evidence.holds {
         let on_mutex = futex.is_some_and(|a| inside(a, &gil.take[1..]));
-        return (if on_mutex { GilState::Drop } else { GilState::Hold }, Basis::Direct);
+        return (
+            if on_mutex {
+                GilState::Drop
+            } else {
+                GilState::Hold
+            },
+            Basis::Direct,
+        );
     }
     if let Some(addr) = futex {
         if inside(addr, &gil.take) {
@@ -65,12 +82,13 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
     if kernel != KernelState::Running {
         return (GilState::Released, Basis::Direct);
     }
-    let was_waiting = evidence.previous == Some(GilState::Take);
-    let mostly_off_cpu = evidence.cpu_ns.is_some_and(|cpu| cpu.saturating_mul(2) < evidence.elapsed_ns);
-    if was_waiting && mostly_off_cpu && !evidence.released_last {
-        (GilState::Take, Basis::RunningStillWaiting)
-    } else {
-        (GilState::Released, Basis::RunningReleased)
+    match (evidence.previous, evidence.handoffs_since_previous) {
+        (Some(GilState::Take), Some(0)) => (GilState::Take, Basis::RunningStillWaiting),
+        (Some(GilState::Take), Some(1)) if !evidence.released_last => {
+            (GilState::Take, Basis::RunningStillWaiting)
+        }
+        (Some(GilState::Drop), Some(0)) => (GilState::Drop, Basis::RunningStillWaiting),
+        _ => (GilState::Released, Basis::RunningReleased),
     }
 }
 
@@ -85,41 +103,81 @@ mod tests {
     };
 
     fn futex(addr: u64) -> Option<KernelState> {
-        Some(KernelState::InSyscall { nr: SYS_FUTEX, arg0: addr, arg1: 0x189 })
+        Some(KernelState::InSyscall {
+            nr: SYS_FUTEX,
+            arg0: addr,
+            arg1: 0x189,
+        })
     }
 
     fn evidence(kernel: Option<KernelState>) -> ThreadEvidence {
-        ThreadEvidence { holds: false, released_last: false, kernel, previous: None, cpu_ns: None, elapsed_ns: 100_000 }
+        ThreadEvidence {
+            holds: false,
+            released_last: false,
+            kernel,
+            previous: None,
+            handoffs_since_previous: None,
+        }
     }
 
     #[test]
     fn holder_holds_even_when_blocked_elsewhere() {
-        let e = ThreadEvidence { holds: true, ..evidence(Some(KernelState::InSyscall { nr: 0, arg0: 3, arg1: 0 })) };
+        let e = ThreadEvidence {
+            holds: true,
+            ..evidence(Some(KernelState::InSyscall {
+                nr: 0,
+                arg0: 3,
+                arg1: 0,
+            }))
+        };
         assert_eq!(classify(&e, &GIL).0, GilState::Hold);
     }
 
     #[test]
     fn holder_on_the_gil_mutex_is_dropping() {
-        let e = ThreadEvidence { holds: true, ..evidence(futex(1080)) };
+        let e = ThreadEvidence {
+            holds: true,
+            ..evidence(futex(1080))
+        };
         assert_eq!(classify(&e, &GIL).0, GilState::Drop);
     }
 
     #[test]
     fn sleeper_on_cond_or_mutex_is_taking() {
-        assert_eq!(classify(&evidence(futex(1032 + 40)), &GIL).0, GilState::Take);
+        assert_eq!(
+            classify(&evidence(futex(1032 + 40)), &GIL).0,
+            GilState::Take
+        );
         assert_eq!(classify(&evidence(futex(1080)), &GIL).0, GilState::Take);
     }
 
     #[test]
     fn sleeper_on_switch_cond_is_dropping() {
-        assert_eq!(classify(&evidence(futex(1120 + 40)), &GIL).0, GilState::Drop);
+        assert_eq!(
+            classify(&evidence(futex(1120 + 40)), &GIL).0,
+            GilState::Drop
+        );
     }
 
     #[test]
     fn sleeper_on_another_futex_or_syscall_is_released() {
         assert_eq!(classify(&evidence(futex(5000)), &GIL).0, GilState::Released);
-        assert_eq!(classify(&evidence(Some(KernelState::InSyscall { nr: 0, arg0: 0, arg1: 0 })), &GIL).0, GilState::Released);
-        assert_eq!(classify(&evidence(Some(KernelState::Blocked)), &GIL).0, GilState::Released);
+        assert_eq!(
+            classify(
+                &evidence(Some(KernelState::InSyscall {
+                    nr: 0,
+                    arg0: 0,
+                    arg1: 0
+                })),
+                &GIL
+            )
+            .0,
+            GilState::Released
+        );
+        assert_eq!(
+            classify(&evidence(Some(KernelState::Blocked)), &GIL).0,
+            GilState::Released
+        );
     }
 
     #[test]
@@ -127,24 +185,63 @@ mod tests {
         assert_eq!(classify(&evidence(None), &GIL).0, GilState::Unknown);
     }
 
-    #[test]
-    fn woken_waiter_without_cpu_time_is_still_taking() {
-        let e = ThreadEvidence { previous: Some(GilState::Take), cpu_ns: Some(1_000), ..evidence(Some(KernelState::Running)) };
-        assert_eq!(classify(&e, &GIL), (GilState::Take, Basis::RunningStillWaiting));
+    fn running(previous: GilState, handoffs: u64, released_last: bool) -> ThreadEvidence {
+        ThreadEvidence {
+            previous: Some(previous),
+            handoffs_since_previous: Some(handoffs),
+            released_last,
+            ..evidence(Some(KernelState::Running))
+        }
     }
 
     #[test]
-    fn running_thread_that_used_the_cpu_is_released() {
-        let e = ThreadEvidence { previous: Some(GilState::Take), cpu_ns: Some(90_000), ..evidence(Some(KernelState::Running)) };
-        assert_eq!(classify(&e, &GIL), (GilState::Released, Basis::RunningReleased));
+    fn woken_waiter_with_no_handoff_since_is_still_taking() {
+        assert_eq!(
+            classify(&running(GilState::Take, 0, false), &GIL),
+            (GilState::Take, Basis::RunningStillWaiting)
+        );
     }
 
     #[test]
-    fn running_thread_that_took_and_dropped_the_gil_meanwhile_is_released() {
+    fn woken_waiter_is_still_taking_when_the_one_handoff_went_elsewhere() {
+        assert_eq!(
+            classify(&running(GilState::Take, 1, false), &GIL).0,
+            GilState::Take
+        );
+    }
+
+    #[test]
+    fn waiter_that_took_and_dropped_the_gil_meanwhile_is_released() {
+        assert_eq!(
+            classify(&running(GilState::Take, 1, true), &GIL),
+            (GilState::Released, Basis::RunningReleased)
+        );
+    }
+
+    #[test]
+    fn several_handoffs_since_make_a_running_waiter_released() {
+        assert_eq!(
+            classify(&running(GilState::Take, 2, false), &GIL).0,
+            GilState::Released
+        );
+    }
+
+    #[test]
+    fn woken_dropper_stays_dropping_until_a_handoff() {
+        assert_eq!(
+            classify(&running(GilState::Drop, 0, true), &GIL).0,
+            GilState::Drop
+        );
+        assert_eq!(
+            classify(&running(GilState::Drop, 1, true), &GIL).0,
+            GilState::Released
+        );
+    }
+
+    #[test]
+    fn first_sample_of_a_running_thread_is_released() {
         let e = ThreadEvidence {
             previous: Some(GilState::Take),
-            cpu_ns: Some(1_000),
-            released_last: true,
             ..evidence(Some(KernelState::Running))
         };
         assert_eq!(classify(&e, &GIL).0, GilState::Released);
@@ -152,7 +249,13 @@ mod tests {
 
     #[test]
     fn running_thread_not_waiting_before_is_released() {
-        let e = ThreadEvidence { previous: Some(GilState::Hold), cpu_ns: Some(0), ..evidence(Some(KernelState::Running)) };
-        assert_eq!(classify(&e, &GIL).0, GilState::Released);
+        assert_eq!(
+            classify(&running(GilState::Hold, 0, false), &GIL).0,
+            GilState::Released
+        );
+        assert_eq!(
+            classify(&running(GilState::Released, 0, false), &GIL).0,
+            GilState::Released
+        );
     }
 }

@@ -20,9 +20,16 @@ fn to_ns(ts: TimeSpec) -> u64 {
 /// Sleeps until the absolute monotonic time `deadline_ns` (returns at once if it has passed). An
 /// absolute deadline does not drift with the time each sample takes.
 pub fn sleep_until(deadline_ns: u64) {
-    let ts = TimeSpec::new((deadline_ns / 1_000_000_000) as i64, (deadline_ns % 1_000_000_000) as i64);
+    let ts = TimeSpec::new(
+        (deadline_ns / 1_000_000_000) as i64,
+        (deadline_ns % 1_000_000_000) as i64,
+    );
     // EINTR only shortens the sleep; the loop re-checks its stop flag and deadline anyway.
-    let _ = clock_nanosleep(ClockId::CLOCK_MONOTONIC, ClockNanosleepFlags::TIMER_ABSTIME, &ts);
+    let _ = clock_nanosleep(
+        ClockId::CLOCK_MONOTONIC,
+        ClockNanosleepFlags::TIMER_ABSTIME,
+        &ts,
+    );
 }
 
 /// `wall_ns - monotonic_ns`, measured as the tightest of a few bracketed reads.
@@ -58,6 +65,9 @@ mod tests {
         let wall = realtime_ns() as i64;
         let mapped = monotonic_ns() as i64 + offset;
         // Both are read within the same second; the offset is off by at most the reads in between.
-        assert!((wall - mapped).abs() < 1_000_000_000, "offset {offset} maps to {mapped}, wall is {wall}");
+        assert!(
+            (wall - mapped).abs() < 1_000_000_000,
+            "offset {offset} maps to {mapped}, wall is {wall}"
+        );
     }
 }

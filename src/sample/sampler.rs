@@ -1,8 +1,7 @@
 //! The sampling loop of one target.
 //!
 //! Each tick, at an absolute CLOCK_MONOTONIC deadline: one read of the GIL words from target memory,
-//! one `pread` of each Python thread's syscall file (plus its schedstat when it may be a woken waiter),
-//! classification, and the per-thread state machines. The thread list is re-walked every
+//! one `pread` of each Python thread's syscall file, classification, and the per-thread state machines. The thread list is re-walked every
 //! `refresh_ns` and whenever the GIL holder is not a known thread, so threads that start or exit are
 //! picked up within that time. Nothing on the per-tick path allocates once the thread table is built.
 
@@ -45,7 +44,10 @@ pub struct LiveCounters {
 pub enum Record {
     Interval(Interval),
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
-    Waiters { t_ns: u64, count: u32 },
+    Waiters {
+        t_ns: u64,
+        count: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,7 +82,11 @@ pub struct SamplerReport {
 impl SamplerReport {
     pub fn achieved_rate_hz(&self) -> f64 {
         let secs = (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9;
-        if secs > 0.0 { self.samples as f64 / secs } else { 0.0 }
+        if secs > 0.0 {
+            self.samples as f64 / secs
+        } else {
+            0.0
+        }
     }
 }
 
@@ -89,8 +95,6 @@ struct Tracked {
     tstate: RemoteAddr,
     files: ThreadFiles,
     timeline: ThreadTimeline,
-    /// The last CPU-time reading and when it was taken.
-    cpu: Option<(u64, u64)>,
 }
 
 struct Loop<'a> {
@@ -137,7 +141,9 @@ pub fn run_sampler(
     let end = state.run(config, stop, live, sink, start);
     let last = state.report.end_ns;
     for tracked in &mut state.threads {
-        tracked.timeline.close(None, &state.params, &mut |iv| sink(Record::Interval(iv)));
+        tracked
+            .timeline
+            .close(None, &state.params, &mut |iv| sink(Record::Interval(iv)));
     }
     state.report.end_ns = last;
     state.report.end = end;
@@ -146,7 +152,14 @@ pub fn run_sampler(
 }
 
 impl Loop<'_> {
-    fn run(&mut self, config: &SamplerConfig, stop: &AtomicBool, live: &LiveCounters, sink: &mut dyn FnMut(Record), start: u64) -> EndReason {
+    fn run(
+        &mut self,
+        config: &SamplerConfig,
+        stop: &AtomicBool,
+        live: &LiveCounters,
+        sink: &mut dyn FnMut(Record),
+        start: u64,
+    ) -> EndReason {
         let period = config.period_ns;
         let end_at = config.duration_ns.map(|d| start + d);
         let mut deadline = start;
@@ -157,7 +170,7 @@ impl Loop<'_> {
         let mut waiters: Option<u32> = None;
         let mut states: Vec<GilState> = Vec::with_capacity(64);
         let mut kernel: Vec<Option<KernelState>> = Vec::with_capacity(64);
-        let mut cpu: Vec<Option<u64>> = Vec::with_capacity(64);
+        let mut previous_switch: Option<u64> = None;
         loop {
             if stop.load(Ordering::Relaxed) {
                 return EndReason::Stopped;
@@ -177,17 +190,22 @@ impl Loop<'_> {
             let word = match self.target.read_gil_word(&mut buf) {
                 Ok(word) => word,
                 Err(ReadError::Gone) => return EndReason::TargetExited,
-                Err(ReadError::Permission) => return EndReason::Failed("permission to read the target was lost".into()),
+                Err(ReadError::Permission) => {
+                    return EndReason::Failed("permission to read the target was lost".into());
+                }
                 Err(_) => {
                     self.report.faulted_samples += 1;
                     continue;
                 }
             };
-            let holder_unknown = word.locked && !self.threads.iter().any(|t| t.tstate == word.last_holder);
+            let holder_unknown =
+                word.locked && !self.threads.iter().any(|t| t.tstate == word.last_holder);
             if t0 - last_refresh >= config.refresh_ns || holder_unknown {
                 last_refresh = t0;
                 match self.refresh(t0, sink) {
-                    Ok(()) => live.threads.store(self.threads.len() as u64, Ordering::Relaxed),
+                    Ok(()) => live
+                        .threads
+                        .store(self.threads.len() as u64, Ordering::Relaxed),
                     Err(WalkError::Read(ReadError::Gone)) => return EndReason::TargetExited,
                     Err(_) => {
                         self.report.faulted_samples += 1;
@@ -197,13 +215,11 @@ impl Loop<'_> {
             }
 
             kernel.clear();
-            cpu.clear();
-            for tracked in &self.threads {
-                let state = tracked.files.read_state().ok();
-                let may_be_woken_waiter = tracked.timeline.current() == Some(GilState::Take) || state == Some(KernelState::Running);
-                kernel.push(state);
-                cpu.push(if may_be_woken_waiter { tracked.files.read_cpu_ns() } else { None });
-            }
+            kernel.extend(
+                self.threads
+                    .iter()
+                    .map(|tracked| tracked.files.read_state().ok()),
+            );
             let t1 = monotonic_ns();
             let t = t0 + (t1 - t0) / 2;
 
@@ -215,18 +231,13 @@ impl Loop<'_> {
                 if is_last_holder && word.locked {
                     holder_tid = Some(tracked.tid);
                 }
-                let (cpu_ns, elapsed_ns) = match (cpu[i], tracked.cpu) {
-                    (Some(now), Some((before, at))) if t > at => (Some(now.saturating_sub(before)), t - at),
-                    _ => (None, period),
-                };
-                tracked.cpu = cpu[i].map(|c| (c, t));
                 let evidence = ThreadEvidence {
                     holds: is_last_holder && word.locked,
                     released_last: is_last_holder && !word.locked,
                     kernel: kernel[i],
                     previous: tracked.timeline.current(),
-                    cpu_ns,
-                    elapsed_ns,
+                    handoffs_since_previous: previous_switch
+                        .map(|p| word.switch_number.wrapping_sub(p)),
                 };
                 let (state, basis) = classify(&evidence, &ranges);
                 match basis {
@@ -234,7 +245,9 @@ impl Loop<'_> {
                     Basis::RunningStillWaiting => self.report.running_still_waiting += 1,
                     Basis::RunningReleased => self.report.running_released += 1,
                 }
-                tracked.timeline.observe(t, state, &self.params, &mut |iv| sink(Record::Interval(iv)));
+                tracked
+                    .timeline
+                    .observe(t, state, &self.params, &mut |iv| sink(Record::Interval(iv)));
                 states.push(state);
             }
             self.report.thread_samples += self.threads.len() as u64;
@@ -250,6 +263,7 @@ impl Loop<'_> {
                 }
                 last_holder_tid = Some(tid);
             }
+            previous_switch = Some(word.switch_number);
             let first = *first_switch.get_or_insert(word.switch_number);
             self.report.handoffs_counted = word.switch_number.wrapping_sub(first);
             self.report.samples += 1;
@@ -261,14 +275,22 @@ impl Loop<'_> {
     /// Re-walks the thread list: closes threads that are gone, opens the /proc files of new ones.
     fn refresh(&mut self, now: u64, sink: &mut dyn FnMut(Record)) -> Result<(), WalkError> {
         let target = self.target;
-        self.walker.walk(&target.memory, &target.layout, target.runtime, target.tids, &mut self.refs)?;
+        self.walker.walk(
+            &target.memory,
+            &target.layout,
+            target.runtime,
+            target.tids,
+            &mut self.refs,
+        )?;
         let refs = &self.refs;
         let params = self.params;
         self.threads.retain_mut(|tracked| {
             if refs.iter().any(|r| r.tid == tracked.tid) {
                 return true;
             }
-            tracked.timeline.close(Some(now), &params, &mut |iv| sink(Record::Interval(iv)));
+            tracked
+                .timeline
+                .close(Some(now), &params, &mut |iv| sink(Record::Interval(iv)));
             false
         });
         for r in refs {
@@ -277,9 +299,19 @@ impl Loop<'_> {
                 continue;
             }
             // A thread that exited between the walk and here has no files; the next walk drops it.
-            let Ok(files) = ThreadFiles::open(target.pid, r.tid) else { continue };
-            self.report.thread_names.entry(r.tid).or_insert_with(|| thread_name(target.pid, r.tid));
-            self.threads.push(Tracked { tid: r.tid, tstate: r.tstate, files, timeline: ThreadTimeline::new(r.tid), cpu: None });
+            let Ok(files) = ThreadFiles::open(target.pid, r.tid) else {
+                continue;
+            };
+            self.report
+                .thread_names
+                .entry(r.tid)
+                .or_insert_with(|| thread_name(target.pid, r.tid));
+            self.threads.push(Tracked {
+                tid: r.tid,
+                tstate: r.tstate,
+                files,
+                timeline: ThreadTimeline::new(r.tid),
+            });
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
         Ok(())
@@ -290,5 +322,9 @@ impl Loop<'_> {
 fn thread_name(pid: u32, tid: u32) -> String {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
     let comm = comm.trim();
-    if tid == pid { format!("MainThread ({comm})") } else { comm.to_string() }
+    if tid == pid {
+        format!("MainThread ({comm})")
+    } else {
+        comm.to_string()
+    }
 }

@@ -8,8 +8,11 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
-use gimli::{AttributeValue, DebugInfoOffset, EndianSlice, RunTimeEndian, SectionId, Unit, UnitOffset};
+use gimli::{
+    AttributeValue, DebugInfoOffset, EndianSlice, RunTimeEndian, SectionId, Unit, UnitOffset,
+};
 use goblin::elf::{Elf, section_header::SHF_COMPRESSED};
 
 use crate::error::{Error, Result};
@@ -35,11 +38,17 @@ pub struct FieldQuery<'q> {
 pub fn find_fields(image: &ElfImage, queries: &[FieldQuery<'_>]) -> Result<Vec<Option<FieldInfo>>> {
     let elf = image.parse()?;
     let sections = load_sections(&elf, image)?;
-    let endian = if elf.little_endian { RunTimeEndian::Little } else { RunTimeEndian::Big };
-    let dwarf = gimli::Dwarf::load(|id: SectionId| -> std::result::Result<Reader<'_>, gimli::Error> {
-        let data = sections.get(id.name()).map(|c| c.as_ref()).unwrap_or(&[]);
-        Ok(EndianSlice::new(data, endian))
-    })
+    let endian = if elf.little_endian {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let dwarf = gimli::Dwarf::load(
+        |id: SectionId| -> std::result::Result<Reader<'_>, gimli::Error> {
+            let data = sections.get(id.name()).map(|c| c.as_ref()).unwrap_or(&[]);
+            Ok(EndianSlice::new(data, endian))
+        },
+    )
     .map_err(|e| dwarf_error(image, e))?;
 
     let mut roots: Vec<&str> = queries.iter().map(|q| q.root).collect();
@@ -48,10 +57,14 @@ pub fn find_fields(image: &ElfImage, queries: &[FieldQuery<'_>]) -> Result<Vec<O
     let mut found: HashMap<&str, (DebugInfoOffset, UnitOffset)> = HashMap::new();
     let mut headers = dwarf.units();
     while found.len() < roots.len() {
-        let Some(header) = headers.next().map_err(|e| dwarf_error(image, e))? else { break };
+        let Some(header) = headers.next().map_err(|e| dwarf_error(image, e))? else {
+            break;
+        };
         let unit_offset = DebugInfoOffset(header.offset().0);
         let unit = dwarf.unit(header).map_err(|e| dwarf_error(image, e))?;
-        for (name, offset) in find_struct_definitions(&dwarf, &unit, &roots, &found).map_err(|e| dwarf_error(image, e))? {
+        for (name, offset) in find_struct_definitions(&dwarf, &unit, &roots, &found)
+            .map_err(|e| dwarf_error(image, e))?
+        {
             found.insert(name, (unit_offset, offset));
         }
     }
@@ -63,22 +76,37 @@ pub fn find_fields(image: &ElfImage, queries: &[FieldQuery<'_>]) -> Result<Vec<O
             answers.push(None);
             continue;
         };
-        if !units.contains_key(&unit_offset) {
-            let header = dwarf.unit_header(unit_offset).map_err(|e| dwarf_error(image, e))?;
-            units.insert(unit_offset, dwarf.unit(header).map_err(|e| dwarf_error(image, e))?);
-        }
-        let path: Vec<&str> = if query.path.is_empty() { Vec::new() } else { query.path.split('.').collect() };
-        answers.push(resolve_path(&dwarf, &units[&unit_offset], die, &path).ok().flatten());
+        let unit = match units.entry(unit_offset) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => {
+                let header = dwarf
+                    .unit_header(unit_offset)
+                    .map_err(|e| dwarf_error(image, e))?;
+                entry.insert(dwarf.unit(header).map_err(|e| dwarf_error(image, e))?)
+            }
+        };
+        let path: Vec<&str> = if query.path.is_empty() {
+            Vec::new()
+        } else {
+            query.path.split('.').collect()
+        };
+        answers.push(resolve_path(&dwarf, unit, die, &path).ok().flatten());
     }
     Ok(answers)
 }
 
 fn dwarf_error(image: &ElfImage, e: gimli::Error) -> Error {
-    Error::Binary { path: image.path.clone(), why: format!("unreadable DWARF: {e}") }
+    Error::Binary {
+        path: image.path.clone(),
+        why: format!("unreadable DWARF: {e}"),
+    }
 }
 
 /// The `.debug_*` sections, inflated where compressed.
-fn load_sections<'a>(elf: &Elf<'_>, image: &'a ElfImage) -> Result<HashMap<&'static str, Cow<'a, [u8]>>> {
+fn load_sections<'a>(
+    elf: &Elf<'_>,
+    image: &'a ElfImage,
+) -> Result<HashMap<&'static str, Cow<'a, [u8]>>> {
     let bytes = image.bytes();
     let mut out = HashMap::new();
     for id in [
@@ -94,7 +122,11 @@ fn load_sections<'a>(elf: &Elf<'_>, image: &'a ElfImage) -> Result<HashMap<&'sta
         SectionId::DebugLoc,
         SectionId::DebugLocLists,
     ] {
-        let Some(sh) = elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(id.name())) else {
+        let Some(sh) = elf
+            .section_headers
+            .iter()
+            .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(id.name()))
+        else {
             continue;
         };
         let range = sh.sh_offset as usize..(sh.sh_offset.saturating_add(sh.sh_size)) as usize;
@@ -105,7 +137,10 @@ fn load_sections<'a>(elf: &Elf<'_>, image: &'a ElfImage) -> Result<HashMap<&'sta
         let data = if sh.sh_flags & u64::from(SHF_COMPRESSED) != 0 {
             Cow::Owned(inflate_section(raw).ok_or_else(|| Error::Binary {
                 path: image.path.clone(),
-                why: format!("section {} is compressed in a way gilsample cannot read", id.name()),
+                why: format!(
+                    "section {} is compressed in a way gilsample cannot read",
+                    id.name()
+                ),
             })?)
         } else {
             Cow::Borrowed(raw)
@@ -113,7 +148,10 @@ fn load_sections<'a>(elf: &Elf<'_>, image: &'a ElfImage) -> Result<HashMap<&'sta
         out.insert(id.name(), data);
     }
     if !out.contains_key(".debug_info") {
-        return Err(Error::Binary { path: image.path.clone(), why: "has no DWARF (.debug_info)".into() });
+        return Err(Error::Binary {
+            path: image.path.clone(),
+            why: "has no DWARF (.debug_info)".into(),
+        });
     }
     Ok(out)
 }
@@ -125,7 +163,9 @@ fn inflate_section(raw: &[u8]) -> Option<Vec<u8>> {
     if ch_type != 1 || ch_size > 1 << 32 {
         return None;
     }
-    let data = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(raw.get(24..)?, ch_size as usize).ok()?;
+    let data =
+        miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(raw.get(24..)?, ch_size as usize)
+            .ok()?;
     (data.len() as u64 == ch_size).then_some(data)
 }
 
@@ -139,12 +179,18 @@ fn find_struct_definitions<'q>(
     let mut hits: Vec<(&'q str, UnitOffset)> = Vec::new();
     let mut entries = unit.entries();
     while let Some(entry) = entries.next_dfs()? {
-        if entry.tag() != gimli::DW_TAG_structure_type || entry.attr(gimli::DW_AT_declaration).is_some() {
+        if entry.tag() != gimli::DW_TAG_structure_type
+            || entry.attr(gimli::DW_AT_declaration).is_some()
+        {
             continue;
         }
-        let Some(name) = entry.attr_value(gimli::DW_AT_name) else { continue };
+        let Some(name) = entry.attr_value(gimli::DW_AT_name) else {
+            continue;
+        };
         let name = dwarf.attr_string(unit, name)?;
-        let Some(root) = roots.iter().find(|r| r.as_bytes() == name.slice()) else { continue };
+        let Some(root) = roots.iter().find(|r| r.as_bytes() == name.slice()) else {
+            continue;
+        };
         if !found.contains_key(root) && !hits.iter().any(|(n, _)| n == root) {
             hits.push((root, entry.offset()));
         }
@@ -153,16 +199,20 @@ fn find_struct_definitions<'q>(
 }
 
 /// Follows typedef, const, volatile and _Atomic to the underlying type.
-fn strip_wrappers(unit: &Unit<Reader<'_>>, mut offset: UnitOffset) -> gimli::Result<Option<UnitOffset>> {
+fn strip_wrappers(
+    unit: &Unit<Reader<'_>>,
+    mut offset: UnitOffset,
+) -> gimli::Result<Option<UnitOffset>> {
     for _ in 0..16 {
         let entry = unit.entry(offset)?;
         match entry.tag() {
-            gimli::DW_TAG_typedef | gimli::DW_TAG_const_type | gimli::DW_TAG_volatile_type | gimli::DW_TAG_atomic_type => {
-                match entry.attr_value(gimli::DW_AT_type) {
-                    Some(AttributeValue::UnitRef(next)) => offset = next,
-                    _ => return Ok(None),
-                }
-            }
+            gimli::DW_TAG_typedef
+            | gimli::DW_TAG_const_type
+            | gimli::DW_TAG_volatile_type
+            | gimli::DW_TAG_atomic_type => match entry.attr_value(gimli::DW_AT_type) {
+                Some(AttributeValue::UnitRef(next)) => offset = next,
+                _ => return Ok(None),
+            },
             _ => return Ok(Some(offset)),
         }
     }
@@ -170,12 +220,20 @@ fn strip_wrappers(unit: &Unit<Reader<'_>>, mut offset: UnitOffset) -> gimli::Res
 }
 
 fn type_size(unit: &Unit<Reader<'_>>, offset: UnitOffset) -> gimli::Result<Option<u64>> {
-    let Some(offset) = strip_wrappers(unit, offset)? else { return Ok(None) };
+    let Some(offset) = strip_wrappers(unit, offset)? else {
+        return Ok(None);
+    };
     let entry = unit.entry(offset)?;
-    if let Some(size) = entry.attr_value(gimli::DW_AT_byte_size).and_then(|v| v.udata_value()) {
+    if let Some(size) = entry
+        .attr_value(gimli::DW_AT_byte_size)
+        .and_then(|v| v.udata_value())
+    {
         return Ok(Some(size));
     }
-    Ok((entry.tag() == gimli::DW_TAG_pointer_type).then_some(u64::from(unit.header.address_size())))
+    Ok(
+        (entry.tag() == gimli::DW_TAG_pointer_type)
+            .then_some(u64::from(unit.header.address_size())),
+    )
 }
 
 fn resolve_path(
@@ -187,8 +245,11 @@ fn resolve_path(
     let mut offset = 0u64;
     let mut current = root;
     for name in path {
-        let Some(container) = strip_wrappers(unit, current)? else { return Ok(None) };
-        let Some((member_offset, member_type)) = find_member(dwarf, unit, container, name, 0)? else {
+        let Some(container) = strip_wrappers(unit, current)? else {
+            return Ok(None);
+        };
+        let Some((member_offset, member_type)) = find_member(dwarf, unit, container, name, 0)?
+        else {
             return Ok(None);
         };
         offset += member_offset;
@@ -218,8 +279,13 @@ fn find_member(
         if entry.depth() != 1 || entry.tag() != gimli::DW_TAG_member {
             continue;
         }
-        let location = entry.attr_value(gimli::DW_AT_data_member_location).and_then(|v| v.udata_value()).unwrap_or(0);
-        let Some(AttributeValue::UnitRef(member_type)) = entry.attr_value(gimli::DW_AT_type) else { continue };
+        let location = entry
+            .attr_value(gimli::DW_AT_data_member_location)
+            .and_then(|v| v.udata_value())
+            .unwrap_or(0);
+        let Some(AttributeValue::UnitRef(member_type)) = entry.attr_value(gimli::DW_AT_type) else {
+            continue;
+        };
         match entry.attr_value(gimli::DW_AT_name) {
             Some(attr) => {
                 if dwarf.attr_string(unit, attr)?.slice() == name.as_bytes() {
@@ -230,7 +296,9 @@ fn find_member(
         }
     }
     for (location, member_type) in anonymous {
-        let Some(inner) = strip_wrappers(unit, member_type)? else { continue };
+        let Some(inner) = strip_wrappers(unit, member_type)? else {
+            continue;
+        };
         if let Some((off, ty)) = find_member(dwarf, unit, inner, name, nesting + 1)? {
             return Ok(Some((location + off, ty)));
         }

@@ -25,15 +25,20 @@ pub struct Symbol {
 
 impl ElfImage {
     pub fn open(path: &Path) -> Result<ElfImage> {
-        let file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let file =
+            File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         ElfImage::from_file(file, path)
     }
 
     pub fn from_file(file: File, path: &Path) -> Result<ElfImage> {
         // SAFETY: the mapping is private and read-only; a file truncated under us can only fault this
         // process, which is the same risk every ELF reader mapping a file takes.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
-        Ok(ElfImage { path: path.to_path_buf(), map })
+        let map = unsafe { Mmap::map(&file) }
+            .map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
+        Ok(ElfImage {
+            path: path.to_path_buf(),
+            map,
+        })
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -41,7 +46,10 @@ impl ElfImage {
     }
 
     pub fn parse(&self) -> Result<Elf<'_>> {
-        Elf::parse(&self.map).map_err(|e| Error::Binary { path: self.path.clone(), why: format!("not a valid ELF file: {e}") })
+        Elf::parse(&self.map).map_err(|e| Error::Binary {
+            path: self.path.clone(),
+            why: format!("not a valid ELF file: {e}"),
+        })
     }
 }
 
@@ -49,24 +57,39 @@ impl ElfImage {
 /// as an undefined import; taking that entry would pick the wrong file.
 pub fn find_symbol(elf: &Elf<'_>, name: &str) -> Option<Symbol> {
     let defined = |sym: &Sym| sym.st_shndx != SHN_UNDEF as usize && sym.st_value != 0;
-    let dynamic = elf.dynsyms.iter().find(|s| defined(s) && elf.dynstrtab.get_at(s.st_name) == Some(name));
-    let stat = || elf.syms.iter().find(|s| defined(s) && elf.strtab.get_at(s.st_name) == Some(name));
-    dynamic.or_else(stat).map(|s| Symbol { vaddr: s.st_value, size: s.st_size })
+    let dynamic = elf
+        .dynsyms
+        .iter()
+        .find(|s| defined(s) && elf.dynstrtab.get_at(s.st_name) == Some(name));
+    let stat = || {
+        elf.syms
+            .iter()
+            .find(|s| defined(s) && elf.strtab.get_at(s.st_name) == Some(name))
+    };
+    dynamic.or_else(stat).map(|s| Symbol {
+        vaddr: s.st_value,
+        size: s.st_size,
+    })
 }
 
 /// The file bytes behind `len` bytes at link-time address `vaddr`, when they are file-backed.
 pub fn read_vaddr<'a>(elf: &Elf<'_>, bytes: &'a [u8], vaddr: u64, len: u64) -> Option<&'a [u8]> {
-    let ph = elf
-        .program_headers
-        .iter()
-        .find(|ph| ph.p_type == PT_LOAD && vaddr >= ph.p_vaddr && vaddr.checked_add(len).is_some_and(|end| end <= ph.p_vaddr + ph.p_filesz))?;
+    let ph = elf.program_headers.iter().find(|ph| {
+        ph.p_type == PT_LOAD
+            && vaddr >= ph.p_vaddr
+            && vaddr
+                .checked_add(len)
+                .is_some_and(|end| end <= ph.p_vaddr + ph.p_filesz)
+    })?;
     let start = ph.p_offset.checked_add(vaddr - ph.p_vaddr)? as usize;
     bytes.get(start..start.checked_add(len as usize)?)
 }
 
 /// The GNU build-id as lowercase hex.
 pub fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<String> {
-    let notes = elf.iter_note_sections(bytes, Some(".note.gnu.build-id")).or_else(|| elf.iter_note_headers(bytes))?;
+    let notes = elf
+        .iter_note_sections(bytes, Some(".note.gnu.build-id"))
+        .or_else(|| elf.iter_note_headers(bytes))?;
     for note in notes.flatten() {
         if note.n_type == goblin::elf::note::NT_GNU_BUILD_ID && note.name == "GNU" {
             return Some(note.desc.iter().map(|b| format!("{b:02x}")).collect());
@@ -77,14 +100,20 @@ pub fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<String> {
 
 /// Whether the file carries DWARF type information of its own.
 pub fn has_debug_info(elf: &Elf<'_>) -> bool {
-    elf.section_headers
-        .iter()
-        .any(|sh| matches!(elf.shdr_strtab.get_at(sh.sh_name), Some(".debug_info") | Some(".zdebug_info")) && sh.sh_size > 0)
+    elf.section_headers.iter().any(|sh| {
+        matches!(
+            elf.shdr_strtab.get_at(sh.sh_name),
+            Some(".debug_info") | Some(".zdebug_info")
+        ) && sh.sh_size > 0
+    })
 }
 
 /// The file name in `.gnu_debuglink`, the other way to a separate debug file.
 pub fn debuglink(elf: &Elf<'_>, bytes: &[u8]) -> Option<String> {
-    let sh = elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(".gnu_debuglink"))?;
+    let sh = elf
+        .section_headers
+        .iter()
+        .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(".gnu_debuglink"))?;
     let data = bytes.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize)?;
     let end = data.iter().position(|&b| b == 0)?;
     std::str::from_utf8(&data[..end]).ok().map(str::to_string)
@@ -98,7 +127,10 @@ pub fn find_load_bias(elf: &Elf<'_>, mappings: &[&Mapping]) -> Option<u64> {
         for ph in elf.program_headers.iter().filter(|ph| ph.p_type == PT_LOAD) {
             let seg_start = ph.p_offset & !(PAGE - 1);
             if mapping.offset >= seg_start && mapping.offset < ph.p_offset + ph.p_filesz.max(1) {
-                let vaddr_of_offset = ph.p_vaddr.checked_sub(ph.p_offset)?.checked_add(mapping.offset)?;
+                let vaddr_of_offset = ph
+                    .p_vaddr
+                    .checked_sub(ph.p_offset)?
+                    .checked_add(mapping.offset)?;
                 return mapping.start.checked_sub(vaddr_of_offset);
             }
         }

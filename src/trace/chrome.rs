@@ -46,10 +46,22 @@ fn micros(ns: i64) -> String {
 
 impl ChromeWriter {
     /// Starts a trace for `pid` that will end up at `final_path`. `offset_ns` maps monotonic to trace time.
-    pub fn create(final_path: &Path, force: bool, pid: u32, offset_ns: i64) -> Result<ChromeWriter> {
+    pub fn create(
+        final_path: &Path,
+        force: bool,
+        pid: u32,
+        offset_ns: i64,
+    ) -> Result<ChromeWriter> {
         check_not_exists(final_path, force)?;
         let (file, partial) = create_partial(final_path)?;
-        let mut writer = ChromeWriter { out: BufWriter::with_capacity(1 << 16, file), partial, final_path: final_path.to_path_buf(), pid, offset_ns, events: 0 };
+        let mut writer = ChromeWriter {
+            out: BufWriter::with_capacity(1 << 16, file),
+            partial,
+            final_path: final_path.to_path_buf(),
+            pid,
+            offset_ns,
+            events: 0,
+        };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
     }
@@ -59,11 +71,16 @@ impl ChromeWriter {
     }
 
     fn put(&mut self, text: &str) -> Result<()> {
-        self.out.write_all(text.as_bytes()).map_err(|e| self.output_error(e))
+        self.out
+            .write_all(text.as_bytes())
+            .map_err(|e| self.output_error(e))
     }
 
     fn output_error(&self, e: std::io::Error) -> Error {
-        Error::Output { path: self.final_path.clone(), why: format!("{e} (partial data is in {})", self.partial.display()) }
+        Error::Output {
+            path: self.final_path.clone(),
+            why: format!("{e} (partial data is in {})", self.partial.display()),
+        }
     }
 
     fn separator(&mut self) -> Result<()> {
@@ -76,11 +93,16 @@ impl ChromeWriter {
 
     /// Writes a complete event for `interval` if its state is one the trace shows.
     pub fn write_interval(&mut self, interval: &Interval) -> Result<()> {
-        let Some(name) = interval.state.event_name() else { return Ok(()) };
+        let Some(name) = interval.state.event_name() else {
+            return Ok(());
+        };
         self.separator()?;
         let ts = micros(interval.start_ns as i64 + self.offset_ns);
         let dur = micros((interval.end_ns - interval.start_ns) as i64);
-        let line = format!("{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}", self.pid, interval.tid);
+        let line = format!(
+            "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}",
+            self.pid, interval.tid
+        );
         self.put(&line)
     }
 
@@ -88,7 +110,10 @@ impl ChromeWriter {
     pub fn write_waiters(&mut self, t_ns: u64, count: u32) -> Result<()> {
         self.separator()?;
         let ts = micros(t_ns as i64 + self.offset_ns);
-        let line = format!("{{\"name\":\"GIL waiters\",\"ph\":\"C\",\"ts\":{ts},\"pid\":{},\"args\":{{\"take_gil\":{count}}}}}", self.pid);
+        let line = format!(
+            "{{\"name\":\"GIL waiters\",\"ph\":\"C\",\"ts\":{ts},\"pid\":{},\"args\":{{\"take_gil\":{count}}}}}",
+            self.pid
+        );
         self.put(&line)
     }
 
@@ -100,21 +125,38 @@ impl ChromeWriter {
     }
 
     /// Appends process/thread names and `otherData`, syncs, and renames into place.
-    pub fn finish(mut self, process_name: &str, threads: &[(u32, String)], other: Map<String, Value>, force: bool) -> Result<PathBuf> {
+    pub fn finish(
+        mut self,
+        process_name: &str,
+        threads: &[(u32, String)],
+        other: Map<String, Value>,
+        force: bool,
+    ) -> Result<PathBuf> {
         let pid = self.pid;
-        self.write_value(&json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": process_name}}))?;
+        self.write_value(
+            &json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": process_name}}),
+        )?;
         self.write_value(&json!({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": 0}}))?;
         for (index, (tid, name)) in threads.iter().enumerate() {
             self.write_value(&json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}))?;
             self.write_value(&json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": index}}))?;
         }
-        let tail = format!("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{}}}\n", Value::Object(other));
+        let tail = format!(
+            "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{}}}\n",
+            Value::Object(other)
+        );
         self.put(&tail)?;
         self.out.flush().map_err(|e| self.output_error(e))?;
-        self.out.get_ref().sync_all().map_err(|e| self.output_error(e))?;
+        self.out
+            .get_ref()
+            .sync_all()
+            .map_err(|e| self.output_error(e))?;
         check_not_exists(&self.final_path, force).map_err(|e| Error::Output {
             path: self.final_path.clone(),
-            why: format!("{e}; the complete trace was left in {}", self.partial.display()),
+            why: format!(
+                "{e}; the complete trace was left in {}",
+                self.partial.display()
+            ),
         })?;
         std::fs::rename(&self.partial, &self.final_path).map_err(|e| self.output_error(e))?;
         Ok(self.final_path)
@@ -141,10 +183,24 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let mut w = ChromeWriter::create(&path, false, 1, 1_000).unwrap();
         let partial = w.partial_path().to_path_buf();
-        w.write_interval(&Interval { tid: 2, state: GilState::Hold, start_ns: 10_000, end_ns: 12_500 }).unwrap();
-        w.write_interval(&Interval { tid: 2, state: GilState::Released, start_ns: 12_500, end_ns: 13_000 }).unwrap();
+        w.write_interval(&Interval {
+            tid: 2,
+            state: GilState::Hold,
+            start_ns: 10_000,
+            end_ns: 12_500,
+        })
+        .unwrap();
+        w.write_interval(&Interval {
+            tid: 2,
+            state: GilState::Released,
+            start_ns: 12_500,
+            end_ns: 13_000,
+        })
+        .unwrap();
         w.write_waiters(11_000, 1).unwrap();
-        let done = w.finish("python", &[(2, "worker".into())], Map::new(), false).unwrap();
+        let done = w
+            .finish("python", &[(2, "worker".into())], Map::new(), false)
+            .unwrap();
         assert!(!partial.exists());
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&done).unwrap()).unwrap();
         let events = v["traceEvents"].as_array().unwrap();
@@ -153,7 +209,10 @@ mod tests {
         assert_eq!(hold["dur"].as_f64().unwrap(), 2.5);
         assert!(events.iter().all(|e| e["name"] != "released"));
         assert_eq!(v["displayTimeUnit"], "ns");
-        assert!(ChromeWriter::create(&path, false, 1, 0).is_err(), "an existing trace is not overwritten");
+        assert!(
+            ChromeWriter::create(&path, false, 1, 0).is_err(),
+            "an existing trace is not overwritten"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

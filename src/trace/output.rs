@@ -33,7 +33,9 @@ impl OutputSpec {
             Some(path) if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') => {
                 OutputSpec::Directory(path.to_path_buf())
             }
-            Some(path) if path.extension().is_some_and(|e| e == "json") => OutputSpec::File(path.to_path_buf()),
+            Some(path) if path.extension().is_some_and(|e| e == "json") => {
+                OutputSpec::File(path.to_path_buf())
+            }
             Some(path) => OutputSpec::Directory(path.to_path_buf()),
             None => OutputSpec::Directory(env_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))),
         }
@@ -57,13 +59,22 @@ impl OutputSpec {
             },
         };
         if dir.exists() && !dir.is_dir() {
-            return Err(Error::Output { path: dir, why: "it is a file, but a directory is needed".into() });
+            return Err(Error::Output {
+                path: dir,
+                why: "it is a file, but a directory is needed".into(),
+            });
         }
-        fs::create_dir_all(&dir).map_err(|e| Error::Output { path: dir.clone(), why: e.to_string() })?;
+        fs::create_dir_all(&dir).map_err(|e| Error::Output {
+            path: dir.clone(),
+            why: e.to_string(),
+        })?;
         if let OutputSpec::File(file) = self
             && file.is_dir()
         {
-            return Err(Error::Output { path: file.clone(), why: "it is a directory, but a file name ending in .json was given".into() });
+            return Err(Error::Output {
+                path: file.clone(),
+                why: "it is a directory, but a file name ending in .json was given".into(),
+            });
         }
         Ok(())
     }
@@ -72,14 +83,20 @@ impl OutputSpec {
 /// Refuses an existing output unless `force`.
 pub fn check_not_exists(path: &Path, force: bool) -> Result<()> {
     if !force && fs::symlink_metadata(path).is_ok() {
-        return Err(Error::Output { path: path.to_path_buf(), why: "it already exists (use --force to overwrite)".into() });
+        return Err(Error::Output {
+            path: path.to_path_buf(),
+            why: "it already exists (use --force to overwrite)".into(),
+        });
     }
     Ok(())
 }
 
 /// Creates the temporary file beside `final_path`: exclusive, no symlink followed, mode 0644.
 pub fn create_partial(final_path: &Path) -> Result<(File, PathBuf)> {
-    let name = final_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace.json".into());
+    let name = final_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace.json".into());
     let partial = final_path.with_file_name(format!(".{name}.{}.partial", std::process::id()));
     let file = OpenOptions::new()
         .write(true)
@@ -87,7 +104,10 @@ pub fn create_partial(final_path: &Path) -> Result<(File, PathBuf)> {
         .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&partial)
-        .map_err(|e| Error::Output { path: partial.clone(), why: e.to_string() })?;
+        .map_err(|e| Error::Output {
+            path: partial.clone(),
+            why: e.to_string(),
+        })?;
     Ok((file, partial))
 }
 
@@ -103,10 +123,19 @@ mod tests {
     #[test]
     fn resolves_directories_and_files() {
         let dir = OutputSpec::resolve(Some(Path::new("traces/")), None);
-        assert_eq!(dir.path_for(7, 2), PathBuf::from("traces/GIL_7_rank_2.json"));
+        assert_eq!(
+            dir.path_for(7, 2),
+            PathBuf::from("traces/GIL_7_rank_2.json")
+        );
         let file = OutputSpec::resolve(Some(Path::new("out/run.json")), None);
         assert_eq!(file.path_for(7, 2), PathBuf::from("out/run.json"));
-        assert_eq!(OutputSpec::resolve(None, Some("/data".into())), OutputSpec::Directory("/data".into()));
-        assert_eq!(OutputSpec::resolve(None, None), OutputSpec::Directory(DEFAULT_DIR.into()));
+        assert_eq!(
+            OutputSpec::resolve(None, Some("/data".into())),
+            OutputSpec::Directory("/data".into())
+        );
+        assert_eq!(
+            OutputSpec::resolve(None, None),
+            OutputSpec::Directory(DEFAULT_DIR.into())
+        );
     }
 }

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Sampler benchmark: what gilsample achieves and what it costs, measured side by side in one run.
+
+For each target shape (4 threads; 32 threads = 4 spinners + 28 idle), runs alternate between the
+workload alone and the workload with gilsample attached at the requested rate, so drift of a shared,
+noisy machine hits both sides alike. Reports, per shape:
+  - achieved sample rate and late-sample share (from the trace metadata),
+  - gilsample CPU seconds per second of recording (user + system, from wait4),
+  - the target's work rate with / without gilsample (slowdown ratio).
+
+Usage: scripts/bench_sampler.py [--python PY] [--rate 10khz] [--seconds 3] [--reps 3] [--json out.json]
+Needs a release build (cargo build --release); timing belongs here, never in tests.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOAD = os.path.join(ROOT, "fixtures", "workloads", "gil_workload.py")
+BINARY = os.path.join(ROOT, "target", "release", "gilsample")
+
+
+def start_workload(python, threads, idle, seconds):
+    proc = subprocess.Popen(
+        [python, WORKLOAD, "bench", "--threads", str(threads), "--idle", str(idle), "--seconds", str(seconds)],
+        stdout=subprocess.PIPE, text=True)
+    ready = json.loads(proc.stdout.readline().split(" ", 1)[1])
+    return proc, ready["pid"]
+
+
+def finish_workload(proc):
+    line = proc.stdout.readline()
+    proc.wait()
+    result = json.loads(line.split(" ", 1)[1])
+    return result["ops"] / result["seconds"]
+
+
+def run_alone(python, threads, idle, seconds):
+    proc, _ = start_workload(python, threads, idle, seconds)
+    return finish_workload(proc)
+
+
+def run_sampled(python, threads, idle, seconds, rate):
+    proc, pid = start_workload(python, threads, idle, seconds)
+    out = tempfile.mkdtemp(prefix="gilsample-bench-")
+    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", rate, "--quiet", "-o", out])
+    ops_rate = finish_workload(proc)
+    _, status, usage = os.wait4(sampler.pid, 0)
+    sampler.returncode = os.waitstatus_to_exitcode(status)
+    if sampler.returncode != 0:
+        sys.exit("gilsample failed with %d" % sampler.returncode)
+    trace = json.load(open(os.path.join(out, "GIL_%d_rank_0.json" % pid)))
+    meta = trace["otherData"]
+    recorded_s = (meta["recording_end_monotonic_ns"] - meta["recording_start_monotonic_ns"]) / 1e9
+    samples, late = meta["samples"], meta["late_samples"]
+    return {
+        "ops_per_s": ops_rate,
+        "achieved_hz": meta["rate_achieved_hz"],
+        "late_share": late / max(1, samples + late),
+        "cpu_s_per_s": (usage.ru_utime + usage.ru_stime) / recorded_s,
+        "handoffs_seen": meta["handoffs_seen"],
+        "handoffs_counted": meta["handoffs_counted"],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--rate", default="10khz")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if not os.path.exists(BINARY):
+        sys.exit("build first: cargo build --release")
+
+    shapes = [("4 threads", 4, 0), ("32 threads (4 busy, 28 idle)", 4, 28)]
+    results = {}
+    for label, threads, idle in shapes:
+        alone, sampled = [], []
+        for _ in range(args.reps):
+            alone.append(run_alone(args.python, threads, idle, args.seconds))
+            sampled.append(run_sampled(args.python, threads, idle, args.seconds, args.rate))
+        med = lambda key: statistics.median(r[key] for r in sampled)
+        results[label] = {
+            "alone_ops_per_s": statistics.median(alone),
+            "sampled_ops_per_s": med("ops_per_s"),
+            "slowdown_ratio": statistics.median(alone) / med("ops_per_s"),
+            "achieved_hz": med("achieved_hz"),
+            "late_share": med("late_share"),
+            "cpu_s_per_s": med("cpu_s_per_s"),
+            "handoffs_seen": med("handoffs_seen"),
+            "handoffs_counted": med("handoffs_counted"),
+            "runs": {"alone": alone, "sampled": sampled},
+        }
+
+    print("python: %s, rate %s, %d x %.0f s per side, medians" % (args.python, args.rate, args.reps, args.seconds))
+    print("| target | achieved rate | late samples | gilsample CPU s/s | target work alone | with gilsample | slowdown ratio | hand-offs seen/counted |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, r in results.items():
+        print("| %s | %.0f Hz | %.2f%% | %.3f | %.3g ops/s | %.3g ops/s | %.3f | %d / %d |" % (
+            label, r["achieved_hz"], 100 * r["late_share"], r["cpu_s_per_s"], r["alone_ops_per_s"],
+            r["sampled_ops_per_s"], r["slowdown_ratio"], r["handoffs_seen"], r["handoffs_counted"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+//! Shared pieces of the live tests: the interpreters under test, workloads that signal readiness on
+//! stdout, and running gilsample and reading its trace.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use serde_json::Value;
+
+/// The interpreters every live test runs under. A missing one fails the suite: a green run must mean
+/// every one of them was tested.
+pub const EXPECTED: &[&str] = &[
+    "3.7",
+    "3.8",
+    "3.9",
+    "3.10",
+    "3.11",
+    "3.12",
+    "3.13",
+    "debian-3.11",
+];
+
+pub fn pyenv_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("PYENV_ROOT") {
+        return root.into();
+    }
+    if let Ok(out) = Command::new("pyenv").arg("root").output()
+        && out.status.success()
+    {
+        return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    }
+    PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".pyenv")
+}
+
+/// The interpreter for a label of `EXPECTED`; panics (fails the test) when it is not installed.
+pub fn interpreter(label: &str) -> PathBuf {
+    if let Some(minor) = label.strip_prefix("debian-") {
+        let path = PathBuf::from(format!("/usr/bin/python{minor}"));
+        assert!(
+            path.exists(),
+            "expected interpreter {} is missing (apt-get install python{minor})",
+            path.display()
+        );
+        return path;
+    }
+    let versions = pyenv_root().join("versions");
+    let found = std::fs::read_dir(&versions)
+        .unwrap_or_else(|e| panic!("expected pyenv builds under {}: {e}", versions.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{label}.")))
+        })
+        .map(|p| p.join("bin").join(format!("python{label}")))
+        .find(|p| p.exists());
+    found.unwrap_or_else(|| {
+        panic!(
+            "expected interpreter Python {label} is missing under {}",
+            versions.display()
+        )
+    })
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// A running workload from fixtures/workloads/gil_workload.py; killed when dropped.
+pub struct Workload {
+    pub child: Child,
+    pub pid: u32,
+    /// Thread name → OS tid, as the workload reported them.
+    pub threads: HashMap<String, u32>,
+}
+
+impl Workload {
+    /// Starts a scenario and waits for its READY line (the readiness signal; no sleeps).
+    pub fn start(python: &Path, args: &[&str]) -> Workload {
+        let mut child = Command::new(python)
+            .arg(fixture("workloads/gil_workload.py"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", python.display()));
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let json = line
+            .strip_prefix("READY ")
+            .unwrap_or_else(|| panic!("workload did not get ready: {line:?}"));
+        let value: Value = serde_json::from_str(json).unwrap();
+        let threads = value["threads"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().unwrap() as u32))
+            .collect();
+        Workload {
+            pid: value["pid"].as_u64().unwrap() as u32,
+            child,
+            threads,
+        }
+    }
+
+    pub fn tid(&self, name: &str) -> u32 {
+        self.threads[name]
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn gilsample() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gilsample"))
+}
+
+/// Runs gilsample to completion and returns its status, stderr and the output directory.
+pub fn run(args: &[&str], out_dir: &Path) -> (ExitStatus, String) {
+    let out = gilsample()
+        .args(args)
+        .arg("-o")
+        .arg(out_dir)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A complete event of a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub name: String,
+    pub tid: u32,
+    pub ts: f64,
+    pub dur: f64,
+}
+
+/// A parsed trace file.
+pub struct Trace {
+    pub value: Value,
+}
+
+impl Trace {
+    pub fn load(path: &Path) -> Trace {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let value: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()));
+        Trace { value }
+    }
+
+    /// The only GIL_*.json in `dir`; also checks no partial file was left behind.
+    pub fn load_single(dir: &Path) -> Trace {
+        let names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.ends_with(".partial")),
+            "partial files left: {names:?}"
+        );
+        let traces: Vec<&String> = names
+            .iter()
+            .filter(|n| n.starts_with("GIL_") && n.ends_with(".json"))
+            .collect();
+        assert_eq!(
+            traces.len(),
+            1,
+            "expected one trace in {}: {names:?}",
+            dir.display()
+        );
+        Trace::load(&dir.join(traces[0]))
+    }
+
+    pub fn events(&self) -> Vec<Event> {
+        self.value["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| Event {
+                name: e["name"].as_str().unwrap().to_string(),
+                tid: e["tid"].as_u64().unwrap() as u32,
+                ts: e["ts"].as_f64().unwrap(),
+                dur: e["dur"].as_f64().unwrap(),
+            })
+            .collect()
+    }
+
+    /// Total µs per (tid, event name).
+    pub fn totals(&self) -> BTreeMap<(u32, String), f64> {
+        let mut totals = BTreeMap::new();
+        for e in self.events() {
+            *totals.entry((e.tid, e.name.clone())).or_insert(0.0) += e.dur;
+        }
+        totals
+    }
+
+    pub fn total(&self, tid: u32, name: &str) -> f64 {
+        self.totals()
+            .get(&(tid, name.to_string()))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    pub fn other(&self, key: &str) -> &Value {
+        &self.value["otherData"][key]
+    }
+
+    /// The recording's length in µs, from its metadata.
+    pub fn span_us(&self) -> f64 {
+        let start = self.other("recording_start_monotonic_ns").as_f64().unwrap();
+        let end = self.other("recording_end_monotonic_ns").as_f64().unwrap();
+        (end - start) / 1000.0
+    }
+}

@@ -1,0 +1,252 @@
+//! Recording real processes of every expected interpreter (see `common::EXPECTED`).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use common::{Trace, Workload, fixture, gilsample, interpreter, run};
+
+fn contention(label: &str) {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, &["contention", "--threads", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run(
+        &[
+            "--pid",
+            &workload.pid.to_string(),
+            "--duration",
+            "1",
+            "--rate",
+            "10khz",
+        ],
+        dir.path(),
+    );
+    assert!(status.success(), "gilsample failed: {stderr}");
+    let trace = Trace::load(&dir.path().join(format!("GIL_{}_rank_0.json", workload.pid)));
+
+    let real_tids: Vec<u32> = workload.threads.values().copied().collect();
+    for event in trace.events() {
+        assert!(
+            real_tids.contains(&event.tid),
+            "tid {} is not a thread of the target ({real_tids:?})",
+            event.tid
+        );
+        assert!(event.dur > 0.0, "empty event {event:?}");
+    }
+    let mut worker_hold = 0.0;
+    for i in 0..3 {
+        let tid = workload.tid(&format!("spinner-{i}"));
+        assert!(
+            trace.total(tid, "hold_gil") > 0.0,
+            "spinner-{i} never held the GIL"
+        );
+        assert!(
+            trace.total(tid, "take_gil") > 0.0,
+            "spinner-{i} never waited for the GIL"
+        );
+        worker_hold += trace.total(tid, "hold_gil");
+    }
+    let span = trace.span_us();
+    assert!(
+        worker_hold > 0.5 * span,
+        "workers held the GIL {worker_hold:.0} µs of {span:.0} µs"
+    );
+    assert_eq!(trace.other("pid").as_u64(), Some(workload.pid as u64));
+    assert!(
+        trace
+            .other("python_version")
+            .as_str()
+            .unwrap()
+            .starts_with(label.trim_start_matches("debian-"))
+    );
+    assert!(trace.other("samples").as_u64().unwrap() > 0);
+}
+
+fn lone_sleeper_never_waits(label: &str) {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, &["sleeper"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run(
+        &["--pid", &workload.pid.to_string(), "--duration", "0.5"],
+        dir.path(),
+    );
+    assert!(status.success(), "gilsample failed: {stderr}");
+    let trace = Trace::load_single(dir.path());
+    let takes: Vec<_> = trace
+        .events()
+        .into_iter()
+        .filter(|e| e.name == "take_gil")
+        .collect();
+    assert!(
+        takes.is_empty(),
+        "a single sleeping thread waited for the GIL: {:?}",
+        &takes[..takes.len().min(3)]
+    );
+    assert!(trace.other("thread_samples").as_u64().unwrap() > 0);
+}
+
+fn gil_free_calls_are_released(label: &str) {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, &["released", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run(
+        &["--pid", &workload.pid.to_string(), "--duration", "1"],
+        dir.path(),
+    );
+    assert!(status.success(), "gilsample failed: {stderr}");
+    let trace = Trace::load_single(dir.path());
+    let span = trace.span_us();
+    for name in ["sleeper", "hasher"] {
+        let tid = workload.tid(name);
+        let gil_time = trace.total(tid, "take_gil")
+            + trace.total(tid, "hold_gil")
+            + trace.total(tid, "drop_gil");
+        assert!(
+            gil_time < 0.5 * span,
+            "{name} spent {gil_time:.0} µs of {span:.0} µs in GIL states; it should be mostly released"
+        );
+    }
+    // The spinners next to them do contend, so waiting is detected in the same recording.
+    assert!(trace.total(workload.tid("spinner-0"), "take_gil") > 0.0);
+}
+
+fn launch_records_from_the_start(label: &str) {
+    let python = interpreter(label);
+    let dir = tempfile::tempdir().unwrap();
+    let script = fixture("workloads/gil_workload.py");
+    let out = gilsample()
+        .args(["--quiet", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(&python)
+        .arg(&script)
+        .args(["short", "--threads", "2", "--seconds", "0.5"])
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "launch failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ready = String::from_utf8_lossy(&out.stdout);
+    let info: serde_json::Value =
+        serde_json::from_str(ready.trim().strip_prefix("READY ").unwrap()).unwrap();
+    let pid = info["pid"].as_u64().unwrap() as u32;
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("end_reason").as_str(), Some("TargetExited"));
+    let events = trace.events();
+    let first = |tid: u32| {
+        events
+            .iter()
+            .filter(|e| e.tid == tid)
+            .map(|e| e.ts)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let main_first = first(pid);
+    assert!(main_first.is_finite(), "the main thread has no GIL events");
+    for name in ["spinner-0", "spinner-1"] {
+        let tid = info["threads"][name].as_u64().unwrap() as u32;
+        assert!(first(tid).is_finite(), "{name} has no events");
+        // The script starts its spinners itself, so a recording from its start sees the main thread first.
+        assert!(
+            main_first < first(tid),
+            "main thread first seen at {main_first}, {name} at {}",
+            first(tid)
+        );
+    }
+}
+
+fn sigint_leaves_a_complete_file(label: &str) {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = gilsample()
+        .args(["--pid", &workload.pid.to_string(), "-o"])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The "recording process" line is printed once sampling has begun: the readiness signal.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("recording process"),
+        "unexpected first line: {line}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "gilsample exited with {status} after SIGINT"
+    );
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("end_reason").as_str(), Some("Stopped"));
+    assert!(
+        trace.value["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "thread_name")
+    );
+}
+
+fn target_exit_leaves_a_complete_file(label: &str) {
+    let python = interpreter(label);
+    let mut workload = Workload::start(
+        &python,
+        &["contention", "--threads", "2", "--seconds", "0.5"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run(&["--pid", &workload.pid.to_string()], dir.path());
+    assert!(status.success(), "gilsample failed: {stderr}");
+    assert!(workload.child.wait().unwrap().success());
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("end_reason").as_str(), Some("TargetExited"));
+    assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
+}
+
+macro_rules! interpreter_tests {
+    ($($module:ident => $label:expr),* $(,)?) => {
+        $(
+            mod $module {
+                #[test]
+                fn contention_gives_every_worker_hold_and_take() { super::contention($label) }
+                #[test]
+                fn lone_sleeper_never_waits() { super::lone_sleeper_never_waits($label) }
+                #[test]
+                fn gil_free_calls_are_released() { super::gil_free_calls_are_released($label) }
+                #[test]
+                fn launch_records_from_the_start() { super::launch_records_from_the_start($label) }
+                #[test]
+                fn sigint_leaves_a_complete_file() { super::sigint_leaves_a_complete_file($label) }
+                #[test]
+                fn target_exit_leaves_a_complete_file() { super::target_exit_leaves_a_complete_file($label) }
+            }
+        )*
+    };
+}
+
+interpreter_tests!(
+    py37 => "3.7",
+    py38 => "3.8",
+    py39 => "3.9",
+    py310 => "3.10",
+    py311 => "3.11",
+    py312 => "3.12",
+    py313 => "3.13",
+    debian311 => "debian-3.11",
+);
+
+#[test]
+fn every_expected_interpreter_is_covered() {
+    for label in common::EXPECTED {
+        interpreter(label);
+    }
+}

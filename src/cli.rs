@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::python::attach::LayoutChoice;
+use crate::sample::priority::Priority;
 use crate::trace::chrome::TraceClock;
 
 /// Highest sampling rate accepted. Above this, each tick's reads take longer than the period on
@@ -85,6 +86,12 @@ pub struct RecordArgs {
     /// Clock of trace timestamps: wall (epoch µs, lines up with msprof/Kineto traces) or monotonic.
     #[arg(long, value_enum, default_value = "wall")]
     pub clock: TraceClock,
+
+    /// Scheduling of the sampler thread: realtime (SCHED_FIFO 1, needs root or CAP_SYS_NICE; falls
+    /// back to high, then normal), high (nice -10), or normal. A sampler that waits behind busy target
+    /// threads leaves gaps in the trace.
+    #[arg(long, value_enum, default_value = "realtime")]
+    pub priority: Priority,
 
     /// A command to launch and record from its start until it exits (put it after --).
     #[arg(last = true, value_name = "COMMAND")]

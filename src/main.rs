@@ -102,6 +102,7 @@ fn run_record(args: RecordArgs) -> Result<i32> {
         force: args.force,
         layout: args.layout_source,
         clock: args.clock,
+        priority: args.priority,
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());

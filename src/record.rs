@@ -19,6 +19,7 @@ use crate::infer::stats::Totals;
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank};
 use crate::python::attach::{LayoutChoice, Located, Target, locate};
 use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
+use crate::sample::priority::Priority;
 use crate::sample::sampler::{LiveCounters, Record, SamplerConfig, SamplerReport, run_sampler};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
 use crate::trace::output::OutputSpec;
@@ -40,6 +41,7 @@ pub struct RecordOptions {
     pub force: bool,
     pub layout: LayoutChoice,
     pub clock: TraceClock,
+    pub priority: Priority,
 }
 
 /// One finished target.
@@ -132,6 +134,7 @@ pub fn record(
         period_ns,
         duration_ns: opts.duration.map(|d| d.as_nanos() as u64),
         refresh_ns: SamplerConfig::DEFAULT_REFRESH_NS,
+        priority: opts.priority,
     };
     let mut writers = Vec::new();
     let mut announcements = Vec::new();
@@ -443,6 +446,7 @@ fn metadata(
         "recording_start_monotonic_ns": report.start_ns,
         "recording_end_monotonic_ns": report.end_ns,
         "end_reason": format!("{:?}", report.end),
+        "sampler_scheduling": report.scheduling.to_string(),
     });
     match value {
         Value::Object(map) => map,

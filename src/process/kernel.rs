@@ -1,7 +1,7 @@
 //! What the kernel says a thread is doing: `/proc/PID/task/TID/syscall` (running, or the syscall it is
-//! blocked in and its arguments).
+//! blocked in and its arguments) and `/proc/PID/task/TID/schedstat` (CPU time used so far).
 //!
-//! The file is opened once per thread and re-read with `pread` at offset 0 on every sample, into a
+//! Both files are opened once per thread and re-read with `pread` at offset 0 on every sample, into a
 //! fixed buffer: no allocation on the sampling path. Reading them needs ptrace-read access to the
 //! target, the same permission as reading its memory; BPF is never involved.
 
@@ -58,16 +58,30 @@ fn parse_hex(field: &str) -> Option<u64> {
     u64::from_str_radix(field.strip_prefix("0x")?, 16).ok()
 }
 
+/// Parses the first field of `schedstat`: nanoseconds the thread has spent on a CPU. The kernel updates
+/// it when the thread leaves a CPU and at scheduler ticks, so it does not move while the thread waits.
+pub fn parse_schedstat_cpu_ns(text: &[u8]) -> Option<u64> {
+    std::str::from_utf8(text)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The open /proc files of one thread.
 pub struct ThreadFiles {
     syscall: File,
+    /// Absent without CONFIG_SCHED_INFO; classification then relies on `switch_number` alone.
+    schedstat: Option<File>,
 }
 
 impl ThreadFiles {
     pub fn open(pid: u32, tid: u32) -> Result<ThreadFiles, ReadError> {
-        let syscall =
-            File::open(format!("/proc/{pid}/task/{tid}/syscall")).map_err(io_to_read_error)?;
-        Ok(ThreadFiles { syscall })
+        let base = format!("/proc/{pid}/task/{tid}");
+        let syscall = File::open(format!("{base}/syscall")).map_err(io_to_read_error)?;
+        let schedstat = File::open(format!("{base}/schedstat")).ok();
+        Ok(ThreadFiles { syscall, schedstat })
     }
 
     pub fn read_state(&self) -> Result<KernelState, ReadError> {
@@ -81,6 +95,13 @@ impl ThreadFiles {
             return Err(ReadError::Gone);
         }
         parse_syscall(&buf[..n]).ok_or(ReadError::Fault)
+    }
+
+    /// CPU nanoseconds the thread has used, when the kernel exposes them.
+    pub fn read_cpu_ns(&self) -> Option<u64> {
+        let mut buf = [0u8; 96];
+        let n = self.schedstat.as_ref()?.read_at(&mut buf, 0).ok()?;
+        parse_schedstat_cpu_ns(&buf[..n])
     }
 }
 
@@ -136,6 +157,8 @@ mod tests {
             Ok(KernelState::InSyscall { nr, .. }) => assert_eq!(nr, libc::SYS_pread64),
             other => panic!("unexpected state {other:?}"),
         }
+        assert!(parse_schedstat_cpu_ns(b"692248 0 2\n") == Some(692248));
+        assert!(files.read_cpu_ns().is_some());
     }
 
     #[test]

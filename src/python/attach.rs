@@ -108,6 +108,17 @@ pub struct GilWaitRanges {
     pub drop: [Option<(u64, u64)>; 2],
 }
 
+impl GilWaitRanges {
+    /// Whether a futex address belongs to any of the GIL's condition variables or mutexes.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.take
+            .iter()
+            .chain(&self.drop)
+            .flatten()
+            .any(|&(start, end)| addr >= start && addr < end)
+    }
+}
+
 /// A Python binary found in a target, with its layout: everything about the target that does not
 /// depend on the interpreter having started.
 pub struct Located {

@@ -8,16 +8,19 @@
 //! 4. Asleep in futex on `switch_cond` or `switch_mutex` → `Drop` (FORCE_SWITCHING hand-off in `drop_gil`).
 //! 5. Asleep anywhere else (another futex, I/O, sleep) or stopped → `Released`.
 //! 6. Running (on a CPU or runnable) and not the holder is ambiguous: a thread woken inside `take_gil`
-//!    or `drop_gil` that has not yet taken the GIL or returned (on a busy machine it may sit on the run
-//!    queue for milliseconds), or a thread running native code without the GIL. `switch_number`
-//!    decides, because CPython increments it on every change of holder and a thread leaves `take_gil`
-//!    only by taking the GIL:
-//!    - previously `Take`, and no hand-off since the previous sample, or exactly one that went to another
-//!      thread (this thread is not `last_holder`) → still `Take`;
-//!    - previously `Drop`, and no hand-off since (the FORCE_SWITCHING wait ends only on one) → still `Drop`;
-//!    - otherwise → `Released`.
+//!    or `drop_gil` that has not run yet (on a busy machine it may sit on the run queue for
+//!    milliseconds, and it is still inside that call), or a thread running native code without the GIL.
+//!    Two pieces of evidence decide, and either one is enough to keep the previous `Take` or `Drop`:
+//!    - the thread has used no CPU time since it was last seen asleep on the GIL (schedstat's run time
+//!      only grows while a thread is on a CPU), so it cannot have left the call;
+//!    - `switch_number`, which CPython increments on every change of holder: a thread leaves
+//!      `take_gil` only by taking the GIL, so a previous `Take` stands if no hand-off happened since
+//!      the previous sample, or exactly one that went to another thread (this thread is not
+//!      `last_holder`); the FORCE_SWITCHING wait in `drop_gil` ends only on a hand-off, so a previous
+//!      `Drop` stands if none happened.
 //!
-//!    Both outcomes are counted and reported in the summary and the trace metadata.
+//!    Otherwise the thread is `Released`. Both outcomes are counted and reported in the summary and the
+//!    trace metadata.
 
 use crate::infer::intervals::GilState;
 use crate::process::kernel::KernelState;
@@ -35,6 +38,8 @@ pub struct ThreadEvidence {
     pub previous: Option<GilState>,
     /// How far `switch_number` advanced since the previous sample (`None` for the first sample).
     pub handoffs_since_previous: Option<u64>,
+    /// Whether the thread used CPU time since it was last seen asleep on the GIL (`None`: not known).
+    pub ran_since_gil_sleep: Option<bool>,
 }
 
 /// Why a thread was given its state, for the ambiguity counters in the summary.
@@ -117,6 +122,7 @@ mod tests {
             kernel,
             previous: None,
             handoffs_since_previous: None,
+            ran_since_gil_sleep: None,
         }
     }
 
@@ -189,6 +195,7 @@ mod tests {
         ThreadEvidence {
             previous: Some(previous),
             handoffs_since_previous: Some(handoffs),
+            ran_since_gil_sleep: Some(true),
             released_last,
             ..evidence(Some(KernelState::Running))
         }
@@ -236,6 +243,17 @@ mod tests {
             classify(&running(GilState::Drop, 1, true), &GIL).0,
             GilState::Released
         );
+    }
+
+    #[test]
+    fn a_woken_thread_that_has_not_run_stays_in_its_gil_call() {
+        for previous in [GilState::Take, GilState::Drop] {
+            let e = ThreadEvidence {
+                ran_since_gil_sleep: Some(false),
+                ..running(previous, 3, true)
+            };
+            assert_eq!(classify(&e, &GIL), (previous, Basis::RunningStillWaiting));
+        }
     }
 
     #[test]

@@ -3,4 +3,5 @@
 
 pub mod classify;
 pub mod clock;
+pub mod priority;
 pub mod sampler;

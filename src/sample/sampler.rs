@@ -16,6 +16,7 @@ use crate::python::attach::Target;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{Basis, ThreadEvidence, classify};
 use crate::sample::clock::{monotonic_ns, sleep_until};
+use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
@@ -24,6 +25,7 @@ pub struct SamplerConfig {
     pub duration_ns: Option<u64>,
     /// How often the thread list is re-walked.
     pub refresh_ns: u64,
+    pub priority: Priority,
 }
 
 impl SamplerConfig {
@@ -76,6 +78,7 @@ pub struct SamplerReport {
     pub handoffs_counted: u64,
     pub thread_names: BTreeMap<u32, String>,
     pub max_threads: usize,
+    pub scheduling: Scheduling,
     pub end: EndReason,
 }
 
@@ -95,6 +98,8 @@ struct Tracked {
     tstate: RemoteAddr,
     files: ThreadFiles,
     timeline: ThreadTimeline,
+    /// CPU time at the last sample that saw the thread asleep on the GIL.
+    gil_sleep_cpu_ns: Option<u64>,
 }
 
 struct Loop<'a> {
@@ -135,6 +140,7 @@ pub fn run_sampler(
             handoffs_counted: 0,
             thread_names: BTreeMap::new(),
             max_threads: 0,
+            scheduling: apply_to_current_thread(config.priority),
             end: EndReason::Stopped,
         },
     };
@@ -171,6 +177,8 @@ impl Loop<'_> {
         let mut states: Vec<GilState> = Vec::with_capacity(64);
         let mut kernel: Vec<Option<KernelState>> = Vec::with_capacity(64);
         let mut previous_switch: Option<u64> = None;
+        let mut cpu: Vec<Option<u64>> = Vec::with_capacity(64);
+        let ranges = self.target.gil_wait_ranges();
         loop {
             if stop.load(Ordering::Relaxed) {
                 return EndReason::Stopped;
@@ -215,15 +223,29 @@ impl Loop<'_> {
             }
 
             kernel.clear();
-            kernel.extend(
-                self.threads
-                    .iter()
-                    .map(|tracked| tracked.files.read_state().ok()),
-            );
+            cpu.clear();
+            for tracked in &self.threads {
+                let state = tracked.files.read_state().ok();
+                // CPU time matters for threads asleep on the GIL (the baseline) and for running threads
+                // that were inside a GIL call (did they run since?); no other thread pays for the read.
+                let on_gil = state
+                    .and_then(|k| k.futex_addr())
+                    .is_some_and(|a| ranges.contains(a));
+                let inside_call = matches!(
+                    tracked.timeline.current(),
+                    Some(GilState::Take | GilState::Drop)
+                );
+                let wanted = on_gil || (inside_call && state == Some(KernelState::Running));
+                cpu.push(if wanted {
+                    tracked.files.read_cpu_ns()
+                } else {
+                    None
+                });
+                kernel.push(state);
+            }
             let t1 = monotonic_ns();
             let t = t0 + (t1 - t0) / 2;
 
-            let ranges = self.target.gil_wait_ranges();
             states.clear();
             let mut holder_tid = None;
             for (i, tracked) in self.threads.iter_mut().enumerate() {
@@ -238,7 +260,19 @@ impl Loop<'_> {
                     previous: tracked.timeline.current(),
                     handoffs_since_previous: previous_switch
                         .map(|p| word.switch_number.wrapping_sub(p)),
+                    ran_since_gil_sleep: match (kernel[i], cpu[i], tracked.gil_sleep_cpu_ns) {
+                        (Some(KernelState::Running), Some(now), Some(asleep)) => {
+                            Some(now != asleep)
+                        }
+                        _ => None,
+                    },
                 };
+                if kernel[i]
+                    .and_then(|k| k.futex_addr())
+                    .is_some_and(|a| ranges.contains(a))
+                {
+                    tracked.gil_sleep_cpu_ns = cpu[i];
+                }
                 let (state, basis) = classify(&evidence, &ranges);
                 match basis {
                     Basis::Direct => {}
@@ -269,6 +303,9 @@ impl Loop<'_> {
             self.report.samples += 1;
             self.report.end_ns = t;
             live.samples.store(self.report.samples, Ordering::Relaxed);
+            // Leave at least a quarter period idle even when a tick overran, so a real-time sampler
+            // never monopolises a CPU.
+            deadline = deadline.max(monotonic_ns() + period / 4);
         }
     }
 
@@ -311,6 +348,7 @@ impl Loop<'_> {
                 tstate: r.tstate,
                 files,
                 timeline: ThreadTimeline::new(r.tid),
+                gil_sleep_cpu_ns: None,
             });
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());

@@ -1,0 +1,61 @@
+//! Scheduling of the sampler thread.
+//!
+//! On a busy machine an ordinary sampler thread waits behind the very threads it observes, and every
+//! wait longer than a few periods becomes a gap in the trace. Measured against exact eBPF ground truth
+//! (scripts/bench_accuracy.py, CPython 3.12, 4 spinners on 2 cores, 10 kHz): timeline agreement was
+//! 86–88% with SCHED_OTHER (nice 0 or −10) and 99.1% with SCHED_FIFO priority 1, late samples 230 vs 11.
+//! The sampler sleeps between ticks and the loop always leaves part of each period idle, so a
+//! real-time sampler cannot monopolise a CPU.
+
+use std::fmt;
+
+/// What the user asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Priority {
+    /// SCHED_FIFO priority 1 when allowed (root or CAP_SYS_NICE), else `high`, else `normal`.
+    Realtime,
+    /// nice −10 when allowed, else `normal`.
+    High,
+    /// Leave scheduling as inherited.
+    Normal,
+}
+
+/// What the sampler thread actually runs with; recorded in the trace metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheduling {
+    Fifo,
+    Nice,
+    Inherited,
+}
+
+impl fmt::Display for Scheduling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scheduling::Fifo => "SCHED_FIFO 1",
+            Scheduling::Nice => "SCHED_OTHER nice -10",
+            Scheduling::Inherited => "inherited",
+        })
+    }
+}
+
+/// Applies `priority` to the calling thread, falling back as far as permissions require.
+pub fn apply_to_current_thread(priority: Priority) -> Scheduling {
+    if priority == Priority::Realtime {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: plain syscall on the calling thread (pid 0) with a valid, initialised parameter.
+        if unsafe {
+            libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+        } == 0
+        {
+            return Scheduling::Fifo;
+        }
+    }
+    if priority != Priority::Normal {
+        let tid = nix::unistd::gettid().as_raw() as libc::id_t;
+        // SAFETY: setpriority on our own thread id; no memory is passed.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, -10) } == 0 {
+            return Scheduling::Nice;
+        }
+    }
+    Scheduling::Inherited
+}

@@ -87,12 +87,16 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
     if kernel != KernelState::Running {
         return (GilState::Released, Basis::Direct);
     }
-    match (evidence.previous, evidence.handoffs_since_previous) {
-        (Some(GilState::Take), Some(0)) => (GilState::Take, Basis::RunningStillWaiting),
-        (Some(GilState::Take), Some(1)) if !evidence.released_last => {
+    let not_run = evidence.ran_since_gil_sleep == Some(false);
+    let handoffs = evidence.handoffs_since_previous;
+    let one_elsewhere = handoffs == Some(1) && !evidence.released_last;
+    match evidence.previous {
+        Some(GilState::Take) if not_run || handoffs == Some(0) || one_elsewhere => {
             (GilState::Take, Basis::RunningStillWaiting)
         }
-        (Some(GilState::Drop), Some(0)) => (GilState::Drop, Basis::RunningStillWaiting),
+        Some(GilState::Drop) if not_run || handoffs == Some(0) => {
+            (GilState::Drop, Basis::RunningStillWaiting)
+        }
         _ => (GilState::Released, Basis::RunningReleased),
     }
 }

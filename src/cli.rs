@@ -58,7 +58,7 @@ pub struct RecordArgs {
     pub pid: Option<PidList>,
 
     /// Sampling rate: 10khz, 10kHz, 500hz or a plain number of Hz (1 Hz to 100 kHz).
-    #[arg(short, long, default_value = "10khz", value_parser = parse_rate)]
+    #[arg(short, long, default_value = "10khz", allow_negative_numbers = true, value_parser = parse_rate)]
     pub rate: Rate,
 
     /// Seconds to record; -1 (the default) records until Ctrl+C, SIGTERM or the target exits.

@@ -201,13 +201,25 @@ fn check_is_user_process(pid: u32) -> Result<()> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| {
         Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), "/proc entry")
     })?;
-    // The state follows the command name, which is in parentheses and may itself contain spaces.
-    let state = stat
+    // The fields after the command name, which is in parentheses and may itself hold spaces:
+    // state is the 1st, flags the 7th (proc_pid_stat(5)).
+    let fields: Vec<&str> = stat
         .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .unwrap_or("");
-    if state == "Z" {
-        return Err(Error::ProcessGone { pid });
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    if flags & PF_KTHREAD != 0 {
+        return Err(Error::NotPython {
+            pid,
+            why: "it is a kernel thread".into(),
+        });
+    }
+    if fields.first() == Some(&"Z") {
+        return Err(Error::NotPython {
+            pid,
+            why: "it is a zombie: it has exited and waits for its parent to reap it".into(),
+        });
     }
     Ok(())
 }
@@ -338,7 +350,10 @@ fn check_version_supported(pid: u32, version: PyVersion) -> Result<()> {
     if version.major != 3 || (version.major, version.minor) < OLDEST_SUPPORTED {
         return Err(Error::Unsupported {
             pid,
-            why: format!("Python {version} is not supported (3.7 and newer are)"),
+            why: format!(
+                "Python {version} is not supported; 3.7 and newer are (shipped layouts: {})",
+                shipped_keys().join(", ")
+            ),
         });
     }
     Ok(())

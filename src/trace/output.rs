@@ -25,19 +25,19 @@ pub enum OutputSpec {
 }
 
 impl OutputSpec {
-    /// `-o` given: an existing directory, or a path ending in `/`, is a directory; a path ending in
-    /// `.json` is a file; anything else is a directory to create. Without `-o`: `GILSAMPLE_DIR`, else
-    /// `gil_traces/`.
+    /// `-o` given: a path ending in `.json` is a file (refused later if it is a directory); anything
+    /// else, or anything ending in `/`, is a directory, created if needed. Without `-o`:
+    /// `GILSAMPLE_DIR`, else `gil_traces/`.
     pub fn resolve(output: Option<&Path>, env_dir: Option<PathBuf>) -> OutputSpec {
-        match output {
-            Some(path) if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') => {
-                OutputSpec::Directory(path.to_path_buf())
-            }
-            Some(path) if path.extension().is_some_and(|e| e == "json") => {
-                OutputSpec::File(path.to_path_buf())
-            }
-            Some(path) => OutputSpec::Directory(path.to_path_buf()),
-            None => OutputSpec::Directory(env_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))),
+        let Some(path) = output else {
+            return OutputSpec::Directory(env_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DIR)));
+        };
+        let trailing_slash = path.as_os_str().to_string_lossy().ends_with('/');
+        let json_name = path.extension().is_some_and(|e| e == "json");
+        if json_name && !trailing_slash {
+            OutputSpec::File(path.to_path_buf())
+        } else {
+            OutputSpec::Directory(path.to_path_buf())
         }
     }
 

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Accuracy benchmark: gilsample against exact eBPF ground truth.
+
+For each CPython version and workload, `giltruth record` (../shared/tools/giltruth, bpftrace uprobes on
+take_gil/drop_gil, test-only) launches the workload on a private copy of libpython and records every
+GIL call; gilsample attaches to the same process by pid as soon as it prints READY and records until it
+exits. `giltruth compare` then scores the trace with the trace's own clock metadata
+(otherData.trace_to_monotonic_offset_ns), so a lag is not hidden by alignment. One gilsample run per rate.
+
+Reported per run: overall timeline agreement; the worst per-thread state-fraction error (pp) over
+hold/take/drop; hold recall (> 1 ms); hand-offs seen/counted; achieved rate.
+
+Needs root, bpftrace, pyenv builds with shared libpython, and a release build of gilsample.
+Usage: scripts/bench_accuracy.py [--versions 3.9,3.11,3.12,3.13] [--rates 1khz,5khz,10khz,20khz]
+                                 [--workloads contention,mixed,many,fastswitch,dispatch] [--seconds 3]
+                                 [--json results.json]
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOAD = os.path.join(ROOT, "fixtures", "workloads", "gil_workload.py")
+BINARY = os.path.join(ROOT, "target", "release", "gilsample")
+GILTRUTH = os.environ.get("GILTRUTH", os.path.join(ROOT, "..", "shared", "tools", "giltruth", "giltruth"))
+
+WORKLOADS = {
+    "contention": ["contention", "--threads", "4"],
+    "mixed": ["released", "--threads", "2"],
+    "many": ["many", "--threads", "2", "--nappers", "32"],
+    "fastswitch": ["contention", "--threads", "4", "--switch-interval", "0.0005"],
+    "dispatch": ["dispatch", "--threads", "4"],
+}
+
+
+def pyenv_build(version):
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    dirs = sorted(glob.glob(os.path.join(root, "versions", version + ".*")))
+    if not dirs:
+        sys.exit("no pyenv build of %s" % version)
+    lib = glob.glob(os.path.join(dirs[-1], "lib", "libpython%s*.so.1.0" % version))[0]
+    return os.path.join(dirs[-1], "bin", "python" + version), lib
+
+
+def run_one(version, workload, rate, seconds, work_dir):
+    python, lib = pyenv_build(version)
+    truth = os.path.join(work_dir, "truth.jsonl")
+    trace = os.path.join(work_dir, "trace.json")
+    summary = os.path.join(work_dir, "summary.json")
+    for path in (truth, trace, summary):
+        if os.path.exists(path):
+            os.remove(path)
+    recorder = subprocess.Popen(
+        [GILTRUTH, "record", "--python-lib", lib, "--private-lib", "-o", truth, "--",
+         python, WORKLOAD] + WORKLOADS[workload] + ["--seconds", str(seconds)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = recorder.stdout.readline()
+    if not line.startswith("READY "):
+        sys.exit("workload did not start: %r %s" % (line, recorder.stderr.read()))
+    pid = json.loads(line.split(" ", 1)[1])["pid"]
+    sampler = subprocess.run([BINARY, "--pid", str(pid), "--rate", rate, "--quiet", "--force", "-o", trace])
+    recorder.communicate()
+    if sampler.returncode != 0 or recorder.returncode != 0:
+        sys.exit("run failed: gilsample %d, giltruth %d" % (sampler.returncode, recorder.returncode))
+    subprocess.run([GILTRUTH, "compare", truth, trace, "--align", "meta", "--json", summary],
+                   check=True, stdout=subprocess.DEVNULL)
+    result = json.load(open(summary))
+    meta = json.load(open(trace))["otherData"]
+    worst = max(result["threads"][tid]["abs_err_pp"][state]
+                for tid in result["threads"] for state in ("hold_gil", "take_gil", "drop_gil"))
+    overall = result["overall"]
+    return {
+        "version": version, "workload": workload, "rate": rate,
+        "agreement": overall["agreement"],
+        "worst_thread_err_pp": worst,
+        "overall_err_pp": overall["abs_err_pp"],
+        "hold_recall": overall["hold_recall"],
+        "hold_precision": overall.get("hold_precision"),
+        "handoffs_seen": meta["handoffs_seen"], "handoffs_counted": meta["handoffs_counted"],
+        "achieved_hz": meta["rate_achieved_hz"], "late_samples": meta["late_samples"],
+        "scheduling": meta.get("sampler_scheduling"),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--versions", default="3.9,3.11,3.12,3.13")
+    parser.add_argument("--rates", default="1khz,5khz,10khz,20khz")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if not os.path.exists(BINARY):
+        sys.exit("build first: cargo build --release")
+    results = []
+    work_dir = tempfile.mkdtemp(prefix="gilsample-accuracy-")
+    print("| python | workload | rate | agreement | worst thread err (pp) | hold recall >1ms | hand-offs seen/counted | achieved |")
+    print("|---|---|---|---|---|---|---|---|")
+    for version in args.versions.split(","):
+        for workload in args.workloads.split(","):
+            for rate in args.rates.split(","):
+                r = run_one(version, workload, rate, args.seconds, work_dir)
+                results.append(r)
+                print("| %s | %s | %s | %.2f%% | %.2f | %.1f%% | %d / %d | %.0f Hz |" % (
+                    version, workload, rate, 100 * r["agreement"], r["worst_thread_err_pp"],
+                    100 * r["hold_recall"], r["handoffs_seen"], r["handoffs_counted"], r["achieved_hz"]), flush=True)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+//! Every refusal names the problem and exits with the documented status (README, "Exit status").
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::{Workload, gilsample, interpreter, pyenv_root};
+
+const USAGE: i32 = 2;
+const PERMISSION: i32 = 3;
+const UNSUPPORTED: i32 = 4;
+const NO_SUCH_PROCESS: i32 = 5;
+const OUTPUT: i32 = 6;
+
+/// Runs gilsample with `args` and returns (exit code, stderr).
+fn refuse(args: &[&str]) -> (i32, String) {
+    let out = gilsample().args(args).arg("--quiet").output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_refused(args: &[&str], code: i32, message: &str) {
+    let (got, stderr) = refuse(args);
+    assert_eq!(
+        got, code,
+        "{args:?}: expected exit {code}, got {got}: {stderr}"
+    );
+    assert!(
+        stderr.contains(message),
+        "{args:?}: message lacks {message:?}: {stderr}"
+    );
+}
+
+/// A child process that runs `program args` until dropped.
+struct Running(std::process::Child);
+
+impl Running {
+    fn start(program: &str, args: &[&str]) -> Running {
+        Running(
+            Command::new(program)
+                .args(args)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// Waits until the child prints its first line (it is up), and returns that line.
+    fn start_ready(program: &str, args: &[&str]) -> (Running, String) {
+        let mut child = Running::start(program, args);
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        (child, line.trim().to_string())
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn nonexistent_pid() {
+    assert_refused(&["--pid", "999999999"], NO_SUCH_PROCESS, "does not exist");
+}
+
+#[test]
+fn non_python_process() {
+    let (sleeper, _) = Running::start_ready("sh", &["-c", "echo up; exec sleep 60"]);
+    assert_refused(
+        &["--pid", &sleeper.pid()],
+        UNSUPPORTED,
+        "not a Python process",
+    );
+}
+
+#[test]
+fn kernel_thread() {
+    let kthread = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let flags: u64 = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(6)?.parse().ok())
+                .unwrap_or(0);
+            flags & 0x0020_0000 != 0
+        })
+        .expect("no kernel thread visible in /proc");
+    assert_refused(
+        &["--pid", &kthread.to_string()],
+        UNSUPPORTED,
+        "kernel thread",
+    );
+}
+
+#[test]
+fn zombie() {
+    // A child of this test that exits and is not waited for stays a zombie until the test ends.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let is_zombie = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        stat.rsplit_once(')').unwrap().1.split_whitespace().next() == Some("Z")
+    };
+    while !is_zombie() {
+        std::thread::yield_now();
+    }
+    assert_refused(&["--pid", &pid.to_string()], UNSUPPORTED, "zombie");
+    child.wait().unwrap();
+}
+
+#[test]
+fn init_process() {
+    let (code, stderr) = refuse(&["--pid", "1"]);
+    assert!(
+        matches!(code, PERMISSION | UNSUPPORTED),
+        "pid 1: exit {code}: {stderr}"
+    );
+    assert!(stderr.contains("process 1"), "{stderr}");
+}
+
+#[test]
+fn own_pid() {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec {} --quiet --pid $$",
+            env!("CARGO_BIN_EXE_gilsample")
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(USAGE));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gilsample itself"));
+}
+
+fn old_python(version_prefix: &str) -> String {
+    let versions = pyenv_root().join("versions");
+    let dir = std::fs::read_dir(&versions)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(version_prefix)
+        })
+        .unwrap_or_else(|| panic!("expected pyenv build {version_prefix}* for the refusal test"));
+    let major = &version_prefix[..1];
+    dir.join("bin")
+        .join(format!("python{major}"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn python2_process() {
+    let (python, _) = Running::start_ready(
+        &old_python("2.7."),
+        &[
+            "-c",
+            "import sys; print('up'); sys.stdout.flush(); import time; time.sleep(60)",
+        ],
+    );
+    assert_refused(
+        &["--pid", &python.pid()],
+        UNSUPPORTED,
+        "Python 2.7 is not supported",
+    );
+}
+
+#[test]
+fn unsupported_python3_version() {
+    let (python, _) = Running::start_ready(
+        &old_python("3.6."),
+        &[
+            "-c",
+            "import sys; print('up'); sys.stdout.flush(); import time; time.sleep(60)",
+        ],
+    );
+    assert_refused(
+        &["--pid", &python.pid()],
+        UNSUPPORTED,
+        "Python 3.6 is not supported",
+    );
+}
+
+#[test]
+fn bad_rates() {
+    for rate in ["fast", "0", "-5", "0hz", "1000khz", "nan"] {
+        assert_refused(&["--pid", "1", "--rate", rate], USAGE, "--rate");
+    }
+}
+
+#[test]
+fn bad_durations() {
+    for duration in ["-2", "ten", "0"] {
+        assert_refused(&["--pid", "1", "--duration", duration], USAGE, "--duration");
+    }
+}
+
+#[test]
+fn nothing_to_record() {
+    assert_refused(&[], USAGE, "nothing to record");
+}
+
+#[test]
+fn output_directory_that_is_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let target = format!("{}/", file.display());
+    assert_refused(
+        &[
+            "--pid",
+            &workload.pid.to_string(),
+            "-o",
+            &target,
+            "--duration",
+            "0.1",
+        ],
+        OUTPUT,
+        "not-a-dir",
+    );
+}
+
+#[test]
+fn output_file_that_is_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let as_file = dir.path().join("trace.json");
+    std::fs::create_dir(&as_file).unwrap();
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let target = as_file.display().to_string();
+    assert_refused(
+        &[
+            "--pid",
+            &workload.pid.to_string(),
+            "-o",
+            &target,
+            "--duration",
+            "0.1",
+        ],
+        OUTPUT,
+        "is a directory",
+    );
+}
+
+#[test]
+fn existing_output_is_refused_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let pid = workload.pid.to_string();
+    let existing = dir.path().join(format!("GIL_{pid}_rank_0.json"));
+    std::fs::write(&existing, b"keep me").unwrap();
+    let out_dir = dir.path().display().to_string();
+    assert_refused(
+        &["--pid", &pid, "-o", &out_dir, "--duration", "0.1"],
+        OUTPUT,
+        "--force",
+    );
+    assert_eq!(std::fs::read(&existing).unwrap(), b"keep me");
+    let (code, stderr) = refuse(&[
+        "--pid",
+        &pid,
+        "-o",
+        &out_dir,
+        "--duration",
+        "0.1",
+        "--force",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_ne!(std::fs::read(&existing).unwrap(), b"keep me");
+}
+
+#[test]
+fn output_symlink_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let pid = workload.pid.to_string();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"untouched").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join(format!("GIL_{pid}_rank_0.json"))).unwrap();
+    let out_dir = dir.path().display().to_string();
+    let (code, _) = refuse(&["--pid", &pid, "-o", &out_dir, "--duration", "0.1"]);
+    assert_eq!(code, OUTPUT);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
+}

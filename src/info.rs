@@ -78,7 +78,6 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             kernel,
             previous: None,
             handoffs_since_previous: None,
-            ran_since_gil_sleep: None,
         };
         let (state, _) = classify(&evidence, &ranges);
         let _ = writeln!(

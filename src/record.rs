@@ -441,6 +441,8 @@ fn metadata(
         "thread_samples": report.thread_samples,
         "running_classified_take": report.running_still_waiting,
         "running_classified_released": report.running_released,
+        "ambiguous_stretches_in_gil_call": report.stretches_in_gil_call,
+        "ambiguous_stretches_released": report.stretches_released,
         "handoffs_seen": report.handoffs_seen,
         "handoffs_counted": report.handoffs_counted,
         "recording_start_monotonic_ns": report.start_ns,

@@ -51,8 +51,13 @@ fn format_target(out: &mut String, t: &TargetReport) {
     if s.thread_samples > 0 {
         let _ = writeln!(
             out,
-            "  running-but-not-holding thread samples: {} judged still waiting, {} judged released (of {})",
-            s.running_still_waiting, s.running_released, s.thread_samples
+            "  running-but-not-holding thread samples: {} proven still in take/drop, {} released (of {}); \
+             stretches after a GIL state: {} waited for a CPU inside the call, {} ran without the GIL",
+            s.running_still_waiting,
+            s.running_released,
+            s.thread_samples,
+            s.stretches_in_gil_call,
+            s.stretches_released
         );
     }
     let _ = writeln!(

@@ -163,6 +163,23 @@ impl ThreadTimeline {
         }
     }
 
+    /// Feeds a run of consecutive samples, all in `state`, from `first_ns` to `last_ns` (a stretch the
+    /// sampler decided afterwards). The run itself has no gaps, so only its first sample is checked
+    /// against the previous one.
+    pub fn observe_run(
+        &mut self,
+        first_ns: u64,
+        last_ns: u64,
+        state: GilState,
+        params: &TimelineParams,
+        emit: &mut impl FnMut(Interval),
+    ) {
+        self.observe(first_ns, state, params, emit);
+        if let Some(open) = self.open.as_mut() {
+            open.last_seen_ns = open.last_seen_ns.max(last_ns);
+        }
+    }
+
     /// Closes the open interval: `gone_at_ns` is the first sample without the thread (it exited), or
     /// `None` at the end of the recording.
     pub fn close(
@@ -282,6 +299,24 @@ mod tests {
         timeline.observe(1000, Take, &P, &mut |i| out.push(i));
         timeline.close(Some(9000), &P, &mut |i| out.push(i));
         assert_eq!(out, vec![iv(Take, 950, 1050)]);
+    }
+
+    #[test]
+    fn a_run_decided_afterwards_is_one_interval_however_long() {
+        let mut out = Vec::new();
+        let mut timeline = ThreadTimeline::new(7);
+        timeline.observe(1000, Hold, &P, &mut |i| out.push(i));
+        timeline.observe_run(1100, 3000, Drop, &P, &mut |i| out.push(i));
+        timeline.observe(3100, Take, &P, &mut |i| out.push(i));
+        timeline.close(None, &P, &mut |i| out.push(i));
+        assert_eq!(
+            out,
+            vec![
+                iv(Hold, 950, 1050),
+                iv(Drop, 1050, 3050),
+                iv(Take, 3050, 3150)
+            ]
+        );
     }
 
     #[test]

@@ -58,21 +58,29 @@ fn parse_hex(field: &str) -> Option<u64> {
     u64::from_str_radix(field.strip_prefix("0x")?, 16).ok()
 }
 
-/// Parses the first field of `schedstat`: nanoseconds the thread has spent on a CPU. The kernel updates
-/// it when the thread leaves a CPU and at scheduler ticks, so it does not move while the thread waits.
-pub fn parse_schedstat_cpu_ns(text: &[u8]) -> Option<u64> {
-    std::str::from_utf8(text)
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+/// What `schedstat` says: nanoseconds on a CPU and nanoseconds waiting on a run queue. The kernel adds
+/// to the first when the thread leaves a CPU and at scheduler ticks, and to the second when a waiting
+/// thread gets a CPU, so after a thread has run again both are exact for the time before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedStat {
+    pub cpu_ns: u64,
+    pub run_queue_ns: u64,
+}
+
+pub fn parse_schedstat(text: &[u8]) -> Option<SchedStat> {
+    let mut fields = std::str::from_utf8(text).ok()?.split_whitespace();
+    let cpu_ns = fields.next()?.parse().ok()?;
+    let run_queue_ns = fields.next()?.parse().ok()?;
+    Some(SchedStat {
+        cpu_ns,
+        run_queue_ns,
+    })
 }
 
 /// The open /proc files of one thread.
 pub struct ThreadFiles {
     syscall: File,
-    /// Absent without CONFIG_SCHED_INFO; classification then relies on `switch_number` alone.
+    /// Absent without CONFIG_SCHED_INFO; ambiguous stretches are then taken as released.
     schedstat: Option<File>,
 }
 
@@ -97,11 +105,11 @@ impl ThreadFiles {
         parse_syscall(&buf[..n]).ok_or(ReadError::Fault)
     }
 
-    /// CPU nanoseconds the thread has used, when the kernel exposes them.
-    pub fn read_cpu_ns(&self) -> Option<u64> {
+    /// The thread's scheduler statistics, when the kernel exposes them.
+    pub fn read_schedstat(&self) -> Option<SchedStat> {
         let mut buf = [0u8; 96];
         let n = self.schedstat.as_ref()?.read_at(&mut buf, 0).ok()?;
-        parse_schedstat_cpu_ns(&buf[..n])
+        parse_schedstat(&buf[..n])
     }
 }
 
@@ -157,8 +165,14 @@ mod tests {
             Ok(KernelState::InSyscall { nr, .. }) => assert_eq!(nr, libc::SYS_pread64),
             other => panic!("unexpected state {other:?}"),
         }
-        assert!(parse_schedstat_cpu_ns(b"692248 0 2\n") == Some(692248));
-        assert!(files.read_cpu_ns().is_some());
+        assert_eq!(
+            parse_schedstat(b"692248 17 2\n"),
+            Some(SchedStat {
+                cpu_ns: 692248,
+                run_queue_ns: 17
+            })
+        );
+        assert!(files.read_schedstat().is_some());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Classifying one thread at one sample from what memory and the kernel say.
+//! Classifying one thread at one sample from what memory and the kernel say, and settling the
+//! stretches a single sample cannot decide.
 //!
 //! Memory tells who holds the GIL; the kernel tells who sleeps where. The rules, in order:
 //! 1. No kernel reading → `Unknown`.
@@ -7,23 +8,21 @@
 //! 3. Asleep in futex on the GIL's `cond` or `mutex` → `Take` (waiting in `take_gil`).
 //! 4. Asleep in futex on `switch_cond` or `switch_mutex` → `Drop` (FORCE_SWITCHING hand-off in `drop_gil`).
 //! 5. Asleep anywhere else (another futex, I/O, sleep) or stopped → `Released`.
-//! 6. Running (on a CPU or runnable) and not the holder is ambiguous: a thread woken inside `take_gil`
-//!    or `drop_gil` that has not run yet (on a busy machine it may sit on the run queue for
-//!    milliseconds, and it is still inside that call), or a thread running native code without the GIL.
-//!    Two pieces of evidence decide, and either one is enough to keep the previous `Take` or `Drop`:
-//!    - the thread has used no CPU time since it was last seen asleep on the GIL (schedstat's run time
-//!      only grows while a thread is on a CPU), so it cannot have left the call;
-//!    - `switch_number`, which CPython increments on every change of holder: a thread leaves
-//!      `take_gil` only by taking the GIL, so a previous `Take` stands if no hand-off happened since
-//!      the previous sample, or exactly one that went to another thread (this thread is not
-//!      `last_holder`); the FORCE_SWITCHING wait in `drop_gil` ends only on a hand-off, so a previous
-//!      `Drop` stands if none happened.
-//!
-//!    Otherwise the thread is `Released`. Both outcomes are counted and reported in the summary and the
-//!    trace metadata.
+//! 6. Running (on a CPU or runnable) and not the holder. CPython increments `switch_number` on every
+//!    change of holder, and a thread leaves `take_gil` only by taking the GIL, so a thread last seen
+//!    `Take` is still `Take` if no hand-off happened since, or exactly one that went to another thread
+//!    (it is not `last_holder`); the FORCE_SWITCHING wait in `drop_gil` ends only on a hand-off, so a
+//!    thread last seen `Drop` is still `Drop` if none happened.
+//! 7. Other running threads that were last seen in a GIL state (`Take`, `Hold`, `Drop`) are
+//!    *ambiguous*: a thread woken inside `take_gil`/`drop_gil` that waits for a CPU (on a busy machine,
+//!    for milliseconds) looks exactly like a thread running native code without the GIL. The sampler
+//!    holds such a stretch back and `settle_stretch` decides it once the thread is seen in a definite
+//!    state again, from the time the kernel says it spent waiting on a run queue meanwhile
+//!    (schedstat's `run_delay`, updated when the thread gets a CPU).
+//! 8. Any other running thread → `Released`.
 
 use crate::infer::intervals::GilState;
-use crate::process::kernel::KernelState;
+use crate::process::kernel::{KernelState, SchedStat};
 use crate::python::attach::GilWaitRanges;
 
 /// What the sampler knows about one thread at one sample.
@@ -34,22 +33,22 @@ pub struct ThreadEvidence {
     /// `last_holder` is this thread but the GIL is unlocked: it held the GIL last and let it go.
     pub released_last: bool,
     pub kernel: Option<KernelState>,
-    /// The thread's state at its previous sample.
+    /// The thread's last definite state.
     pub previous: Option<GilState>,
-    /// How far `switch_number` advanced since the previous sample (`None` for the first sample).
+    /// How far `switch_number` advanced since that definite sample (`None`: no such sample).
     pub handoffs_since_previous: Option<u64>,
-    /// Whether the thread used CPU time since it was last seen asleep on the GIL (`None`: not known).
-    pub ran_since_gil_sleep: Option<bool>,
 }
 
-/// Why a thread was given its state, for the ambiguity counters in the summary.
+/// How sure a classification is; the sampler counts each kind for the summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Basis {
-    /// Memory or the kernel said so directly.
+    /// Memory or the kernel said so directly (rules 1–5).
     Direct,
-    /// Running and judged still inside `take_gil` or `drop_gil` (rule 6).
+    /// Running, and `switch_number` proves it is still inside `take_gil`/`drop_gil` (rule 6).
     RunningStillWaiting,
-    /// Running and judged to run without the GIL (rule 6).
+    /// Running after a GIL state: decided later by `settle_stretch` (rule 7).
+    Ambiguous,
+    /// Running, and not in a GIL state before (rule 8).
     RunningReleased,
 }
 
@@ -67,14 +66,12 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
     let futex = kernel.futex_addr();
     if evidence.holds {
         let on_mutex = futex.is_some_and(|a| inside(a, &gil.take[1..]));
-        return (
-            if on_mutex {
-                GilState::Drop
-            } else {
-                GilState::Hold
-            },
-            Basis::Direct,
-        );
+        let state = if on_mutex {
+            GilState::Drop
+        } else {
+            GilState::Hold
+        };
+        return (state, Basis::Direct);
     }
     if let Some(addr) = futex {
         if inside(addr, &gil.take) {
@@ -87,17 +84,33 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
     if kernel != KernelState::Running {
         return (GilState::Released, Basis::Direct);
     }
-    let not_run = evidence.ran_since_gil_sleep == Some(false);
     let handoffs = evidence.handoffs_since_previous;
     let one_elsewhere = handoffs == Some(1) && !evidence.released_last;
     match evidence.previous {
-        Some(GilState::Take) if not_run || handoffs == Some(0) || one_elsewhere => {
+        Some(GilState::Take) if handoffs == Some(0) || one_elsewhere => {
             (GilState::Take, Basis::RunningStillWaiting)
         }
-        Some(GilState::Drop) if not_run || handoffs == Some(0) => {
-            (GilState::Drop, Basis::RunningStillWaiting)
+        Some(GilState::Drop) if handoffs == Some(0) => (GilState::Drop, Basis::RunningStillWaiting),
+        Some(GilState::Take | GilState::Hold | GilState::Drop) => {
+            (GilState::Released, Basis::Ambiguous)
         }
         _ => (GilState::Released, Basis::RunningReleased),
+    }
+}
+
+/// Decides an ambiguous stretch (rule 7) of `length_ns`, which followed definite state `before`, from
+/// what the kernel says the thread did meanwhile (`None` when schedstat is unavailable). A thread that
+/// spent most of the stretch waiting on a run queue and barely ran cannot have left the GIL call it was
+/// in: `Take` after `Take`, and after `Hold` or `Drop` the `drop_gil` whose hand-off woke it. A thread
+/// that ran (native code, which competes for CPUs like anything else) was without the GIL.
+pub fn settle_stretch(before: GilState, length_ns: u64, spent: Option<SchedStat>) -> GilState {
+    let waited_for_cpu = spent.is_some_and(|s| {
+        s.run_queue_ns.saturating_mul(2) >= length_ns && s.cpu_ns.saturating_mul(4) < length_ns
+    });
+    match before {
+        GilState::Take if waited_for_cpu => GilState::Take,
+        GilState::Hold | GilState::Drop if waited_for_cpu => GilState::Drop,
+        _ => GilState::Released,
     }
 }
 
@@ -126,7 +139,15 @@ mod tests {
             kernel,
             previous: None,
             handoffs_since_previous: None,
-            ran_since_gil_sleep: None,
+        }
+    }
+
+    fn running(previous: GilState, handoffs: u64, released_last: bool) -> ThreadEvidence {
+        ThreadEvidence {
+            previous: Some(previous),
+            handoffs_since_previous: Some(handoffs),
+            released_last,
+            ..evidence(Some(KernelState::Running))
         }
     }
 
@@ -172,18 +193,12 @@ mod tests {
     #[test]
     fn sleeper_on_another_futex_or_syscall_is_released() {
         assert_eq!(classify(&evidence(futex(5000)), &GIL).0, GilState::Released);
-        assert_eq!(
-            classify(
-                &evidence(Some(KernelState::InSyscall {
-                    nr: 0,
-                    arg0: 0,
-                    arg1: 0
-                })),
-                &GIL
-            )
-            .0,
-            GilState::Released
-        );
+        let read = Some(KernelState::InSyscall {
+            nr: 0,
+            arg0: 0,
+            arg1: 0,
+        });
+        assert_eq!(classify(&evidence(read), &GIL).0, GilState::Released);
         assert_eq!(
             classify(&evidence(Some(KernelState::Blocked)), &GIL).0,
             GilState::Released
@@ -193,16 +208,6 @@ mod tests {
     #[test]
     fn no_kernel_reading_is_unknown() {
         assert_eq!(classify(&evidence(None), &GIL).0, GilState::Unknown);
-    }
-
-    fn running(previous: GilState, handoffs: u64, released_last: bool) -> ThreadEvidence {
-        ThreadEvidence {
-            previous: Some(previous),
-            handoffs_since_previous: Some(handoffs),
-            ran_since_gil_sleep: Some(true),
-            released_last,
-            ..evidence(Some(KernelState::Running))
-        }
     }
 
     #[test]
@@ -222,18 +227,14 @@ mod tests {
     }
 
     #[test]
-    fn waiter_that_took_and_dropped_the_gil_meanwhile_is_released() {
+    fn waiter_that_may_have_taken_and_dropped_is_ambiguous() {
         assert_eq!(
-            classify(&running(GilState::Take, 1, true), &GIL),
-            (GilState::Released, Basis::RunningReleased)
+            classify(&running(GilState::Take, 1, true), &GIL).1,
+            Basis::Ambiguous
         );
-    }
-
-    #[test]
-    fn several_handoffs_since_make_a_running_waiter_released() {
         assert_eq!(
-            classify(&running(GilState::Take, 2, false), &GIL).0,
-            GilState::Released
+            classify(&running(GilState::Take, 2, false), &GIL).1,
+            Basis::Ambiguous
         );
     }
 
@@ -244,39 +245,79 @@ mod tests {
             GilState::Drop
         );
         assert_eq!(
-            classify(&running(GilState::Drop, 1, true), &GIL).0,
+            classify(&running(GilState::Drop, 1, true), &GIL).1,
+            Basis::Ambiguous
+        );
+    }
+
+    #[test]
+    fn former_holder_running_without_the_gil_is_ambiguous() {
+        assert_eq!(
+            classify(&running(GilState::Hold, 1, false), &GIL).1,
+            Basis::Ambiguous
+        );
+    }
+
+    #[test]
+    fn running_thread_not_in_a_gil_state_before_is_released() {
+        assert_eq!(
+            classify(&running(GilState::Released, 0, false), &GIL),
+            (GilState::Released, Basis::RunningReleased)
+        );
+        assert_eq!(
+            classify(&evidence(Some(KernelState::Running)), &GIL).1,
+            Basis::RunningReleased
+        );
+    }
+
+    fn spent(cpu_us: u64, run_queue_us: u64) -> Option<SchedStat> {
+        Some(SchedStat {
+            cpu_ns: cpu_us * 1000,
+            run_queue_ns: run_queue_us * 1000,
+        })
+    }
+
+    #[test]
+    fn a_stretch_spent_waiting_for_a_cpu_stays_in_the_gil_call() {
+        assert_eq!(
+            settle_stretch(GilState::Take, 3_000_000, spent(10, 2900)),
+            GilState::Take
+        );
+        assert_eq!(
+            settle_stretch(GilState::Hold, 3_000_000, spent(10, 2000)),
+            GilState::Drop
+        );
+        assert_eq!(
+            settle_stretch(GilState::Drop, 3_000_000, spent(0, 1500)),
+            GilState::Drop
+        );
+    }
+
+    #[test]
+    fn a_stretch_spent_running_is_released() {
+        assert_eq!(
+            settle_stretch(GilState::Hold, 30_000_000, spent(29_000, 100)),
+            GilState::Released
+        );
+        assert_eq!(
+            settle_stretch(GilState::Take, 3_000_000, spent(3000, 0)),
             GilState::Released
         );
     }
 
     #[test]
-    fn a_woken_thread_that_has_not_run_stays_in_its_gil_call() {
-        for previous in [GilState::Take, GilState::Drop] {
-            let e = ThreadEvidence {
-                ran_since_gil_sleep: Some(false),
-                ..running(previous, 3, true)
-            };
-            assert_eq!(classify(&e, &GIL), (previous, Basis::RunningStillWaiting));
-        }
-    }
-
-    #[test]
-    fn first_sample_of_a_running_thread_is_released() {
-        let e = ThreadEvidence {
-            previous: Some(GilState::Take),
-            ..evidence(Some(KernelState::Running))
-        };
-        assert_eq!(classify(&e, &GIL).0, GilState::Released);
-    }
-
-    #[test]
-    fn running_thread_not_waiting_before_is_released() {
+    fn a_stretch_that_both_waited_and_ran_is_released() {
+        // Native work on a busy machine: preempted for most of the stretch, but it did run.
         assert_eq!(
-            classify(&running(GilState::Hold, 0, false), &GIL).0,
+            settle_stretch(GilState::Hold, 3_000_000, spent(1000, 2000)),
             GilState::Released
         );
+    }
+
+    #[test]
+    fn without_schedstat_a_stretch_is_released() {
         assert_eq!(
-            classify(&running(GilState::Released, 0, false), &GIL).0,
+            settle_stretch(GilState::Hold, 3_000_000, None),
             GilState::Released
         );
     }

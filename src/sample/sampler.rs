@@ -6,15 +6,16 @@
 //! picked up within that time. Nothing on the per-tick path allocates once the thread table is built.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::addr::RemoteAddr;
 use crate::infer::intervals::{GilState, Interval, ThreadTimeline, TimelineParams};
-use crate::process::kernel::{KernelState, ThreadFiles};
+use crate::process::kernel::{KernelState, SchedStat, ThreadFiles};
 use crate::process::memory::ReadError;
 use crate::python::attach::Target;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
-use crate::sample::classify::{Basis, ThreadEvidence, classify};
+use crate::sample::classify::{Basis, ThreadEvidence, classify, settle_stretch};
 use crate::sample::clock::{monotonic_ns, sleep_until};
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 
@@ -73,6 +74,9 @@ pub struct SamplerReport {
     pub thread_samples: u64,
     pub running_still_waiting: u64,
     pub running_released: u64,
+    /// Ambiguous stretches decided as still inside `take_gil`/`drop_gil`, and as released.
+    pub stretches_in_gil_call: u64,
+    pub stretches_released: u64,
     pub handoffs_seen: u64,
     /// `switch_number` advanced by this much over the recording: the interpreter's own count.
     pub handoffs_counted: u64,
@@ -98,8 +102,56 @@ struct Tracked {
     tstate: RemoteAddr,
     files: ThreadFiles,
     timeline: ThreadTimeline,
-    /// CPU time at the last sample that saw the thread asleep on the GIL.
-    gil_sleep_cpu_ns: Option<u64>,
+    /// `switch_number` at the thread's last definite sample.
+    definite_switch: Option<u64>,
+    /// Running samples after a GIL state, held back until the thread is seen in a definite state again.
+    pending: Option<Stretch>,
+}
+
+/// An ambiguous stretch of one thread (classify.rs, rule 7).
+#[derive(Clone, Copy, Debug)]
+struct Stretch {
+    before: GilState,
+    first_ns: u64,
+    last_ns: u64,
+    /// schedstat at the stretch's first sample.
+    at_start: Option<SchedStat>,
+}
+
+/// A stretch still undecided after this long is settled with what is known; a thread waiting for a CPU
+/// that long is rare, and holding samples back longer would delay the trace.
+const MAX_STRETCH_NS: u64 = 50_000_000;
+
+impl Tracked {
+    /// Decides the pending stretch from the run-queue time since it began and feeds it to the timeline.
+    fn settle(
+        &mut self,
+        now: Option<SchedStat>,
+        params: &TimelineParams,
+        report: &mut SamplerReport,
+        sink: &mut dyn FnMut(Record),
+    ) {
+        let Some(stretch) = self.pending.take() else {
+            return;
+        };
+        let spent = match (stretch.at_start, now) {
+            (Some(start), Some(now)) => Some(SchedStat {
+                cpu_ns: now.cpu_ns.saturating_sub(start.cpu_ns),
+                run_queue_ns: now.run_queue_ns.saturating_sub(start.run_queue_ns),
+            }),
+            _ => None,
+        };
+        let length = stretch.last_ns.saturating_sub(stretch.first_ns) + params.period_ns;
+        let state = settle_stretch(stretch.before, length, spent);
+        if state == GilState::Released {
+            report.stretches_released += 1;
+        } else {
+            report.stretches_in_gil_call += 1;
+        }
+        let emit = &mut |iv| sink(Record::Interval(iv));
+        self.timeline
+            .observe_run(stretch.first_ns, stretch.last_ns, state, params, emit);
+    }
 }
 
 struct Loop<'a> {
@@ -136,6 +188,8 @@ pub fn run_sampler(
             thread_samples: 0,
             running_still_waiting: 0,
             running_released: 0,
+            stretches_in_gil_call: 0,
+            stretches_released: 0,
             handoffs_seen: 0,
             handoffs_counted: 0,
             thread_names: BTreeMap::new(),
@@ -147,6 +201,7 @@ pub fn run_sampler(
     let end = state.run(config, stop, live, sink, start);
     let last = state.report.end_ns;
     for tracked in &mut state.threads {
+        tracked.settle(None, &state.params, &mut state.report, sink);
         tracked
             .timeline
             .close(None, &state.params, &mut |iv| sink(Record::Interval(iv)));
@@ -176,9 +231,11 @@ impl Loop<'_> {
         let mut waiters: Option<u32> = None;
         let mut states: Vec<GilState> = Vec::with_capacity(64);
         let mut kernel: Vec<Option<KernelState>> = Vec::with_capacity(64);
-        let mut previous_switch: Option<u64> = None;
-        let mut cpu: Vec<Option<u64>> = Vec::with_capacity(64);
         let ranges = self.target.gil_wait_ranges();
+        // For engineers tuning classification: every thread of every sample, as text.
+        let mut dump = std::env::var_os("GILSAMPLE_DUMP_SAMPLES")
+            .and_then(|path| std::fs::File::create(path).ok())
+            .map(std::io::BufWriter::new);
         loop {
             if stop.load(Ordering::Relaxed) {
                 return EndReason::Stopped;
@@ -223,31 +280,17 @@ impl Loop<'_> {
             }
 
             kernel.clear();
-            cpu.clear();
-            for tracked in &self.threads {
-                let state = tracked.files.read_state().ok();
-                // CPU time matters for threads asleep on the GIL (the baseline) and for running threads
-                // that were inside a GIL call (did they run since?); no other thread pays for the read.
-                let on_gil = state
-                    .and_then(|k| k.futex_addr())
-                    .is_some_and(|a| ranges.contains(a));
-                let inside_call = matches!(
-                    tracked.timeline.current(),
-                    Some(GilState::Take | GilState::Drop)
-                );
-                let wanted = on_gil || (inside_call && state == Some(KernelState::Running));
-                cpu.push(if wanted {
-                    tracked.files.read_cpu_ns()
-                } else {
-                    None
-                });
-                kernel.push(state);
-            }
+            kernel.extend(
+                self.threads
+                    .iter()
+                    .map(|tracked| tracked.files.read_state().ok()),
+            );
             let t1 = monotonic_ns();
             let t = t0 + (t1 - t0) / 2;
 
             states.clear();
             let mut holder_tid = None;
+            let params = self.params;
             for (i, tracked) in self.threads.iter_mut().enumerate() {
                 let is_last_holder = tracked.tstate == word.last_holder;
                 if is_last_holder && word.locked {
@@ -258,30 +301,57 @@ impl Loop<'_> {
                     released_last: is_last_holder && !word.locked,
                     kernel: kernel[i],
                     previous: tracked.timeline.current(),
-                    handoffs_since_previous: previous_switch
+                    handoffs_since_previous: tracked
+                        .definite_switch
                         .map(|p| word.switch_number.wrapping_sub(p)),
-                    ran_since_gil_sleep: match (kernel[i], cpu[i], tracked.gil_sleep_cpu_ns) {
-                        (Some(KernelState::Running), Some(now), Some(asleep)) => {
-                            Some(now != asleep)
-                        }
-                        _ => None,
-                    },
                 };
-                if kernel[i]
-                    .and_then(|k| k.futex_addr())
-                    .is_some_and(|a| ranges.contains(a))
-                {
-                    tracked.gil_sleep_cpu_ns = cpu[i];
-                }
                 let (state, basis) = classify(&evidence, &ranges);
+                if let Some(dump) = dump.as_mut() {
+                    let stat = tracked.files.read_schedstat();
+                    let _ = writeln!(
+                        dump,
+                        "{t} {} {:?} holds={} last={} switch={} -> {state:?} {basis:?} {:?}",
+                        tracked.tid,
+                        evidence.kernel,
+                        evidence.holds,
+                        evidence.released_last,
+                        word.switch_number,
+                        stat
+                    );
+                }
                 match basis {
+                    Basis::Ambiguous => {
+                        let stretch = tracked.pending.get_or_insert_with(|| Stretch {
+                            before: evidence.previous.unwrap_or(GilState::Released),
+                            first_ns: t,
+                            last_ns: t,
+                            at_start: tracked.files.read_schedstat(),
+                        });
+                        // A stretch is a run of consecutive samples: where the sampler fell behind it
+                        // is settled at the gap (this sample is dropped; the next starts afresh).
+                        let broken = t - stretch.last_ns > params.max_gap_ns;
+                        if !broken {
+                            stretch.last_ns = t;
+                        }
+                        if broken || t - stretch.first_ns > MAX_STRETCH_NS {
+                            let now = tracked.files.read_schedstat();
+                            tracked.settle(now, &params, &mut self.report, sink);
+                        }
+                        states.push(GilState::Released);
+                        continue;
+                    }
                     Basis::Direct => {}
                     Basis::RunningStillWaiting => self.report.running_still_waiting += 1,
                     Basis::RunningReleased => self.report.running_released += 1,
                 }
+                if tracked.pending.is_some() {
+                    let now = tracked.files.read_schedstat();
+                    tracked.settle(now, &params, &mut self.report, sink);
+                }
+                tracked.definite_switch = Some(word.switch_number);
                 tracked
                     .timeline
-                    .observe(t, state, &self.params, &mut |iv| sink(Record::Interval(iv)));
+                    .observe(t, state, &params, &mut |iv| sink(Record::Interval(iv)));
                 states.push(state);
             }
             self.report.thread_samples += self.threads.len() as u64;
@@ -297,7 +367,6 @@ impl Loop<'_> {
                 }
                 last_holder_tid = Some(tid);
             }
-            previous_switch = Some(word.switch_number);
             let first = *first_switch.get_or_insert(word.switch_number);
             self.report.handoffs_counted = word.switch_number.wrapping_sub(first);
             self.report.samples += 1;
@@ -321,10 +390,12 @@ impl Loop<'_> {
         )?;
         let refs = &self.refs;
         let params = self.params;
+        let report = &mut self.report;
         self.threads.retain_mut(|tracked| {
             if refs.iter().any(|r| r.tid == tracked.tid) {
                 return true;
             }
+            tracked.settle(None, &params, report, sink);
             tracked
                 .timeline
                 .close(Some(now), &params, &mut |iv| sink(Record::Interval(iv)));
@@ -348,7 +419,8 @@ impl Loop<'_> {
                 tstate: r.tstate,
                 files,
                 timeline: ThreadTimeline::new(r.tid),
-                gil_sleep_cpu_ns: None,
+                definite_switch: None,
+                pending: None,
             });
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());

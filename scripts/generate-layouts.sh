@@ -2,7 +2,12 @@
 # Regenerates python-layouts/ from the DWARF of real CPython builds, with gilsample's own DWARF reader
 # (`gilsample layout --from ELF`). Layout files are never typed by hand.
 #
-# Sources: every pyenv build with a shared libpython under $(pyenv root)/versions/ (3.7 and newer).
+# Sources:
+#   - every pyenv build with a shared libpython under $(pyenv root)/versions/ (3.7 and newer);
+#   - the Debian sid root made by scripts/make-sid-root.sh ($GILSAMPLE_SID_ROOT, default
+#     /var/tmp/gilsample-sid): python3.X with the detached DWARF of python3.X-dbg (found by build-id),
+#     and the python3.Xd debug builds. Where both give the same key, the Debian build wins only for
+#     versions pyenv does not have.
 # Usage: scripts/generate-layouts.sh [OUT_DIR]   (default: python-layouts/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +16,7 @@ mkdir -p "$out"
 cargo build --quiet --release
 bin=target/release/gilsample
 root=${PYENV_ROOT:-$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")}
+declare -A have
 for dir in "$root"/versions/3.*; do
     version=$(basename "$dir")
     case "$version" in 3.[0-6].*) continue ;; esac
@@ -20,4 +26,26 @@ for dir in "$root"/versions/3.*; do
         continue
     fi
     "$bin" layout --from "$lib" --python-version "$version" --out "$out"
+    have[${version%.*}]=1
 done
+
+sid=${GILSAMPLE_SID_ROOT:-/var/tmp/gilsample-sid}
+if [ -d "$sid" ]; then
+    for exe in "$sid"/usr/bin/python3.[0-9]*; do
+        name=$(basename "$exe")
+        [[ "$name" =~ ^python3\.[0-9]+d?$ ]] || continue
+        minor=${name#python}; minor=${minor%d}
+        full=$(chroot "$sid" "/usr/bin/$name" -c 'import platform; print(platform.python_version())')
+        if [[ "$name" == *d ]]; then
+            # Debug builds keep their DWARF in the executable.
+            "$bin" layout --from "$exe" --python-version "$full" --out "$out"
+            continue
+        fi
+        [ -n "${have[$minor]:-}" ] && continue
+        id=$(readelf -n "$exe" | awk '/Build ID/ {print $3}')
+        debug="$sid/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug"
+        "$bin" layout --from "$debug" --binary "$exe" --python-version "$full" --out "$out"
+    done
+else
+    echo "no Debian sid root at $sid (scripts/make-sid-root.sh makes one): 3.14, 3.15 and debug builds not regenerated" >&2
+fi

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::process::maps::{Mapping, OpenedFile, open_mapped_file, read_file_mappings};
 use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
 use crate::process::tasks::read_tids;
+use crate::python::debug_offsets;
 use crate::python::layout::{Flavour, Layout, find_shipped, shipped_keys};
 use crate::python::runtime::{
     GilWord, ThreadRef, ThreadWalker, TidSource, WalkError, decode_gil_word, find_gil,
@@ -23,8 +24,11 @@ use crate::symbols::elf::{self, ElfImage};
 /// Where a layout may come from, in the order `Auto` tries them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LayoutChoice {
-    /// DWARF of the target's binary (or its separate debug file), else the shipped file.
+    /// The first that works: debug-offsets (3.13+), a shipped file from the same build, DWARF, the
+    /// shipped file for the version.
     Auto,
+    /// Only the target's own `_Py_DebugOffsets` (3.13+).
+    DebugOffsets,
     /// Only DWARF.
     Dwarf,
     /// Only the file compiled in from python-layouts/.
@@ -34,6 +38,8 @@ pub enum LayoutChoice {
 /// The layout source actually used; recorded in the trace metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LayoutSource {
+    /// The target's `_Py_DebugOffsets`, located with the named descriptor.
+    DebugOffsets(String),
     Dwarf(PathBuf),
     File(String),
 }
@@ -41,6 +47,7 @@ pub enum LayoutSource {
 impl fmt::Display for LayoutSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            LayoutSource::DebugOffsets(by) => write!(f, "debug-offsets (table described by {by})"),
             LayoutSource::Dwarf(path) => write!(f, "dwarf:{}", path.display()),
             LayoutSource::File(key) => write!(f, "file:python-layouts/{key}.json"),
         }
@@ -148,8 +155,19 @@ pub fn locate(pid: u32, choice: LayoutChoice) -> Result<Located> {
     }
     let (binary, image, version) = find_interpreter(pid, &mappings)?;
     let flavour = detect_flavour(&image)?;
-    let (layout, layout_source) =
-        choose_layout(pid, &image, &version, flavour, binary.arch, choice)?;
+    let memory = ProcessMemory::new(pid);
+    let (layout, layout_source) = choose_layout(
+        &LayoutRequest {
+            pid,
+            image: &image,
+            version,
+            flavour,
+            arch: binary.arch,
+            memory: &memory,
+            runtime: binary.runtime_symbol,
+        },
+        choice,
+    )?;
     Ok(Located {
         pid,
         binary,
@@ -401,47 +419,60 @@ fn separate_debug_files(pid: u32, image: &ElfImage, mapped_path: &Path) -> Vec<P
     found.into_iter().filter(|p| p.is_file()).collect()
 }
 
-fn choose_layout(
+/// What `choose_layout` needs to know about the target.
+struct LayoutRequest<'a> {
     pid: u32,
-    image: &ElfImage,
-    version: &PyVersion,
+    image: &'a ElfImage,
+    version: PyVersion,
     flavour: Flavour,
-    arch: &str,
-    choice: LayoutChoice,
-) -> Result<(Layout, LayoutSource)> {
-    let key = version.minor_key();
-    let mut tried = Vec::new();
-    // A shipped layout generated from this very build (same build-id) is what its DWARF would say; using
-    // it skips a DWARF parse, which matters in launch mode where the script is already running.
-    if choice == LayoutChoice::Auto
-        && let Some(layout) = find_shipped(&key, flavour, arch)?
-        && layout.build_id.is_some()
-        && layout.build_id
-            == image
-                .parse()
-                .ok()
-                .and_then(|e| elf::build_id(&e, image.bytes()))
-    {
-        let source = LayoutSource::File(layout.key());
-        return Ok((layout, source));
+    arch: &'a str,
+    memory: &'a ProcessMemory,
+    runtime: RemoteAddr,
+}
+
+impl LayoutRequest<'_> {
+    fn key(&self) -> String {
+        self.version.minor_key()
     }
-    if choice != LayoutChoice::File {
-        let mut dwarf_files = Vec::new();
+
+    /// The shipped layout generated from this very build (same build-id): what its DWARF would say,
+    /// without a DWARF parse (which matters in launch mode, where the script is already running).
+    fn same_build_file(&self) -> Result<Option<Layout>> {
+        let build_id = self
+            .image
+            .parse()
+            .ok()
+            .and_then(|e| elf::build_id(&e, self.image.bytes()));
+        Ok(find_shipped(&self.key(), self.flavour, self.arch)?
+            .filter(|l| l.build_id.is_some() && l.build_id == build_id))
+    }
+
+    fn shipped_file(&self) -> Result<Option<Layout>> {
+        find_shipped(&self.key(), self.flavour, self.arch)
+    }
+
+    /// DWARF of the binary itself, or of its separate debug file.
+    fn dwarf(&self, tried: &mut Vec<String>) -> Option<(Layout, PathBuf)> {
+        let image = self.image;
+        let mut files = Vec::new();
         if image
             .parse()
             .map(|e| elf::has_debug_info(&e))
             .unwrap_or(false)
         {
-            dwarf_files.push(image.path.clone());
+            files.push(image.path.clone());
         }
-        dwarf_files.extend(separate_debug_files(pid, image, &image.path));
-        for path in dwarf_files {
-            let from = if path == image.path {
+        files.extend(separate_debug_files(self.pid, image, &image.path));
+        if files.is_empty() {
+            tried.push("no DWARF in the binary and no separate debug file".into());
+        }
+        for path in files {
+            let opened = if path == image.path {
                 None
             } else {
                 Some(ElfImage::open(&path))
             };
-            let source_image = match &from {
+            let source = match &opened {
                 Some(Ok(img)) => img,
                 Some(Err(e)) => {
                     tried.push(e.to_string());
@@ -449,28 +480,92 @@ fn choose_layout(
                 }
                 None => image,
             };
-            match Layout::from_dwarf(source_image, &key, &version.to_string(), flavour, arch) {
-                Ok(layout) => return Ok((layout, LayoutSource::Dwarf(path))),
+            match Layout::from_dwarf(
+                source,
+                &self.key(),
+                &self.version.to_string(),
+                self.flavour,
+                self.arch,
+            ) {
+                Ok(layout) => return Some((layout, path)),
                 Err(e) => tried.push(e.to_string()),
             }
         }
-        if tried.is_empty() {
-            tried.push("no DWARF in the binary and no separate debug file".into());
+        None
+    }
+
+    /// The target's own `_Py_DebugOffsets`, located with the best descriptor of the version at hand.
+    fn debug_offsets(&self, tried: &mut Vec<String>) -> Result<Option<(Layout, LayoutSource)>> {
+        if (self.version.major, self.version.minor) < (3, 13) {
+            tried.push(format!(
+                "Python {} has no _Py_DebugOffsets (3.13+)",
+                self.version
+            ));
+            return Ok(None);
+        }
+        let descriptor = match self.same_build_file()? {
+            Some(layout) => Some((layout.key(), layout)),
+            None => match self.dwarf(tried) {
+                Some((layout, path)) => Some((format!("dwarf:{}", path.display()), layout)),
+                None => self.shipped_file()?.map(|l| (l.key(), l)),
+            },
+        };
+        let Some((described_by, descriptor)) = descriptor else {
+            tried.push("no layout describes this version's _Py_DebugOffsets".into());
+            return Ok(None);
+        };
+        match debug_offsets::read_layout(self.memory, self.runtime, &descriptor, self.version) {
+            Ok((layout, _)) => Ok(Some((layout, LayoutSource::DebugOffsets(described_by)))),
+            Err(why) => {
+                tried.push(format!("_Py_DebugOffsets: {why}"));
+                Ok(None)
+            }
         }
     }
-    if choice != LayoutChoice::Dwarf {
-        if let Some(layout) = find_shipped(&key, flavour, arch)? {
+}
+
+fn choose_layout(
+    request: &LayoutRequest<'_>,
+    choice: LayoutChoice,
+) -> Result<(Layout, LayoutSource)> {
+    let mut tried = Vec::new();
+    if matches!(choice, LayoutChoice::Auto | LayoutChoice::DebugOffsets)
+        && let Some(found) = request.debug_offsets(&mut tried)?
+    {
+        return Ok(found);
+    }
+    if matches!(choice, LayoutChoice::Auto | LayoutChoice::File)
+        && let Some(layout) = request.same_build_file()?
+    {
+        let source = LayoutSource::File(layout.key());
+        return Ok((layout, source));
+    }
+    if matches!(choice, LayoutChoice::Auto | LayoutChoice::Dwarf)
+        && let Some((layout, path)) = request.dwarf(&mut tried)
+    {
+        return Ok((layout, LayoutSource::Dwarf(path)));
+    }
+    if matches!(choice, LayoutChoice::Auto | LayoutChoice::File) {
+        if let Some(layout) = request.shipped_file()? {
             let source = LayoutSource::File(layout.key());
             return Ok((layout, source));
         }
-        tried.push(format!("no shipped layout {key}-{flavour}-{arch}"));
+        tried.push(format!(
+            "no shipped layout {}-{}-{}",
+            request.key(),
+            request.flavour,
+            request.arch
+        ));
     }
+    let version = request.version;
     Err(Error::Unsupported {
-        pid,
+        pid: request.pid,
         why: format!(
-            "no layout for Python {version} ({flavour}, {arch}): {}. Shipped layouts: {}. To add one, run \
-             scripts/generate-layouts.sh on a build of this version that has DWARF, or install its debug \
-             symbols (e.g. the python3.X-dbg package) so gilsample can read them.",
+            "no usable layout for Python {version} ({}, {}) from source {choice:?}: {}. Shipped layouts: {}. \
+             To add one, run scripts/generate-layouts.sh on a build of this version that has DWARF, or \
+             install its debug symbols (e.g. the python3.X-dbg package) so gilsample can read them.",
+            request.flavour,
+            request.arch,
             tried.join("; "),
             shipped_keys().join(", ")
         ),

@@ -47,6 +47,7 @@ const RUNTIME: &str = "pyruntimestate";
 const INTERP: &str = "_is";
 const TSTATE: &str = "_ts";
 const GIL: &str = "_gil_runtime_state";
+const DEBUG_OFFSETS: &str = "_Py_DebugOffsets";
 
 /// Every field, with the CPython member paths that hold it (see Include/internal/pycore_runtime.h,
 /// pycore_interp.h, pycore_gil.h and Include/cpython/pystate.h of each version).
@@ -160,6 +161,121 @@ pub const FIELD_QUERIES: &[FieldSpec] = &[
         name: "gil.switch_mutex",
         root: GIL,
         paths: &["switch_mutex"],
+        required: false,
+    }, // 3.13+: where each entry sits inside `_Py_DebugOffsets` (Include/internal/pycore_debug_offsets.h),
+    // the table at the start of `_PyRuntime` through which the target reports its own offsets.
+    FieldSpec {
+        name: "debug_offsets",
+        root: DEBUG_OFFSETS,
+        paths: &[""],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.cookie",
+        root: DEBUG_OFFSETS,
+        paths: &["cookie"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.version",
+        root: DEBUG_OFFSETS,
+        paths: &["version"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.free_threaded",
+        root: DEBUG_OFFSETS,
+        paths: &["free_threaded"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.runtime_state.size",
+        root: DEBUG_OFFSETS,
+        paths: &["runtime_state.size"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.runtime_state.interpreters_head",
+        root: DEBUG_OFFSETS,
+        paths: &["runtime_state.interpreters_head"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.size",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.size"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.next",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.next"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.threads_head",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.threads_head"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.ceval_gil",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.ceval_gil"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.gil_runtime_state",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.gil_runtime_state"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.gil_runtime_state_enabled",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.gil_runtime_state_enabled"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.gil_runtime_state_locked",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.gil_runtime_state_locked"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.gil_runtime_state_holder",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.gil_runtime_state_holder"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.thread_state.size",
+        root: DEBUG_OFFSETS,
+        paths: &["thread_state.size"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.thread_state.next",
+        root: DEBUG_OFFSETS,
+        paths: &["thread_state.next"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.thread_state.interp",
+        root: DEBUG_OFFSETS,
+        paths: &["thread_state.interp"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.thread_state.thread_id",
+        root: DEBUG_OFFSETS,
+        paths: &["thread_state.thread_id"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.thread_state.native_thread_id",
+        root: DEBUG_OFFSETS,
+        paths: &["thread_state.native_thread_id"],
         required: false,
     },
 ];

@@ -2,6 +2,7 @@
 //! `_PyRuntime` → interpreters → thread states, and where the GIL is.
 
 pub mod attach;
+pub mod debug_offsets;
 pub mod layout;
 pub mod runtime;
 pub mod version;

@@ -1,0 +1,325 @@
+//! The `debug-offsets` layout source (CPython 3.13+): `_PyRuntime` begins with `_Py_DebugOffsets`, a
+//! table in which the running interpreter reports the offsets of its own structs. gilsample reads it
+//! from the target's memory, so a build whose structs differ from every shipped layout (a distro patch,
+//! other build options) is still read with the right offsets.
+//!
+//! The table's own shape differs between versions; where each entry sits inside it comes from the
+//! version's layout (`debug_offsets.*` fields, generated from DWARF like every other field). The table
+//! names only `locked` and `last_holder` of the GIL struct; its other fields (switch count, condition
+//! variables, mutexes) come from the version's layout, which is accepted only when its `locked` and
+//! `last_holder` agree with what the target reports. Checks follow pystack's: cookie, version,
+//! free-threading flag, and every offset inside its struct.
+
+use std::collections::BTreeMap;
+
+use crate::addr::RemoteAddr;
+use crate::process::memory::MemorySource;
+use crate::python::layout::{Flavour, Layout};
+use crate::python::version::PyVersion;
+use crate::symbols::dwarf::FieldInfo;
+
+pub const COOKIE: &[u8; 8] = b"xdebugpy";
+/// The table is a few hundred bytes; a descriptor claiming more is corrupt.
+const MAX_TABLE_BYTES: u64 = 16 * 1024;
+
+/// What the table says, beyond the offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reported {
+    pub version: PyVersion,
+    pub free_threaded: bool,
+}
+
+/// Reads the target's `_Py_DebugOffsets` (at `runtime`) with `descriptor` telling where its entries
+/// are, and returns a layout built from what the target reports, plus the flags it carries.
+pub fn read_layout(
+    mem: &dyn MemorySource,
+    runtime: RemoteAddr,
+    descriptor: &Layout,
+    expected: PyVersion,
+) -> Result<(Layout, Reported), String> {
+    let table = descriptor.field("debug_offsets").ok_or_else(|| {
+        format!(
+            "layout {} does not describe _Py_DebugOffsets",
+            descriptor.key()
+        )
+    })?;
+    if table.size == 0 || table.size > MAX_TABLE_BYTES {
+        return Err(format!("implausible _Py_DebugOffsets size {}", table.size));
+    }
+    let mut bytes = vec![0u8; table.size as usize];
+    mem.read_into(runtime, &mut bytes)
+        .map_err(|e| format!("cannot read _Py_DebugOffsets: {e:?}"))?;
+    decode(&bytes, descriptor, expected)
+}
+
+/// The decoding half of `read_layout`, separate so it can be tested (and fuzzed) on plain bytes.
+pub fn decode(
+    bytes: &[u8],
+    descriptor: &Layout,
+    expected: PyVersion,
+) -> Result<(Layout, Reported), String> {
+    let entry = |name: &str| -> Result<u64, String> {
+        let info = descriptor
+            .field(&format!("debug_offsets.{name}"))
+            .ok_or_else(|| format!("layout {} lacks debug_offsets.{name}", descriptor.key()))?;
+        let at = info.offset as usize;
+        let raw = bytes
+            .get(at..at.saturating_add(8))
+            .filter(|_| info.size == 8)
+            .ok_or_else(|| format!("debug_offsets.{name} lies outside the table"))?;
+        Ok(u64::from_le_bytes(raw.try_into().expect("8 bytes")))
+    };
+    if bytes.get(..8) != Some(&COOKIE[..]) {
+        return Err("_PyRuntime does not start with the \"xdebugpy\" cookie".into());
+    }
+    let version = PyVersion::from_hex(entry("version")?);
+    if (version.major, version.minor) != (expected.major, expected.minor) {
+        return Err(format!(
+            "_Py_DebugOffsets reports Python {version}, the binary says {expected}"
+        ));
+    }
+    let free_threaded =
+        descriptor.field("debug_offsets.free_threaded").is_some() && entry("free_threaded")? != 0;
+
+    let runtime_size = entry("runtime_state.size")?;
+    let interp_size = entry("interpreter_state.size")?;
+    let tstate_size = entry("thread_state.size")?;
+    let within = |name: &str, limit: u64, width: u64| -> Result<FieldInfo, String> {
+        let offset = entry(name)?;
+        if offset.checked_add(width).is_none_or(|end| end > limit) {
+            return Err(format!(
+                "{name} = {offset} lies outside its {limit}-byte struct"
+            ));
+        }
+        Ok(FieldInfo {
+            offset,
+            size: width,
+        })
+    };
+    let mut fields: BTreeMap<String, FieldInfo> = BTreeMap::new();
+    let mut put = |key: &str, info: FieldInfo| {
+        fields.insert(key.to_string(), info);
+    };
+    put(
+        "runtime.interpreters.head",
+        within("runtime_state.interpreters_head", runtime_size, 8)?,
+    );
+    put(
+        "interp.next",
+        within("interpreter_state.next", interp_size, 8)?,
+    );
+    put(
+        "interp.threads.head",
+        within("interpreter_state.threads_head", interp_size, 8)?,
+    );
+    put(
+        "interp.ceval.gil",
+        within("interpreter_state.ceval_gil", interp_size, 8)?,
+    );
+    put("tstate.next", within("thread_state.next", tstate_size, 8)?);
+    put(
+        "tstate.interp",
+        within("thread_state.interp", tstate_size, 8)?,
+    );
+    put(
+        "tstate.thread_id",
+        within("thread_state.thread_id", tstate_size, 8)?,
+    );
+    put(
+        "tstate.native_thread_id",
+        within("thread_state.native_thread_id", tstate_size, 8)?,
+    );
+
+    // The GIL struct: `locked` and `last_holder` as the target reports them (relative to the embedded
+    // `_gil` of the interpreter), the rest from the version's layout once those two agree.
+    let gil_base = entry("interpreter_state.gil_runtime_state")?;
+    let locked = entry("interpreter_state.gil_runtime_state_locked")?
+        .checked_sub(gil_base)
+        .ok_or("gil_runtime_state_locked lies before the GIL struct")?;
+    let holder = entry("interpreter_state.gil_runtime_state_holder")?
+        .checked_sub(gil_base)
+        .ok_or("gil_runtime_state_holder lies before the GIL struct")?;
+    let known_locked = descriptor.required("gil.locked").offset;
+    let known_holder = descriptor.required("gil.last_holder").offset;
+    if (locked, holder) != (known_locked, known_holder) {
+        return Err(format!(
+            "the target's GIL struct differs from layout {} (locked at {locked}, holder at {holder}; \
+             expected {known_locked} and {known_holder})",
+            descriptor.key()
+        ));
+    }
+    for (name, info) in descriptor
+        .fields
+        .iter()
+        .filter(|(n, _)| *n == "gil" || n.starts_with("gil."))
+    {
+        fields.insert(name.clone(), *info);
+    }
+    let layout = Layout {
+        version: descriptor.version.clone(),
+        flavour: if free_threaded {
+            Flavour::FreeThreaded
+        } else {
+            descriptor.flavour
+        },
+        arch: descriptor.arch.clone(),
+        generated_from_version: version.to_string(),
+        generated_from: "_Py_DebugOffsets of the target".into(),
+        build_id: None,
+        fields,
+    };
+    layout.check()?;
+    Ok((
+        layout,
+        Reported {
+            version,
+            free_threaded,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::layout::{SHIPPED, find_shipped};
+
+    /// A table as a 3.14 target would hold it, built from the shipped layout's own numbers.
+    fn table_for(descriptor: &Layout, set: &[(&str, u64)]) -> Vec<u8> {
+        let mut bytes = vec![0u8; descriptor.required("debug_offsets").size as usize];
+        bytes[..8].copy_from_slice(COOKIE);
+        for (name, value) in set {
+            let at = descriptor
+                .field(&format!("debug_offsets.{name}"))
+                .unwrap()
+                .offset as usize;
+            bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        bytes
+    }
+
+    fn descriptor() -> Layout {
+        assert!(
+            SHIPPED
+                .iter()
+                .any(|(n, _)| n.starts_with("3.14-default-x86_64"))
+        );
+        find_shipped("3.14", Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap()
+    }
+
+    fn good_values(d: &Layout) -> Vec<(&'static str, u64)> {
+        let gil = 4096;
+        vec![
+            ("version", 0x030e0af0),
+            ("runtime_state.size", 100_000),
+            (
+                "runtime_state.interpreters_head",
+                d.required("runtime.interpreters.head").offset,
+            ),
+            ("interpreter_state.size", 100_000),
+            ("interpreter_state.next", d.required("interp.next").offset),
+            (
+                "interpreter_state.threads_head",
+                d.required("interp.threads.head").offset,
+            ),
+            (
+                "interpreter_state.ceval_gil",
+                d.required("interp.ceval.gil").offset,
+            ),
+            ("interpreter_state.gil_runtime_state", gil),
+            (
+                "interpreter_state.gil_runtime_state_locked",
+                gil + d.required("gil.locked").offset,
+            ),
+            (
+                "interpreter_state.gil_runtime_state_holder",
+                gil + d.required("gil.last_holder").offset,
+            ),
+            ("thread_state.size", 1000),
+            ("thread_state.next", d.required("tstate.next").offset),
+            ("thread_state.interp", d.required("tstate.interp").offset),
+            (
+                "thread_state.thread_id",
+                d.required("tstate.thread_id").offset,
+            ),
+            (
+                "thread_state.native_thread_id",
+                d.required("tstate.native_thread_id").offset,
+            ),
+        ]
+    }
+
+    #[test]
+    fn decodes_what_the_target_reports() {
+        let d = descriptor();
+        let (layout, reported) = decode(
+            &table_for(&d, &good_values(&d)),
+            &d,
+            PyVersion::from_hex(0x030e0af0),
+        )
+        .unwrap();
+        assert_eq!(reported.version.to_string(), "3.14.10");
+        assert!(!reported.free_threaded);
+        for name in [
+            "runtime.interpreters.head",
+            "interp.threads.head",
+            "tstate.native_thread_id",
+            "gil.cond",
+        ] {
+            assert_eq!(layout.field(name), d.field(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn rejects_a_wrong_cookie_version_or_offset() {
+        let d = descriptor();
+        let v = PyVersion::from_hex(0x030e0af0);
+        let mut bytes = table_for(&d, &good_values(&d));
+        bytes[0] = b'X';
+        assert!(decode(&bytes, &d, v).unwrap_err().contains("cookie"));
+
+        let wrong_version = table_for(
+            &d,
+            &[good_values(&d), vec![("version", 0x030d0000)]].concat(),
+        );
+        assert!(
+            decode(&wrong_version, &d, v)
+                .unwrap_err()
+                .contains("reports Python 3.13")
+        );
+
+        let outside = table_for(
+            &d,
+            &[good_values(&d), vec![("thread_state.next", 5000)]].concat(),
+        );
+        assert!(decode(&outside, &d, v).unwrap_err().contains("outside"));
+
+        let moved_gil = table_for(
+            &d,
+            &[
+                good_values(&d),
+                vec![("interpreter_state.gil_runtime_state_locked", 4096 + 40)],
+            ]
+            .concat(),
+        );
+        assert!(
+            decode(&moved_gil, &d, v)
+                .unwrap_err()
+                .contains("GIL struct differs")
+        );
+    }
+
+    #[test]
+    fn never_panics_on_short_or_garbage_tables() {
+        let d = descriptor();
+        let v = PyVersion::from_hex(0x030e0af0);
+        for len in [0, 7, 8, 16, 100] {
+            let mut bytes = vec![0xffu8; len];
+            if len >= 8 {
+                bytes[..8].copy_from_slice(COOKIE);
+            }
+            assert!(decode(&bytes, &d, v).is_err());
+        }
+    }
+}

@@ -211,7 +211,8 @@ fn run_layout(args: &LayoutArgs) -> Result<()> {
     let minor: String = version.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
     let flavour = detect_flavour(&binary_image)?;
     let arch = elf::arch_name(&binary);
-    let layout = Layout::from_dwarf(&image, &minor, &version, flavour, arch)?;
+    let mut layout = Layout::from_dwarf(&image, &minor, &version, flavour, arch)?;
+    layout.binary = args.binary.as_ref().map(|b| b.display().to_string());
     match &args.out {
         Some(dir) => {
             let path = dir.join(format!("{}.json", layout.key()));

@@ -5,7 +5,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::{Trace, Workload, fixture, gilsample, interpreter, run};
+use common::{Trace, Workload, gilsample, interpreter, layout_sources, run};
 
 fn contention(label: &str) {
     let python = interpreter(label);
@@ -53,12 +53,14 @@ fn contention(label: &str) {
         "workers held the GIL {worker_hold:.0} µs of {span:.0} µs"
     );
     assert_eq!(trace.other("pid").as_u64(), Some(workload.pid as u64));
+    let minor = label
+        .trim_start_matches("debian-")
+        .trim_start_matches("sid-")
+        .trim_end_matches('d');
+    let version = trace.other("python_version").as_str().unwrap().to_string();
     assert!(
-        trace
-            .other("python_version")
-            .as_str()
-            .unwrap()
-            .starts_with(label.trim_start_matches("debian-"))
+        version.starts_with(minor),
+        "{label}: the trace says Python {version}"
     );
     assert!(trace.other("samples").as_u64().unwrap() > 0);
 }
@@ -114,13 +116,12 @@ fn gil_free_calls_are_released(label: &str) {
 fn launch_records_from_the_start(label: &str) {
     let python = interpreter(label);
     let dir = tempfile::tempdir().unwrap();
-    let script = fixture("workloads/gil_workload.py");
     let out = gilsample()
         .args(["--quiet", "-o"])
         .arg(dir.path())
         .arg("--")
-        .arg(&python)
-        .arg(&script)
+        .args(&python.command)
+        .arg(&python.workload)
         .args(["short", "--threads", "2", "--seconds", "0.5"])
         .stdout(Stdio::piped())
         .output()
@@ -212,6 +213,44 @@ fn target_exit_leaves_a_complete_file(label: &str) {
     assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
 }
 
+fn every_layout_source_records(label: &str) {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    for source in layout_sources(label) {
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "--pid",
+            &workload.pid.to_string(),
+            "--duration",
+            "0.3",
+            "--layout-source",
+            source,
+        ];
+        let (status, stderr) = run(&args, dir.path());
+        assert!(
+            status.success(),
+            "--layout-source {source} failed: {stderr}"
+        );
+        let trace = Trace::load_single(dir.path());
+        let used = trace.other("layout_source").as_str().unwrap().to_string();
+        assert!(
+            used.starts_with(source),
+            "asked for {source}, the trace says {used}"
+        );
+        for name in ["spinner-0", "spinner-1"] {
+            let tid = workload.tid(name);
+            assert!(
+                trace.total(tid, "hold_gil") > 0.0,
+                "{source}: {name} never held the GIL"
+            );
+            assert!(
+                trace.total(tid, "take_gil") > 0.0,
+                "{source}: {name} never waited"
+            );
+        }
+    }
+}
+
 macro_rules! interpreter_tests {
     ($($module:ident => $label:expr),* $(,)?) => {
         $(
@@ -228,6 +267,8 @@ macro_rules! interpreter_tests {
                 fn sigint_leaves_a_complete_file() { super::sigint_leaves_a_complete_file($label) }
                 #[test]
                 fn target_exit_leaves_a_complete_file() { super::target_exit_leaves_a_complete_file($label) }
+                #[test]
+                fn every_layout_source_records() { super::every_layout_source_records($label) }
             }
         )*
     };
@@ -242,6 +283,10 @@ interpreter_tests!(
     py312 => "3.12",
     py313 => "3.13",
     debian311 => "debian-3.11",
+    sid313 => "sid-3.13",
+    sid314 => "sid-3.14",
+    sid315 => "sid-3.15",
+    sid314d => "sid-3.14d",
 );
 
 #[test]

@@ -503,12 +503,17 @@ impl LayoutRequest<'_> {
             ));
             return Ok(None);
         }
-        let descriptor = match self.same_build_file()? {
+        // Where the entries sit inside the table is fixed per minor version, and reading the table is
+        // validated entry by entry, so the shipped descriptor is tried before a (slow) DWARF parse.
+        let shipped = match self.same_build_file()? {
+            Some(layout) => Some(layout),
+            None => self.shipped_file()?,
+        };
+        let descriptor = match shipped.filter(|l| l.field("debug_offsets").is_some()) {
             Some(layout) => Some((layout.key(), layout)),
-            None => match self.dwarf(tried) {
-                Some((layout, path)) => Some((format!("dwarf:{}", path.display()), layout)),
-                None => self.shipped_file()?.map(|l| (l.key(), l)),
-            },
+            None => self
+                .dwarf(tried)
+                .map(|(layout, path)| (format!("dwarf:{}", path.display()), layout)),
         };
         let Some((described_by, descriptor)) = descriptor else {
             tried.push("no layout describes this version's _Py_DebugOffsets".into());

@@ -166,6 +166,7 @@ pub fn decode(
         generated_from_version: version.to_string(),
         generated_from: "_Py_DebugOffsets of the target".into(),
         build_id: None,
+        binary: None,
         fields,
     };
     layout.check()?;

@@ -292,6 +292,9 @@ pub struct Layout {
     /// The file it was generated from, and its build-id, so a test can regenerate and compare.
     pub generated_from: String,
     pub build_id: Option<String>,
+    /// When `generated_from` is a separate debug file: the binary it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
     pub fields: BTreeMap<String, FieldInfo>,
 }
 
@@ -336,6 +339,7 @@ impl Layout {
             generated_from_version: full_version.to_string(),
             generated_from: image.path.display().to_string(),
             build_id: crate::symbols::elf::build_id(&elf, image.bytes()),
+            binary: None,
             fields,
         };
         layout.check().map_err(|why| Error::Binary {

@@ -10,7 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use serde_json::Value;
 
 /// The interpreters every live test runs under. A missing one fails the suite: a green run must mean
-/// every one of them was tested.
+/// every one of them was tested. `sid-*` run inside the Debian sid root that scripts/make-sid-root.sh
+/// makes (static, non-PIE, stripped, with detached DWARF from the -dbg packages; `d` = debug build).
 pub const EXPECTED: &[&str] = &[
     "3.7",
     "3.8",
@@ -20,6 +21,10 @@ pub const EXPECTED: &[&str] = &[
     "3.12",
     "3.13",
     "debian-3.11",
+    "sid-3.13",
+    "sid-3.14",
+    "sid-3.15",
+    "sid-3.14d",
 ];
 
 pub fn pyenv_root() -> PathBuf {
@@ -34,8 +39,35 @@ pub fn pyenv_root() -> PathBuf {
     PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".pyenv")
 }
 
+pub fn sid_root() -> PathBuf {
+    std::env::var_os("GILSAMPLE_SID_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/var/tmp/gilsample-sid".into())
+}
+
+/// How to run one interpreter under test, and where it sees the workload script.
+#[derive(Clone, Debug)]
+pub struct Python {
+    /// The command line that starts the interpreter (a `chroot` prefix for the sid root).
+    pub command: Vec<String>,
+    /// The workload script's path as the interpreter sees it.
+    pub workload: String,
+}
+
+impl Python {
+    /// A command running `script_args` on the workload script.
+    pub fn workload_command(&self, script_args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.command[0]);
+        cmd.args(&self.command[1..])
+            .arg(&self.workload)
+            .args(script_args);
+        cmd
+    }
+}
+
 /// The interpreter for a label of `EXPECTED`; panics (fails the test) when it is not installed.
-pub fn interpreter(label: &str) -> PathBuf {
+pub fn interpreter(label: &str) -> Python {
+    let workload = fixture("workloads/gil_workload.py").display().to_string();
     if let Some(minor) = label.strip_prefix("debian-") {
         let path = PathBuf::from(format!("/usr/bin/python{minor}"));
         assert!(
@@ -43,7 +75,29 @@ pub fn interpreter(label: &str) -> PathBuf {
             "expected interpreter {} is missing (apt-get install python{minor})",
             path.display()
         );
-        return path;
+        return Python {
+            command: vec![path.display().to_string()],
+            workload,
+        };
+    }
+    if let Some(name) = label.strip_prefix("sid-") {
+        let root = sid_root();
+        let inside = format!("/usr/bin/python{name}");
+        let exe = root.join(inside.trim_start_matches('/'));
+        assert!(
+            exe.exists(),
+            "expected interpreter {} is missing: run scripts/make-sid-root.sh",
+            exe.display()
+        );
+        // The chroot sees only its own tree: give it the workload under a unique name, then rename
+        // into place, so concurrent tests never see a half-written script.
+        let staged = tempfile::NamedTempFile::new_in(root.join("tmp")).unwrap();
+        std::fs::copy(&workload, staged.path()).unwrap();
+        staged.persist(root.join("tmp/gil_workload.py")).unwrap();
+        return Python {
+            command: vec!["chroot".into(), root.display().to_string(), inside],
+            workload: "/tmp/gil_workload.py".into(),
+        };
     }
     let versions = pyenv_root().join("versions");
     let found = std::fs::read_dir(&versions)
@@ -57,12 +111,26 @@ pub fn interpreter(label: &str) -> PathBuf {
         })
         .map(|p| p.join("bin").join(format!("python{label}")))
         .find(|p| p.exists());
-    found.unwrap_or_else(|| {
+    let path = found.unwrap_or_else(|| {
         panic!(
             "expected interpreter Python {label} is missing under {}",
             versions.display()
         )
-    })
+    });
+    Python {
+        command: vec![path.display().to_string()],
+        workload,
+    }
+}
+
+/// The layout sources a label's interpreter supports, each of which the suite forces in turn.
+pub fn layout_sources(label: &str) -> &'static [&'static str] {
+    match label {
+        "debian-3.11" => &["file"],
+        "3.13" => &["debug-offsets", "dwarf", "file"],
+        l if l.starts_with("sid-") => &["debug-offsets", "dwarf", "file"],
+        _ => &["dwarf", "file"],
+    }
 }
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -81,14 +149,13 @@ pub struct Workload {
 
 impl Workload {
     /// Starts a scenario and waits for its READY line (the readiness signal; no sleeps).
-    pub fn start(python: &Path, args: &[&str]) -> Workload {
-        let mut child = Command::new(python)
-            .arg(fixture("workloads/gil_workload.py"))
-            .args(args)
+    pub fn start(python: &Python, args: &[&str]) -> Workload {
+        let mut child = python
+            .workload_command(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", python.display()));
+            .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", python.command));
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)

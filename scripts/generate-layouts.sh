@@ -7,7 +7,9 @@
 #   - the Debian sid root made by scripts/make-sid-root.sh ($GILSAMPLE_SID_ROOT, default
 #     /var/tmp/gilsample-sid): python3.X with the detached DWARF of python3.X-dbg (found by build-id),
 #     and the python3.Xd debug builds. Where both give the same key, the Debian build wins only for
-#     versions pyenv does not have.
+#     versions pyenv does not have;
+#   - Debian's arm64 builds unpacked by scripts/fetch-arm64-builds.sh ($GILSAMPLE_ARM64_ROOT, default
+#     /var/tmp/gilsample-arm64), for the aarch64 layouts (the version comes from their Py_Version).
 # Usage: scripts/generate-layouts.sh [OUT_DIR]   (default: python-layouts/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,4 +50,20 @@ if [ -d "$sid" ]; then
     done
 else
     echo "no Debian sid root at $sid (scripts/make-sid-root.sh makes one): 3.14, 3.15 and debug builds not regenerated" >&2
+fi
+
+arm=${GILSAMPLE_ARM64_ROOT:-/var/tmp/gilsample-arm64}
+if [ -d "$arm" ]; then
+    for exe in "$arm"/usr/bin/python3.[0-9]*; do
+        name=$(basename "$exe")
+        [[ "$name" =~ ^python3\.[0-9]+d?$ ]] || continue
+        if [[ "$name" == *d ]]; then
+            "$bin" layout --from "$exe" --out "$out"
+            continue
+        fi
+        id=$(readelf -n "$exe" | awk '/Build ID/ {print $3}')
+        "$bin" layout --from "$arm/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug" --binary "$exe" --out "$out"
+    done
+else
+    echo "no arm64 builds at $arm (scripts/fetch-arm64-builds.sh unpacks them): aarch64 layouts not regenerated" >&2
 fi

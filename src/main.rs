@@ -215,6 +215,10 @@ fn run_layout(args: &LayoutArgs) -> Result<()> {
     layout.binary = args.binary.as_ref().map(|b| b.display().to_string());
     match &args.out {
         Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| Error::Output {
+                path: dir.clone(),
+                why: e.to_string(),
+            })?;
             let path = dir.join(format!("{}.json", layout.key()));
             std::fs::write(&path, layout.to_json()).map_err(|e| Error::Output {
                 path: path.clone(),

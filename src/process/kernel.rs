@@ -10,11 +10,9 @@ use std::os::unix::fs::FileExt;
 
 use crate::process::memory::ReadError;
 
-/// The `futex` syscall number of the architecture gilsample was built for.
-#[cfg(target_arch = "x86_64")]
-pub const SYS_FUTEX: i64 = 202;
-#[cfg(target_arch = "aarch64")]
-pub const SYS_FUTEX: i64 = 98;
+/// The `futex` syscall number of the architecture gilsample is built for (202 on x86_64, 98 on
+/// aarch64), from libc's per-architecture table rather than a hard-coded x86_64 constant.
+pub const SYS_FUTEX: i64 = libc::SYS_futex;
 
 /// One reading of a thread's syscall file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

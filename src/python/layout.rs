@@ -471,6 +471,18 @@ mod tests {
     }
 
     #[test]
+    fn aarch64_layouts_carry_glibcs_larger_mutex() {
+        // pthread_mutex_t is 40 bytes on x86_64 and 48 on aarch64; the GIL struct's tail moves with it.
+        for (arch, mutex, gil) in [("x86_64", 40, 208), ("aarch64", 48, 224)] {
+            let layout = find_shipped("3.14", Flavour::Default, arch)
+                .unwrap()
+                .expect("shipped 3.14 layout");
+            assert_eq!(layout.required("gil.mutex").size, mutex, "{arch}");
+            assert_eq!(layout.required("gil").size, gil, "{arch}");
+        }
+    }
+
+    #[test]
     fn check_rejects_a_field_outside_the_gil() {
         let (_, text) = SHIPPED[0];
         let mut layout: Layout = serde_json::from_str(text).unwrap();

@@ -205,9 +205,57 @@ impl Located {
             tids,
             memory,
         };
+        check_gil_enabled(&target)?;
         validate(&target, &process_tids)?;
         Ok(target)
     }
+}
+
+/// A free-threaded build may run with the GIL disabled; then there is nothing to record, and saying so
+/// beats writing an empty trace.
+fn check_gil_enabled(target: &Target) -> Result<()> {
+    if target.flavour != Flavour::FreeThreaded && target.layout.flavour != Flavour::FreeThreaded {
+        return Ok(());
+    }
+    let pid = target.pid;
+    let Some(enabled) = target.layout.field("interp.gil_enabled") else {
+        return Err(Error::Unsupported {
+            pid,
+            why: "a free-threaded build, and gilsample cannot tell whether its GIL is enabled"
+                .into(),
+        });
+    };
+    let main =
+        crate::python::runtime::read_interpreters(&target.memory, &target.layout, target.runtime)
+            .map_err(|e| walk_error(pid, e))?
+            .last()
+            .copied()
+            .ok_or(Error::NotReady {
+                pid,
+                why: "no interpreter yet".into(),
+            })?;
+    let mut flag = [0u8; 4];
+    target
+        .memory
+        .read_into(
+            main.offset(enabled.offset).ok_or(Error::LayoutInvalid {
+                pid,
+                why: "GIL flag address overflows".into(),
+            })?,
+            &mut flag,
+        )
+        .map_err(|e| read_error(pid, e, "the GIL's enabled flag"))?;
+    if u32::from_ne_bytes(flag) == 0 {
+        return Err(Error::Unsupported {
+            pid,
+            why: format!(
+                "Python {} is a free-threaded build running with the GIL disabled: there are no GIL waits or holds to record \
+                 (start it with PYTHON_GIL=1 or -X gil=1 to record its GIL)",
+                target.version
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn check_is_user_process(pid: u32) -> Result<()> {

@@ -155,6 +155,22 @@ pub fn decode(
     {
         fields.insert(name.clone(), *info);
     }
+    if free_threaded {
+        // Free-threaded builds may run without the GIL; `enabled` (relative to the interpreter) says.
+        let enabled = entry("interpreter_state.gil_runtime_state_enabled")?;
+        if enabled == 0 || enabled >= interp_size {
+            return Err(
+                "free-threaded build without a usable gil_runtime_state_enabled offset".into(),
+            );
+        }
+        fields.insert(
+            "interp.gil_enabled".into(),
+            FieldInfo {
+                offset: enabled,
+                size: 4,
+            },
+        );
+    }
     let layout = Layout {
         version: descriptor.version.clone(),
         flavour: if free_threaded {
@@ -309,6 +325,29 @@ mod tests {
                 .unwrap_err()
                 .contains("GIL struct differs")
         );
+    }
+
+    #[test]
+    fn a_free_threaded_build_reports_where_its_gil_switch_is() {
+        let d = descriptor();
+        let v = PyVersion::from_hex(0x030e0af0);
+        let values = [
+            good_values(&d),
+            vec![
+                ("free_threaded", 1),
+                ("interpreter_state.gil_runtime_state_enabled", 4096 + 232),
+            ],
+        ]
+        .concat();
+        let (layout, reported) = decode(&table_for(&d, &values), &d, v).unwrap();
+        assert!(reported.free_threaded);
+        assert_eq!(layout.flavour, Flavour::FreeThreaded);
+        assert_eq!(
+            layout.field("interp.gil_enabled").map(|f| f.offset),
+            Some(4096 + 232)
+        );
+        let no_switch = [good_values(&d), vec![("free_threaded", 1)]].concat();
+        assert!(decode(&table_for(&d, &no_switch), &d, v).is_err());
     }
 
     #[test]

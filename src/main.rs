@@ -151,6 +151,11 @@ fn run_record(args: RecordArgs) -> Result<i32> {
     let report = report?;
     if !args.quiet {
         eprint!("{}", format_summary(&report));
+    } else {
+        // Quiet drops the summary, never an error.
+        for (pid, error) in &report.failures {
+            eprintln!("gilsample: error: process {pid}: {error}");
+        }
     }
     if let Some((_, first)) = report.failures.first()
         && report.targets.is_empty()

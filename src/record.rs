@@ -363,9 +363,14 @@ fn record_one(
             }
             Ok((writer, totals))
         });
-        let report = run_sampler(target, config, stop, live, &mut |record| {
-            // A failed writer ends the channel; the sampler keeps going and the error surfaces at the end.
-            let _ = tx.send(record);
+        // A writer that failed (disk full, directory gone) drops its end of the channel; sampling then
+        // stops at the next tick and the error, which says where the partial data is, surfaces below.
+        let writer_failed = AtomicBool::new(false);
+        let should_stop = || stop.load(Ordering::Relaxed) || writer_failed.load(Ordering::Relaxed);
+        let report = run_sampler(target, config, &should_stop, live, &mut |record| {
+            if tx.send(record).is_err() {
+                writer_failed.store(true, Ordering::Relaxed);
+            }
         });
         drop(tx);
         (

@@ -66,6 +66,8 @@ pub struct Binary {
     pub arch: &'static str,
     pub runtime_symbol: RemoteAddr,
     pub load_bias: u64,
+    /// The mapping that holds `_PyRuntime`, to notice when the target execs something else.
+    pub mapping: Mapping,
 }
 
 /// A target ready to be sampled: everything the sampler needs, checked against the live process.
@@ -105,6 +107,27 @@ impl Target {
             take: [range("gil.cond"), range("gil.mutex")],
             drop: [range("gil.switch_cond"), range("gil.switch_mutex")],
         }
+    }
+}
+
+impl Target {
+    /// Whether the target still maps the same interpreter file where it did at attach time; false
+    /// after an exec. Reads /proc/PID/maps, so it is for the rare check after persistent faults.
+    pub fn still_mapped(&self) -> Result<bool> {
+        let runtime = self.binary.runtime_symbol.0;
+        // The mapping that holds `_PyRuntime` is the file's writable data; the same file mapped anywhere
+        // in the same place means the same interpreter (an exec of the same non-PIE binary re-creates
+        // it there, and reading on is then right).
+        let base = self
+            .binary
+            .mapping
+            .start
+            .wrapping_sub(self.binary.mapping.offset);
+        Ok(read_file_mappings(self.pid)?.iter().any(|m| {
+            m.same_file(&self.binary.mapping)
+                && m.start.wrapping_sub(m.offset) == base
+                && runtime >= base
+        }))
     }
 }
 
@@ -388,6 +411,7 @@ fn find_interpreter(pid: u32, mappings: &[Mapping]) -> Result<(Binary, ElfImage,
             arch: elf::arch_name(&parsed),
             runtime_symbol: RemoteAddr(symbol.vaddr.wrapping_add(bias)),
             load_bias: bias,
+            mapping: candidate.clone(),
         };
         drop(parsed);
         check_version_supported(pid, version)?;
@@ -633,8 +657,17 @@ fn validate(target: &Target, process_tids: &HashSet<u32>) -> Result<()> {
     let mut walker = ThreadWalker::default();
     let mut threads: Vec<ThreadRef> = Vec::new();
     let mut last_problem = String::new();
-    let mut tids = process_tids.clone();
-    for _ in 0..5 {
+    let mut before = process_tids.clone();
+    let mut after = HashSet::new();
+    let mut buf = [0u8; 64];
+    // Threads start and exit while we look (some programs churn hundreds a second), so each attempt
+    // brackets the walk with two reads of the thread list and of the GIL words: a tid is real if the
+    // process had it at either moment, and the holder is checked only when no hand-off happened
+    // during the walk. A wrong layout fails every attempt: its "tids" are garbage.
+    for _ in 0..10 {
+        let word_before = target
+            .read_gil_word(&mut buf)
+            .map_err(|e| read_error(pid, e, "the GIL"))?;
         walker
             .walk(
                 &target.memory,
@@ -644,23 +677,25 @@ fn validate(target: &Target, process_tids: &HashSet<u32>) -> Result<()> {
                 &mut threads,
             )
             .map_err(|e| walk_error(pid, e))?;
-        read_tids(pid, &mut tids)?;
+        let word_after = target
+            .read_gil_word(&mut buf)
+            .map_err(|e| read_error(pid, e, "the GIL"))?;
+        read_tids(pid, &mut after)?;
         if threads.is_empty() {
             return Err(Error::NotReady {
                 pid,
                 why: "no Python thread yet".into(),
             });
         }
-        let mut buf = [0u8; 64];
-        let word = target
-            .read_gil_word(&mut buf)
-            .map_err(|e| read_error(pid, e, "the GIL"))?;
         let unknown: Vec<u32> = threads
             .iter()
             .map(|t| t.tid)
-            .filter(|t| !tids.contains(t))
+            .filter(|t| !before.contains(t) && !after.contains(t))
             .collect();
-        let holder_known = !word.locked || threads.iter().any(|t| t.tstate == word.last_holder);
+        let steady = word_before == word_after;
+        let holder_known = !steady
+            || !word_after.locked
+            || threads.iter().any(|t| t.tstate == word_after.last_holder);
         if unknown.is_empty() && holder_known {
             return Ok(());
         }
@@ -671,9 +706,10 @@ fn validate(target: &Target, process_tids: &HashSet<u32>) -> Result<()> {
         } else {
             format!(
                 "the GIL holder {} is not in the thread list",
-                word.last_holder
+                word_after.last_holder
             )
         };
+        std::mem::swap(&mut before, &mut after);
     }
     Err(Error::LayoutInvalid {
         pid,

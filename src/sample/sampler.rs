@@ -58,8 +58,13 @@ pub enum EndReason {
     Duration,
     Stopped,
     TargetExited,
+    /// The target replaced its program (exec): what was recorded up to then is kept.
+    TargetExec,
     Failed(String),
 }
+
+/// Reads that keep failing for this long make the sampler check whether the target exec'd.
+const FAULTS_BEFORE_CHECK_NS: u64 = 20_000_000;
 
 /// What the loop measured about itself; the summary and trace metadata print it.
 #[derive(Clone, Debug)]
@@ -168,7 +173,7 @@ struct Loop<'a> {
 pub fn run_sampler(
     target: &Target,
     config: &SamplerConfig,
-    stop: &AtomicBool,
+    stop: &dyn Fn() -> bool,
     live: &LiveCounters,
     sink: &mut dyn FnMut(Record),
 ) -> SamplerReport {
@@ -216,7 +221,7 @@ impl Loop<'_> {
     fn run(
         &mut self,
         config: &SamplerConfig,
-        stop: &AtomicBool,
+        stop: &dyn Fn() -> bool,
         live: &LiveCounters,
         sink: &mut dyn FnMut(Record),
         start: u64,
@@ -232,12 +237,13 @@ impl Loop<'_> {
         let mut states: Vec<GilState> = Vec::with_capacity(64);
         let mut kernel: Vec<Option<KernelState>> = Vec::with_capacity(64);
         let ranges = self.target.gil_wait_ranges();
+        let mut faulting_since: Option<u64> = None;
         // For engineers tuning classification: every thread of every sample, as text.
         let mut dump = std::env::var_os("GILSAMPLE_DUMP_SAMPLES")
             .and_then(|path| std::fs::File::create(path).ok())
             .map(std::io::BufWriter::new);
         loop {
-            if stop.load(Ordering::Relaxed) {
+            if stop() {
                 return EndReason::Stopped;
             }
             if end_at.is_some_and(|end| deadline >= end) {
@@ -260,6 +266,9 @@ impl Loop<'_> {
                 }
                 Err(_) => {
                     self.report.faulted_samples += 1;
+                    if let Some(end) = self.after_fault(t0, &mut faulting_since) {
+                        return end;
+                    }
                     continue;
                 }
             };
@@ -274,11 +283,15 @@ impl Loop<'_> {
                     Err(WalkError::Read(ReadError::Gone)) => return EndReason::TargetExited,
                     Err(_) => {
                         self.report.faulted_samples += 1;
+                        if let Some(end) = self.after_fault(t0, &mut faulting_since) {
+                            return end;
+                        }
                         continue;
                     }
                 }
             }
 
+            faulting_since = None;
             kernel.clear();
             kernel.extend(
                 self.threads
@@ -375,6 +388,21 @@ impl Loop<'_> {
             // Leave at least a quarter period idle even when a tick overran, so a real-time sampler
             // never monopolises a CPU.
             deadline = deadline.max(monotonic_ns() + period / 4);
+        }
+    }
+
+    /// After a failed read: once reads have failed for a while, checks whether the target exec'd (its
+    /// interpreter is no longer mapped) or exited, which end the recording; a torn read does not.
+    fn after_fault(&mut self, now: u64, faulting_since: &mut Option<u64>) -> Option<EndReason> {
+        let since = *faulting_since.get_or_insert(now);
+        if now - since < FAULTS_BEFORE_CHECK_NS {
+            return None;
+        }
+        *faulting_since = Some(now);
+        match self.target.still_mapped() {
+            Ok(true) => None,
+            Ok(false) => Some(EndReason::TargetExec),
+            Err(_) => Some(EndReason::TargetExited),
         }
     }
 

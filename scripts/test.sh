@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command: prepares what the live tests record from, then runs the whole suite.
+#   - pyenv builds 3.7-3.13 under $(pyenv root)/versions (part of the machine image);
+#   - Debian's /usr/bin/python3.11;
+#   - the Debian sid root with python3.13-3.15 and their -dbg packages (scripts/make-sid-root.sh);
+#   - Debian's arm64 builds, unpacked, for the aarch64 layout check (scripts/fetch-arm64-builds.sh).
+# Needs root (chroot, mount, ptrace access to the test processes). A missing interpreter fails the suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x /usr/bin/python3.11 ]; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3.11
+fi
+scripts/make-sid-root.sh
+scripts/fetch-arm64-builds.sh
+cargo test --locked "$@"

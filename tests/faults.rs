@@ -1,0 +1,283 @@
+//! Faults while recording, each with a real process: the target execs, forks, is stopped, churns
+//! threads; gilsample is signalled (once, twice); the output disk fills up or is read-only. In every
+//! case: no crash, no hang, no interval on a thread that is not the target's, and either a complete
+//! file or an error that says where the data is.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use common::{Trace, Workload, gilsample, interpreter, run};
+
+/// Starts gilsample on `pid` with `args` and returns once its first sample is taken.
+fn start_recording(
+    pid: u32,
+    out: &Path,
+    args: &[&str],
+) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut child = gilsample()
+        .args(["--pid", &pid.to_string(), "-o"])
+        .arg(out)
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("recording process"),
+        "unexpected first line: {line}"
+    );
+    (child, stderr)
+}
+
+fn signal(child: &Child, sig: Signal) {
+    kill(Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+fn assert_tids_belong(trace: &Trace, allowed: &HashSet<u32>) {
+    for event in trace.events() {
+        assert!(
+            allowed.contains(&event.tid),
+            "event on tid {} that is not the target's: {event:?}",
+            event.tid
+        );
+    }
+}
+
+/// Intervals of one thread never overlap.
+fn assert_no_overlaps(trace: &Trace) {
+    let mut events = trace.events();
+    events.sort_by(|a, b| (a.tid, a.ts).partial_cmp(&(b.tid, b.ts)).unwrap());
+    for pair in events.windows(2) {
+        if pair[0].tid == pair[1].tid {
+            // Timestamps are epoch µs parsed into f64: about 0.25 µs of resolution.
+            assert!(
+                pair[0].ts + pair[0].dur <= pair[1].ts + 0.5,
+                "overlap: {:?} and {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+}
+
+fn stop_signal_finishes_the_file(sig: Signal) {
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &[]);
+    signal(&child, sig);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{sig:?}: exit {status}");
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("end_reason").as_str(), Some("Stopped"));
+}
+
+#[test]
+fn sigterm_finishes_the_file() {
+    stop_signal_finishes_the_file(Signal::SIGTERM);
+}
+
+#[test]
+fn sighup_finishes_the_file() {
+    stop_signal_finishes_the_file(Signal::SIGHUP);
+}
+
+#[test]
+fn second_ctrl_c_exits_at_once_without_a_corrupt_file() {
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &[]);
+    signal(&child, Signal::SIGINT);
+    signal(&child, Signal::SIGINT);
+    let code = child.wait().unwrap().code();
+    assert!(matches!(code, Some(0) | Some(130)), "exit {code:?}");
+    let final_path = dir.path().join(format!("GIL_{}_rank_0.json", workload.pid));
+    if final_path.exists() {
+        Trace::load(&final_path); // complete and valid, or absent: never half-written
+    } else {
+        assert_eq!(code, Some(130));
+    }
+}
+
+#[test]
+fn target_exec_ends_the_recording_with_a_complete_file() {
+    let python = interpreter("3.12");
+    let mut workload = python
+        .workload_command(&["exec"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(workload.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pid = workload.id();
+    let mut allowed = ready_tids(&line);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _stderr) = start_recording(pid, dir.path(), &[]);
+    workload
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"exec\n")
+        .unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(
+        line.starts_with("READY"),
+        "the re-executed program did not start: {line}"
+    );
+    allowed.extend(ready_tids(&line));
+    // The shared libpython lands elsewhere after exec (ASLR): gilsample notices and finishes.
+    let status = child.wait().unwrap();
+    let _ = workload.kill();
+    let _ = workload.wait();
+    assert!(status.success(), "exit {status}");
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("end_reason").as_str(), Some("TargetExec"));
+    assert_tids_belong(&trace, &allowed);
+}
+
+/// The thread ids a workload's READY line reports.
+fn ready_tids(line: &str) -> HashSet<u32> {
+    let ready: serde_json::Value =
+        serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
+    ready["threads"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[test]
+fn children_forked_by_the_target_never_appear() {
+    let workload = Workload::start(&interpreter("3.12"), &["forker", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run(
+        &["--pid", &workload.pid.to_string(), "--duration", "0.5"],
+        dir.path(),
+    );
+    assert!(status.success(), "{stderr}");
+    let trace = Trace::load_single(dir.path());
+    let own: HashSet<u32> = workload.threads.values().copied().collect();
+    assert_tids_belong(&trace, &own);
+    assert!(trace.total(workload.tid("spinner-0"), "hold_gil") > 0.0);
+}
+
+#[test]
+fn stopped_target_does_not_hang_the_recording() {
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &["--duration", "0.5"]);
+    kill(Pid::from_raw(workload.pid as i32), Signal::SIGSTOP).unwrap();
+    let status = child.wait().unwrap();
+    kill(Pid::from_raw(workload.pid as i32), Signal::SIGCONT).unwrap();
+    assert!(status.success(), "exit {status}");
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("end_reason").as_str(), Some("Duration"));
+    assert_no_overlaps(&trace);
+}
+
+#[test]
+fn thread_churn_is_attributed_to_the_right_threads() {
+    let python = interpreter("3.12");
+    let mut workload = python
+        .workload_command(&["churn", "--seconds", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(workload.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let ready: serde_json::Value =
+        serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run(&["--pid", &workload.id().to_string()], dir.path());
+    assert!(status.success(), "{stderr}");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    workload.wait().unwrap();
+    let result: serde_json::Value =
+        serde_json::from_str(line.trim().strip_prefix("RESULT ").unwrap()).unwrap();
+    let mut allowed: HashSet<u32> = result["tids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    allowed.extend(
+        ready["threads"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|t| t.as_u64().unwrap() as u32),
+    );
+    assert!(
+        allowed.len() > 100,
+        "the workload churned only {} threads",
+        allowed.len()
+    );
+    let trace = Trace::load_single(dir.path());
+    assert_tids_belong(&trace, &allowed);
+    assert_no_overlaps(&trace);
+}
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(options: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount tmpfs needs root");
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn full_disk_is_an_error_that_says_where_the_data_is() {
+    let disk = Tmpfs::mount("size=64k");
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "3"]);
+    let (status, stderr) = run(
+        &["--pid", &workload.pid.to_string(), "--duration", "30"],
+        disk.0.path(),
+    );
+    assert_eq!(status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("partial data is in"), "{stderr}");
+    let partial = std::fs::read_dir(disk.0.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".partial"));
+    assert!(partial.is_some(), "the partial data was removed");
+}
+
+#[test]
+fn read_only_output_is_refused_with_exit_6() {
+    let disk = Tmpfs::mount("size=64k,ro");
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let (status, stderr) = run(
+        &["--pid", &workload.pid.to_string(), "--duration", "0.2"],
+        disk.0.path(),
+    );
+    assert_eq!(status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("Read-only"), "{stderr}");
+}

@@ -10,10 +10,15 @@ use memmap2::Mmap;
 use crate::error::{Error, Result};
 use crate::process::maps::Mapping;
 
-/// A memory-mapped ELF file.
+/// An ELF file: memory-mapped, or bytes already in memory (tests, fuzzing).
 pub struct ElfImage {
     pub path: PathBuf,
-    map: Mmap,
+    data: ElfBytes,
+}
+
+enum ElfBytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
 }
 
 /// A defined symbol: its link-time address and size.
@@ -37,16 +42,27 @@ impl ElfImage {
             .map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
         Ok(ElfImage {
             path: path.to_path_buf(),
-            map,
+            data: ElfBytes::Mapped(map),
         })
     }
 
+    /// An image of bytes already in memory, named `path` in messages.
+    pub fn from_vec(bytes: Vec<u8>, path: &Path) -> ElfImage {
+        ElfImage {
+            path: path.to_path_buf(),
+            data: ElfBytes::Owned(bytes),
+        }
+    }
+
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        match &self.data {
+            ElfBytes::Mapped(map) => map,
+            ElfBytes::Owned(bytes) => bytes,
+        }
     }
 
     pub fn parse(&self) -> Result<Elf<'_>> {
-        Elf::parse(&self.map).map_err(|e| Error::Binary {
+        Elf::parse(self.bytes()).map_err(|e| Error::Binary {
             path: self.path.clone(),
             why: format!("not a valid ELF file: {e}"),
         })

@@ -1,0 +1,187 @@
+//! Property-based fuzzing of everything that reads untrusted bytes: ELF and DWARF readers on corrupted
+//! files, `_Py_DebugOffsets` decoding, the runtime walk over memory that holds anything, and the
+//! /proc parsers. Each must return an error, never panic, and never loop.
+//!
+//! `PROPTEST_CASES` sets the number of cases (CI runs these longer); failures found are persisted in
+//! fixtures/fuzz-corpus/ so they are replayed on every run.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence};
+
+use gilsample::addr::RemoteAddr;
+use gilsample::process::kernel::parse_syscall;
+use gilsample::process::memory::SnapshotMemory;
+use gilsample::python::debug_offsets;
+use gilsample::python::layout::{FIELD_QUERIES, Flavour, Layout, find_shipped};
+use gilsample::python::runtime::{
+    ThreadWalker, TidSource, find_gil, find_tid_source, read_interpreters,
+};
+use gilsample::python::version::PyVersion;
+use gilsample::symbols::dwarf::{FieldQuery, find_fields};
+use gilsample::symbols::elf::{self, ElfImage};
+
+fn config(name: &str) -> Config {
+    Config {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(Box::leak(
+            format!(
+                "{}/fixtures/fuzz-corpus/{name}.txt",
+                env!("CARGO_MANIFEST_DIR")
+            )
+            .into_boxed_str(),
+        )))),
+        ..Config::default()
+    }
+}
+
+fn seed_elf() -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake-python/fake-libpython.so"),
+    )
+    .unwrap()
+}
+
+/// Everything gilsample asks of an ELF file, on `bytes`.
+fn read_elf(bytes: Vec<u8>) {
+    let image = ElfImage::from_vec(bytes, Path::new("fuzzed.so"));
+    if let Ok(parsed) = image.parse() {
+        let _ = elf::find_symbol(&parsed, "_PyRuntime");
+        if let Some(sym) = elf::find_symbol(&parsed, "Py_Version") {
+            let _ = elf::read_vaddr(&parsed, image.bytes(), sym.vaddr, 8);
+        }
+        let _ = elf::build_id(&parsed, image.bytes());
+        let _ = elf::debuglink(&parsed, image.bytes());
+        let _ = elf::has_debug_info(&parsed);
+    }
+    let queries: Vec<FieldQuery<'_>> = FIELD_QUERIES
+        .iter()
+        .flat_map(|spec| {
+            spec.paths.iter().map(move |path| FieldQuery {
+                root: spec.root,
+                path,
+            })
+        })
+        .collect();
+    let _ = find_fields(&image, &queries);
+    let _ = Layout::from_dwarf(&image, "3.12", "3.12.1", Flavour::Default, "x86_64");
+}
+
+#[test]
+fn the_seed_elf_is_read_correctly() {
+    // The fuzzers mutate this file; check first that it is understood when intact.
+    let image = ElfImage::from_vec(seed_elf(), Path::new("fake-libpython.so"));
+    let layout = Layout::from_dwarf(&image, "3.12", "3.12.1", Flavour::Default, "x86_64").unwrap();
+    assert_eq!(layout.required("gil.locked").offset, 16);
+    assert_eq!(layout.required("gil.mutex").size, 40);
+    assert_eq!(layout.required("interp.threads.head").offset, 24);
+    assert_eq!(layout.required("tstate.native_thread_id").offset, 48);
+    assert!(elf::find_symbol(&image.parse().unwrap(), "_PyRuntime").is_some());
+}
+
+proptest! {
+    #![proptest_config(config("elf"))]
+    #[test]
+    fn corrupted_elf_files_never_panic(
+        mutations in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..64),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+    ) {
+        let mut bytes = seed_elf();
+        for (at, value) in mutations {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        if truncate {
+            bytes.truncate(cut.index(bytes.len()));
+        }
+        read_elf(bytes);
+    }
+}
+
+proptest! {
+    #![proptest_config(config("elf-random"))]
+    #[test]
+    fn random_bytes_as_elf_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..4096)) {
+        read_elf(bytes);
+    }
+}
+
+fn descriptor() -> Layout {
+    find_shipped("3.14", Flavour::Default, "x86_64")
+        .unwrap()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(config("debug-offsets"))]
+    #[test]
+    fn debug_offsets_tables_of_any_content_never_panic(
+        body in prop::collection::vec(any::<u8>(), 0..1024),
+        with_cookie in any::<bool>(),
+    ) {
+        let mut bytes = body;
+        if with_cookie && bytes.len() >= 8 {
+            bytes[..8].copy_from_slice(debug_offsets::COOKIE);
+        }
+        let _ = debug_offsets::decode(&bytes, &descriptor(), PyVersion::from_hex(0x030e0af0));
+    }
+}
+
+/// Memory where the runtime, a few interpreters and thread states could be, filled by the fuzzer.
+/// Pointer-sized values are drawn mostly from addresses inside those regions, so walks go somewhere.
+fn memory_strategy() -> impl Strategy<Value = SnapshotMemory> {
+    let base = 0x10_0000u64;
+    let region = 0x4000u64;
+    let word = prop_oneof![
+        3 => (0u64..4, 0u64..region / 8).prop_map(move |(r, w)| base + r * 0x10_0000 + w * 8),
+        1 => any::<u64>(),
+        1 => Just(0u64),
+    ];
+    prop::collection::vec(prop::collection::vec(word, (region / 8) as usize), 4).prop_map(
+        move |regions| {
+            let mut mem = SnapshotMemory::new();
+            for (r, words) in regions.into_iter().enumerate() {
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                mem.insert(RemoteAddr(base + r as u64 * 0x10_0000), bytes);
+            }
+            mem
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(config("runtime-walk"))]
+    #[test]
+    fn runtime_walk_over_arbitrary_memory_terminates_without_panic(mem in memory_strategy()) {
+        let runtime = RemoteAddr(0x10_0000);
+        for key in ["3.9", "3.12", "3.14"] {
+            let layout = find_shipped(key, Flavour::Default, "x86_64").unwrap().unwrap();
+            let _ = read_interpreters(&mem, &layout, runtime);
+            let _ = find_gil(&mem, &layout, runtime);
+            let tids = std::collections::HashSet::from([1u32, 2, 3]);
+            let _ = find_tid_source(&mem, &layout, runtime, &tids);
+            let mut out = Vec::new();
+            for source in [TidSource::NativeThreadId, TidSource::PthreadTid { offset: 720 }] {
+                let _ = ThreadWalker::default().walk(&mem, &layout, runtime, source, &mut out);
+                prop_assert!(out.len() <= gilsample::python::runtime::MAX_THREADS);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config("proc-parsers"))]
+    #[test]
+    fn proc_parsers_accept_anything(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = parse_syscall(&bytes);
+        let _ = gilsample::process::kernel::parse_schedstat(&bytes);
+    }
+
+    #[test]
+    fn layout_files_of_any_content_are_rejected_not_panicked_on(text in ".{0,512}") {
+        if let Ok(layout) = serde_json::from_str::<Layout>(&text) {
+            let _ = layout.check();
+        }
+    }
+}

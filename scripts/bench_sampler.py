@@ -8,7 +8,11 @@ noisy machine hits both sides alike. Reports, per shape:
   - gilsample CPU seconds per second of recording (user + system, from wait4),
   - the target's work rate with / without gilsample (slowdown ratio).
 
+With --soak SECONDS it instead records one long run (32 threads: 4 busy, 28 idle) and reports
+gilsample's peak resident memory and the trace size: memory must stay flat however long the recording.
+
 Usage: scripts/bench_sampler.py [--python PY] [--rate 10khz] [--seconds 3] [--reps 3] [--json out.json]
+       scripts/bench_sampler.py --soak 600
 Needs a release build (cargo build --release); timing belongs here, never in tests.
 """
 
@@ -75,9 +79,13 @@ def main():
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--json")
+    parser.add_argument("--soak", type=float, help="one long recording of this many seconds; report peak memory")
     args = parser.parse_args()
     if not os.path.exists(BINARY):
         sys.exit("build first: cargo build --release")
+    if args.soak:
+        soak(args)
+        return
 
     shapes = [("4 threads", 4, 0), ("32 threads (4 busy, 28 idle)", 4, 28)]
     results = {}
@@ -109,6 +117,20 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+
+
+def soak(args):
+    proc, pid = start_workload(args.python, 4, 28, args.soak)
+    out = tempfile.mkdtemp(prefix="gilsample-soak-")
+    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", args.rate, "--quiet", "-o", out])
+    finish_workload(proc)
+    _, status, usage = os.wait4(sampler.pid, 0)
+    path = os.path.join(out, "GIL_%d_rank_0.json" % pid)
+    meta = json.load(open(path))["otherData"]
+    seconds = (meta["recording_end_monotonic_ns"] - meta["recording_start_monotonic_ns"]) / 1e9
+    print("soak: %.0f s at %s, 32 threads: %d samples (%.0f Hz), peak RSS %.1f MiB, trace %.1f MiB, exit %d" % (
+        seconds, args.rate, meta["samples"], meta["rate_achieved_hz"], usage.ru_maxrss / 1024,
+        os.path.getsize(path) / 2**20, os.waitstatus_to_exitcode(status)))
 
 
 if __name__ == "__main__":

@@ -53,9 +53,27 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Process ids to record, comma-separated (e.g. 123,456).
-    #[arg(short, long, value_name = "PID[,PID...]", value_parser = parse_pids)]
+    /// Process ids to record, comma-separated (e.g. 123,456). Without --pid, --all-gpu or a command,
+    /// every Python process using an Ascend NPU is recorded (--all-npu), as the reference tool does.
+    #[arg(short, long, value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["all_npu", "all_gpu"])]
     pub pid: Option<PidList>,
+
+    /// Every Python process with an Ascend NPU open (/dev/davinciN), also ones that start later.
+    #[arg(long, conflicts_with = "all_gpu")]
+    pub all_npu: bool,
+
+    /// Every Python process with an NVIDIA GPU open (/dev/nvidiaN), also ones that start later.
+    #[arg(long)]
+    pub all_gpu: bool,
+
+    /// Also record every Python descendant of the given or launched processes (torchrun, mpirun,
+    /// multiprocessing workers), including ones started later.
+    #[arg(long)]
+    pub subprocesses: bool,
+
+    /// Also write GIL_merged.json: every target on one timeline, one process track each.
+    #[arg(long)]
+    pub merge: bool,
 
     /// Sampling rate: 10khz, 10kHz, 500hz or a plain number of Hz (1 Hz to 100 kHz).
     #[arg(short, long, default_value = "10khz", allow_negative_numbers = true, value_parser = parse_rate)]

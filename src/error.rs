@@ -34,6 +34,8 @@ pub enum Error {
         what: String,
     },
     /// The process does not exist or exited.
+    /// Discovery found nothing to record.
+    NothingFound(String),
     ProcessGone {
         pid: u32,
     },
@@ -87,7 +89,7 @@ impl Error {
         match self {
             Error::Usage(_) => exit::USAGE,
             Error::Permission { .. } => exit::PERMISSION,
-            Error::ProcessGone { .. } => exit::NO_SUCH_PROCESS,
+            Error::ProcessGone { .. } | Error::NothingFound(_) => exit::NO_SUCH_PROCESS,
             Error::NotPython { .. } | Error::Unsupported { .. } | Error::LayoutInvalid { .. } => {
                 exit::UNSUPPORTED
             }
@@ -130,6 +132,7 @@ impl fmt::Display for Error {
                 )
             }
             Error::ProcessGone { pid } => write!(f, "process {pid} does not exist (or has exited)"),
+            Error::NothingFound(what) => write!(f, "{what}"),
             Error::NotPython { pid, why } => write!(
                 f,
                 "process {pid} is not a Python process gilsample can read: {why}"

@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use crate::error::Result;
 use crate::process::kernel::ThreadFiles;
+use crate::process::tasks::{TidMap, read_namespace_pid};
 use crate::python::attach::{LayoutChoice, attach};
 use crate::python::runtime::ThreadWalker;
 use crate::sample::classify::{ThreadEvidence, classify};
@@ -65,7 +66,18 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             why: format!("{e:?}"),
         })?;
     let ranges = target.gil_wait_ranges();
+    let mut tid_map = TidMap::new(pid)?;
+    if tid_map.translates() {
+        let _ = writeln!(
+            out,
+            "pid namespace:  another one (its pid {}); tids below are ours",
+            read_namespace_pid(pid).unwrap_or(0)
+        );
+    }
     let _ = writeln!(out, "threads:        {}", threads.len());
+    for t in &mut threads {
+        t.tid = tid_map.to_ours(t.tid).unwrap_or(t.tid);
+    }
     for t in &threads {
         let kernel = ThreadFiles::open(pid, t.tid)
             .ok()

@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 
 use gilsample::cli::{Cli, Command, LayoutArgs, RecordArgs};
+use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
 use gilsample::python::attach::detect_flavour;
@@ -67,20 +68,32 @@ fn install_signal_thread(stop: Arc<AtomicBool>) {
 }
 
 fn run_record(args: RecordArgs) -> Result<i32> {
+    let device = if args.all_gpu {
+        DeviceKind::Gpu
+    } else {
+        DeviceKind::Npu
+    };
     let targets = match (&args.pid, args.command.is_empty()) {
-        (Some(pids), true) => Targets::Pids(pids.0.clone()),
-        (None, false) => Targets::Launch(args.command.clone()),
         (Some(_), false) => {
             return Err(Error::Usage(
                 "give either --pid or a command after --, not both".into(),
             ));
         }
-        (None, true) => {
+        (_, false) if args.all_npu || args.all_gpu => {
             return Err(Error::Usage(
-                "nothing to record: give --pid PID[,PID...] or a command after --".into(),
+                "--all-npu/--all-gpu record running processes; they do not launch a command".into(),
             ));
         }
+        (Some(pids), true) => Targets::Pids(pids.0.clone()),
+        (None, false) => Targets::Launch(args.command.clone()),
+        // The reference tool's default: every Python process on an NPU.
+        (None, true) => Targets::Devices(device),
     };
+    if args.subprocesses && matches!(targets, Targets::Devices(_)) {
+        return Err(Error::Usage(
+            "--subprocesses needs --pid or a command to start from".into(),
+        ));
+    }
     let output = OutputSpec::resolve(
         args.output.as_deref(),
         std::env::var_os(DIR_ENV).map(Into::into),
@@ -94,8 +107,15 @@ fn run_record(args: RecordArgs) -> Result<i32> {
             pids.len()
         )));
     }
+    if args.merge && matches!(output, OutputSpec::File(_)) {
+        return Err(Error::Usage(
+            "--merge writes one file per process plus GIL_merged.json: give -o a directory".into(),
+        ));
+    }
     let opts = RecordOptions {
         targets,
+        subprocesses: args.subprocesses,
+        merge: args.merge,
         rate_hz: args.rate.0,
         duration: args.duration.and_then(|d| d.0).map(Duration::from_secs_f64),
         output,
@@ -128,6 +148,14 @@ fn run_record(args: RecordArgs) -> Result<i32> {
             }
         }
         Update::Started { .. } => {}
+        Update::Skipped { pid, why } if !quiet => {
+            let line = format!("gilsample: skipping process {pid}: {why}");
+            match &bar {
+                Some(bar) => bar.println(line),
+                None => eprintln!("{line}"),
+            }
+        }
+        Update::Skipped { .. } => {}
         Update::Progress(p) => {
             if let Some(bar) = &bar {
                 let secs = p.elapsed.as_secs_f64();
@@ -149,6 +177,17 @@ fn run_record(args: RecordArgs) -> Result<i32> {
         bar.finish_and_clear();
     }
     let report = report?;
+    if report.targets.is_empty() && report.failures.is_empty() {
+        let what = match &opts.targets {
+            Targets::Devices(kind) => {
+                format!("no Python process with {} open was found", kind.describe())
+            }
+            _ => "no Python process was found to record".into(),
+        };
+        return Err(Error::NothingFound(format!(
+            "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
+        )));
+    }
     if !args.quiet {
         eprint!("{}", format_summary(&report));
     } else {

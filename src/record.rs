@@ -1,19 +1,23 @@
-//! One recording: attach to every target (or launch one), run a sampler thread and a writer thread per
-//! target, stop on duration, signal or target exit, and finish each trace file.
+//! One recording session: attach to the targets (given, launched, or discovered while it runs), run a
+//! sampler thread and a writer thread per target, stop on duration, signal or target exit, and finish
+//! each trace file (and the merged one, when asked).
 //!
 //! Sampling and writing are separate threads joined by a channel so that file I/O never delays a
-//! sample; the sampler's only output is `Record` values.
+//! sample; the sampler's only output is `Record` values. The session's own thread discovers new
+//! targets every `DISCOVERY_PERIOD`, reports progress, and reaps a launched command.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::discover::{DeviceKind, descendants, device_users};
 use crate::error::{Error, Result};
 use crate::infer::stats::Totals;
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank};
@@ -22,6 +26,7 @@ use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::priority::Priority;
 use crate::sample::sampler::{LiveCounters, Record, SamplerConfig, SamplerReport, run_sampler};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
+use crate::trace::merge::write_merged;
 use crate::trace::output::OutputSpec;
 
 /// What to record.
@@ -30,11 +35,17 @@ pub enum Targets {
     Pids(Vec<u32>),
     /// Launch this command and record it from its start to its exit.
     Launch(Vec<String>),
+    /// Every Python process with an accelerator of this kind open, also ones that start later.
+    Devices(DeviceKind),
 }
 
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub targets: Targets,
+    /// Also record every Python descendant of the given or launched processes, as they appear.
+    pub subprocesses: bool,
+    /// Also write one trace with every target as its own process track.
+    pub merge: bool,
     pub rate_hz: f64,
     pub duration: Option<Duration>,
     pub output: OutputSpec,
@@ -59,6 +70,10 @@ pub struct RecordReport {
     pub targets: Vec<TargetReport>,
     /// Targets that could not be recorded, with why.
     pub failures: Vec<(u32, Error)>,
+    /// Processes looked at and left alone (not Python), with why.
+    pub skipped: Vec<(u32, String)>,
+    /// The merged trace, when asked for.
+    pub merged: Option<PathBuf>,
     /// The launched command's exit status (launch mode).
     pub child_status: Option<i32>,
 }
@@ -72,6 +87,11 @@ pub enum Update<'a> {
         python: String,
         layout: String,
         rate_hz: f64,
+    },
+    /// A candidate process was not recorded.
+    Skipped {
+        pid: u32,
+        why: &'a str,
     },
     Progress(&'a Progress),
 }
@@ -88,6 +108,37 @@ pub struct Progress {
 /// How long launch mode waits for the interpreter to start before giving up.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
 const LAUNCH_POLL: Duration = Duration::from_micros(500);
+/// How often the session looks for new targets; new processes are picked up within this.
+const DISCOVERY_PERIOD: Duration = Duration::from_millis(50);
+/// How many discovery rounds a process may stay "Python, but not started yet" before it is given up.
+const MAX_NOT_READY_ROUNDS: u32 = 200;
+
+/// A target being recorded.
+struct Running {
+    pid: u32,
+    path: PathBuf,
+    python: String,
+    layout: String,
+    live: Arc<LiveCounters>,
+    announced: bool,
+    handle: JoinHandle<Result<TargetReport>>,
+}
+
+/// The state of one session.
+struct Session<'a> {
+    opts: &'a RecordOptions,
+    stop: Arc<AtomicBool>,
+    config: SamplerConfig,
+    offset_ns: i64,
+    running: Vec<Running>,
+    /// Targets attached before the recording's clock starts, waiting to be started.
+    attached: Vec<Target>,
+    /// Pids that are recorded, were recorded, or were looked at and refused.
+    known: HashSet<u32>,
+    not_ready: HashMap<u32, u32>,
+    failures: Vec<(u32, Error)>,
+    skipped: Vec<(u32, String)>,
+}
 
 pub fn record(
     opts: &RecordOptions,
@@ -95,115 +146,302 @@ pub fn record(
     progress: &mut dyn FnMut(Update<'_>),
 ) -> Result<RecordReport> {
     opts.output.prepare()?;
-    let period_ns = (1e9 / opts.rate_hz).round() as u64;
-    let mut failures = Vec::new();
+    let mut session = Session {
+        opts,
+        stop: stop.clone(),
+        config: SamplerConfig {
+            period_ns: (1e9 / opts.rate_hz).round() as u64,
+            // Set once the first targets are attached: attaching (a DWARF parse) must not eat into
+            // the recording.
+            end_at_ns: None,
+            refresh_ns: SamplerConfig::DEFAULT_REFRESH_NS,
+            priority: opts.priority,
+        },
+        offset_ns: match opts.clock {
+            TraceClock::Wall => monotonic_to_wall_offset_ns(),
+            TraceClock::Monotonic => 0,
+        },
+        running: Vec::new(),
+        attached: Vec::new(),
+        known: HashSet::new(),
+        not_ready: HashMap::new(),
+        failures: Vec::new(),
+        skipped: Vec::new(),
+    };
     let mut child: Option<Child> = None;
-    let mut targets: Vec<Target> = Vec::new();
+    let mut roots: Vec<u32> = Vec::new();
     match &opts.targets {
         Targets::Pids(pids) => {
+            roots = pids.clone();
             for &pid in pids {
+                session.known.insert(pid);
                 match locate(pid, opts.layout).and_then(|located| located.connect()) {
-                    Ok(target) => targets.push(target),
-                    Err(e) if pids.len() == 1 => return Err(e),
-                    Err(e) => failures.push((pid, e)),
+                    Ok(target) => session.attached.push(target),
+                    Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
+                    Err(e) => session.failures.push((pid, e)),
                 }
-            }
-            if targets.is_empty() {
-                let (_, first) = failures.remove(0);
-                return Err(first);
             }
         }
         Targets::Launch(command) => {
             let mut spawned = spawn_command(command)?;
+            roots.push(spawned.id());
+            session.known.insert(spawned.id());
             match wait_for_interpreter(&mut spawned, opts.layout, &stop) {
-                Ok(target) => targets.push(target),
+                Ok(target) => session.attached.push(target),
+                // A launcher that is not Python itself (a shell script, mpirun) is fine when its
+                // Python descendants are what is recorded.
+                Err(e @ Error::NotPython { .. }) if opts.subprocesses => {
+                    session.skipped.push((spawned.id(), e.to_string()))
+                }
                 Err(e) => {
+                    let _ = spawned.kill();
                     let _ = spawned.wait();
                     return Err(e);
                 }
             }
             child = Some(spawned);
         }
+        Targets::Devices(kind) => session.discover_devices(*kind, progress)?,
+    }
+    let following = opts.subprocesses || matches!(opts.targets, Targets::Devices(_));
+    // Watching for accelerator users that start later needs an end: without --duration, none found
+    // now is an answer, not a reason to wait forever.
+    if let Targets::Devices(kind) = opts.targets
+        && session.attached.is_empty()
+        && session.running.is_empty()
+        && opts.duration.is_none()
+    {
+        return Err(Error::NothingFound(format!(
+            "no Python process with {} open was found; give --pid PID[,PID...], --all-gpu for NVIDIA GPUs, \
+             a command after --, or --duration to wait for one",
+            kind.describe()
+        )));
+    }
+    if session.attached.is_empty() && !following {
+        return Err(session
+            .failures
+            .pop()
+            .map(|(_, e)| e)
+            .unwrap_or(Error::Usage("nothing to record".into())));
     }
 
-    let offset_ns = match opts.clock {
-        TraceClock::Wall => monotonic_to_wall_offset_ns(),
-        TraceClock::Monotonic => 0,
-    };
-    let config = SamplerConfig {
-        period_ns,
-        duration_ns: opts.duration.map(|d| d.as_nanos() as u64),
-        refresh_ns: SamplerConfig::DEFAULT_REFRESH_NS,
-        priority: opts.priority,
-    };
-    let mut writers = Vec::new();
-    let mut announcements = Vec::new();
-    for target in &targets {
-        let rank = read_rank(target.pid);
-        let path = opts.output.path_for(target.pid, rank);
-        writers.push((
-            rank,
-            ChromeWriter::create(&path, opts.force, target.pid, offset_ns)?,
-        ));
-        announcements.push(Announcement {
-            pid: target.pid,
-            path,
-            python: target.version.to_string(),
-            layout: target.layout_source.to_string(),
+    // The recording's clock starts once the first targets are attached (attaching may parse DWARF).
+    let started = monotonic_ns();
+    session.config.end_at_ns = opts.duration.map(|d| started + d.as_nanos() as u64);
+    for target in std::mem::take(&mut session.attached) {
+        session.start(target)?;
+    }
+    let mut child_status = None;
+    loop {
+        if let Some(c) = child.as_mut()
+            && child_status.is_none()
+            && let Ok(Some(exit)) = c.try_wait()
+        {
+            child_status = Some(exit_code(&exit));
+        }
+        let ending = stop.load(Ordering::Relaxed)
+            || session
+                .config
+                .end_at_ns
+                .is_some_and(|end| monotonic_ns() >= end);
+        let roots_gone = match &opts.targets {
+            Targets::Launch(_) => child_status.is_some(),
+            Targets::Pids(_) => roots
+                .iter()
+                .all(|&pid| !Path::new(&format!("/proc/{pid}")).exists()),
+            Targets::Devices(_) => false,
+        };
+        if following && !ending {
+            match &opts.targets {
+                Targets::Devices(kind) => session.discover_devices(*kind, progress)?,
+                _ => {
+                    let found = descendants(&roots);
+                    session.try_attach(found, progress)?;
+                }
+            }
+        }
+        session.report_progress(started, progress);
+        let all_done = session
+            .running
+            .iter()
+            .all(|r| r.live.done.load(Ordering::Acquire));
+        // Without following, the session ends with its targets; when following, with the duration or
+        // a signal, or once the launched command (or every given root) is gone and nothing is running.
+        if all_done && (!following || ending || roots_gone) {
+            break;
+        }
+        thread::sleep(if following {
+            DISCOVERY_PERIOD
+        } else {
+            Duration::from_millis(5)
         });
     }
+    if let (Some(c), None) = (child.as_mut(), child_status) {
+        let status = c
+            .wait()
+            .map_err(|e| Error::io("waiting for the launched command", e))?;
+        child_status = Some(exit_code(&status));
+    }
 
-    let started = monotonic_ns();
-    let lives: Vec<Arc<LiveCounters>> = targets
-        .iter()
-        .map(|_| Arc::new(LiveCounters::default()))
-        .collect();
-    let reports = thread::scope(|scope| {
-        let mut handles = Vec::new();
-        for ((target, (rank, writer)), live) in targets.iter().zip(writers).zip(&lives) {
-            let stop = &stop;
-            let handle = scope.spawn(move || {
-                record_one(target, rank, writer, &config, stop, live, opts, offset_ns)
-            });
-            handles.push(handle);
-        }
-        let reaped = watch(
-            child.as_mut(),
-            &lives,
-            &announcements,
-            opts.rate_hz,
-            started,
-            progress,
-        );
-        let results: Vec<_> = handles
-            .into_iter()
-            .map(|h| h.join().expect("a recording thread panicked"))
-            .collect();
-        (results, reaped)
-    });
-    let (results, reaped) = reports;
-    let child_status = match (child.as_mut(), reaped) {
-        (_, Some(status)) => Some(status),
-        (Some(child), None) => {
-            let status = child
-                .wait()
-                .map_err(|e| Error::io("waiting for the launched command", e))?;
-            Some(exit_code(&status))
-        }
-        (None, None) => None,
-    };
     let mut done = Vec::new();
-    for (target, result) in targets.iter().zip(results) {
-        match result {
+    let mut failures = std::mem::take(&mut session.failures);
+    for running in session.running {
+        match running.handle.join().expect("a recording thread panicked") {
             Ok(report) => done.push(report),
-            Err(e) => failures.push((target.pid, e)),
+            Err(e) => failures.push((running.pid, e)),
         }
     }
+    let merged = if opts.merge && !done.is_empty() {
+        let paths: Vec<PathBuf> = done.iter().map(|t| t.path.clone()).collect();
+        Some(write_merged(
+            &paths,
+            &opts.output.merged_path(),
+            opts.force,
+        )?)
+    } else {
+        None
+    };
     Ok(RecordReport {
         targets: done,
         failures,
+        skipped: session.skipped,
+        merged,
         child_status,
     })
+}
+
+impl Session<'_> {
+    /// Starts recording an attached target on its own threads.
+    fn start(&mut self, target: Target) -> Result<()> {
+        let rank = read_rank(target.pid);
+        let path = self.opts.output.path_for(target.pid, rank);
+        let writer = ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
+        let live = Arc::new(LiveCounters::default());
+        let (pid, python, layout) = (
+            target.pid,
+            target.version.to_string(),
+            target.layout_source.to_string(),
+        );
+        let (config, stop, opts, offset_ns, thread_live) = (
+            self.config,
+            self.stop.clone(),
+            self.opts.clone(),
+            self.offset_ns,
+            live.clone(),
+        );
+        let handle = thread::Builder::new()
+            .name(format!("sample-{pid}"))
+            .spawn(move || {
+                record_one(
+                    &target,
+                    rank,
+                    writer,
+                    &config,
+                    &stop,
+                    &thread_live,
+                    &opts,
+                    offset_ns,
+                )
+            })
+            .map_err(|e| Error::io("starting a sampler thread", e))?;
+        self.running.push(Running {
+            pid,
+            path,
+            python,
+            layout,
+            live,
+            announced: false,
+            handle,
+        });
+        Ok(())
+    }
+
+    /// Attaches to candidates not seen before: Python ones are recorded, others are skipped with a
+    /// reason; one whose interpreter has not started yet is retried on later rounds.
+    fn try_attach(
+        &mut self,
+        candidates: Vec<u32>,
+        progress: &mut dyn FnMut(Update<'_>),
+    ) -> Result<()> {
+        for pid in candidates {
+            if self.known.contains(&pid) {
+                continue;
+            }
+            match locate(pid, self.opts.layout).and_then(|located| located.connect()) {
+                Ok(target) => {
+                    self.known.insert(pid);
+                    self.not_ready.remove(&pid);
+                    if self.config.end_at_ns.is_none() && self.opts.duration.is_some() {
+                        self.attached.push(target);
+                    } else {
+                        self.start(target)?;
+                    }
+                }
+                Err(Error::NotReady { .. })
+                    if self.not_ready.get(&pid).copied().unwrap_or(0) < MAX_NOT_READY_ROUNDS =>
+                {
+                    *self.not_ready.entry(pid).or_default() += 1;
+                }
+                // A fresh child is briefly a copy of its parent or the exec loader; give it a few rounds.
+                Err(Error::NotPython { .. })
+                    if self.not_ready.get(&pid).copied().unwrap_or(0) < 3 =>
+                {
+                    *self.not_ready.entry(pid).or_default() += 1;
+                }
+                Err(Error::ProcessGone { .. }) => {
+                    self.known.insert(pid);
+                }
+                Err(e) => {
+                    self.known.insert(pid);
+                    let why = e.to_string();
+                    progress(Update::Skipped { pid, why: &why });
+                    self.skipped.push((pid, why));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn discover_devices(
+        &mut self,
+        kind: DeviceKind,
+        progress: &mut dyn FnMut(Update<'_>),
+    ) -> Result<()> {
+        let users: Vec<u32> = device_users(kind).into_iter().map(|(pid, _)| pid).collect();
+        self.try_attach(users, progress)
+    }
+
+    fn report_progress(&mut self, started: u64, progress: &mut dyn FnMut(Update<'_>)) {
+        for r in &mut self.running {
+            if !r.announced && r.live.samples.load(Ordering::Relaxed) > 0 {
+                r.announced = true;
+                progress(Update::Started {
+                    pid: r.pid,
+                    path: &r.path,
+                    python: r.python.clone(),
+                    layout: r.layout.clone(),
+                    rate_hz: self.opts.rate_hz,
+                });
+            }
+        }
+        let lives = self.running.iter().map(|r| &r.live);
+        progress(Update::Progress(&Progress {
+            elapsed: Duration::from_nanos(monotonic_ns() - started),
+            samples: lives
+                .clone()
+                .map(|l| l.samples.load(Ordering::Relaxed))
+                .sum(),
+            late: lives.clone().map(|l| l.late.load(Ordering::Relaxed)).sum(),
+            threads: lives.map(|l| l.threads.load(Ordering::Relaxed)).sum(),
+            targets: self.running.len(),
+        }));
+    }
+}
+
+fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(status).unwrap_or(0))
 }
 
 fn spawn_command(command: &[String]) -> Result<Child> {
@@ -268,73 +506,6 @@ fn wait_for_interpreter(
         pid,
         why: "its interpreter did not start".into(),
     }))
-}
-
-/// What to say about a target once its first sample is taken.
-struct Announcement {
-    pid: u32,
-    path: PathBuf,
-    python: String,
-    layout: String,
-}
-
-/// Reports progress until every sampler is done: each target is announced once its first sample has
-/// been taken (so "recording" means sampling has begun); in launch mode also reaps the child when it
-/// exits and returns its status.
-fn watch(
-    mut child: Option<&mut Child>,
-    lives: &[Arc<LiveCounters>],
-    announcements: &[Announcement],
-    rate_hz: f64,
-    started: u64,
-    progress: &mut dyn FnMut(Update<'_>),
-) -> Option<i32> {
-    let mut status = None;
-    let mut announced = vec![false; lives.len()];
-    loop {
-        if let Some(c) = child.as_deref_mut()
-            && status.is_none()
-            && let Ok(Some(exit)) = c.try_wait()
-        {
-            status = Some(exit_code(&exit));
-        }
-        for ((live, a), done) in lives.iter().zip(announcements).zip(announced.iter_mut()) {
-            if !*done && live.samples.load(Ordering::Relaxed) > 0 {
-                *done = true;
-                progress(Update::Started {
-                    pid: a.pid,
-                    path: &a.path,
-                    python: a.python.clone(),
-                    layout: a.layout.clone(),
-                    rate_hz,
-                });
-            }
-        }
-        let all_done = lives.iter().all(|l| l.done.load(Ordering::Acquire));
-        progress(Update::Progress(&Progress {
-            elapsed: Duration::from_nanos(monotonic_ns() - started),
-            samples: lives
-                .iter()
-                .map(|l| l.samples.load(Ordering::Relaxed))
-                .sum(),
-            late: lives.iter().map(|l| l.late.load(Ordering::Relaxed)).sum(),
-            threads: lives
-                .iter()
-                .map(|l| l.threads.load(Ordering::Relaxed))
-                .sum(),
-            targets: lives.len(),
-        }));
-        if all_done {
-            return status;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn exit_code(status: &std::process::ExitStatus) -> i32 {
-    status
-        .code()
-        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(status).unwrap_or(0))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -454,6 +625,7 @@ fn metadata(
         "recording_end_monotonic_ns": report.end_ns,
         "end_reason": format!("{:?}", report.end),
         "sampler_scheduling": report.scheduling.to_string(),
+        "sampler_cpu_seconds": report.cpu_ns as f64 / 1e9,
     });
     match value {
         Value::Object(map) => map,

@@ -14,6 +14,17 @@ pub fn format_summary(report: &RecordReport) -> String {
     for (pid, error) in &report.failures {
         let _ = writeln!(out, "process {pid}: not recorded: {error}");
     }
+    for (pid, why) in &report.skipped {
+        let _ = writeln!(out, "process {pid}: skipped: {why}");
+    }
+    if let Some(merged) = &report.merged {
+        let _ = writeln!(
+            out,
+            "merged trace of {} processes: {}",
+            report.targets.len(),
+            merged.display()
+        );
+    }
     out
 }
 
@@ -32,6 +43,17 @@ fn format_target(out: &mut String, t: &TargetReport) {
         t.pid, t.rank, t.python, t.layout_source
     );
     let _ = writeln!(out, "  trace: {}", t.path.display());
+    let _ = writeln!(
+        out,
+        "  sampler: {:.3} CPU s ({:.1}% of one CPU), {}",
+        s.cpu_ns as f64 / 1e9,
+        if secs > 0.0 {
+            100.0 * s.cpu_ns as f64 / 1e9 / secs
+        } else {
+            0.0
+        },
+        s.scheduling
+    );
     let _ = writeln!(
         out,
         "  {:.2} s, {} samples, {:.0} Hz achieved, {} late ({:.2}%), {} torn/skipped; ended: {:?}",

@@ -215,8 +215,9 @@ fn bad_durations() {
 }
 
 #[test]
-fn nothing_to_record() {
-    assert_refused(&[], USAGE, "nothing to record");
+fn no_target_means_all_npu_processes_and_none_is_an_error() {
+    // With no target the reference tool records every Python process on an NPU; there is none here.
+    assert_refused(&[], NO_SUCH_PROCESS, "no Python process with an Ascend NPU");
 }
 
 #[test]

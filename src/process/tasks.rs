@@ -1,6 +1,6 @@
 //! Facts about a target process from /proc: its threads, its command line, its rank and namespace pid.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 
 use procfs::process::Process;
@@ -67,4 +67,109 @@ pub fn read_namespace_pid(pid: u32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
+}
+
+/// Thread ids as the target's own PID namespace numbers them (which is what CPython stores in its
+/// thread states) mapped to the ids this process sees. A target in a container's PID namespace has
+/// different ids on each side; `/proc/PID/task/TID/status` lists both (`NSpid:`).
+pub struct TidMap {
+    pid: u32,
+    /// `None`: the target is in our PID namespace and ids are the same.
+    map: Option<HashMap<u32, u32>>,
+}
+
+impl TidMap {
+    pub fn new(pid: u32) -> Result<TidMap> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| {
+            crate::error::Error::from_target_errno(
+                pid,
+                e.raw_os_error().unwrap_or(libc::EIO),
+                "/proc/PID/status",
+            )
+        })?;
+        let levels = status
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))
+            .map(|l| l.split_whitespace().count() - 1)
+            .unwrap_or(1);
+        let mut tids = TidMap { pid, map: None };
+        if levels > 1 {
+            tids.map = Some(HashMap::new());
+            tids.rebuild();
+        }
+        Ok(tids)
+    }
+
+    /// Whether the target lives in another PID namespace.
+    pub fn translates(&self) -> bool {
+        self.map.is_some()
+    }
+
+    fn rebuild(&mut self) {
+        let Some(map) = self.map.as_mut() else { return };
+        map.clear();
+        let Ok(dir) = fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return;
+        };
+        for entry in dir.flatten() {
+            let Some(ours) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(status) = fs::read_to_string(entry.path().join("status")) else {
+                continue;
+            };
+            if let Some(theirs) = status
+                .lines()
+                .find(|l| l.starts_with("NSpid:"))
+                .and_then(|l| l.split_whitespace().last()?.parse().ok())
+            {
+                map.insert(theirs, ours);
+            }
+        }
+    }
+
+    /// Our id for the target's thread `tid`, re-reading the table once when it is not known yet.
+    pub fn to_ours(&mut self, tid: u32) -> Option<u32> {
+        let Some(map) = self.map.as_ref() else {
+            return Some(tid);
+        };
+        if let Some(&ours) = map.get(&tid) {
+            return Some(ours);
+        }
+        self.rebuild();
+        self.map.as_ref()?.get(&tid).copied()
+    }
+
+    /// The target's thread ids in its own namespace, read now.
+    pub fn their_tids(&mut self) -> Result<HashSet<u32>> {
+        if self.map.is_none() {
+            let mut tids = HashSet::new();
+            read_tids(self.pid, &mut tids)?;
+            return Ok(tids);
+        }
+        self.rebuild();
+        Ok(self
+            .map
+            .as_ref()
+            .map(|m| m.keys().copied().collect())
+            .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_threads_map_to_themselves() {
+        let mut tids = TidMap::new(std::process::id()).unwrap();
+        let me = nix::unistd::gettid().as_raw() as u32;
+        assert!(!tids.translates());
+        assert_eq!(tids.to_ours(me), Some(me));
+        assert!(tids.their_tids().unwrap().contains(&me));
+    }
 }

@@ -3,7 +3,6 @@
 //!
 //! Nothing is written to the target and it is never stopped; "attach" only means reading.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +10,7 @@ use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
 use crate::process::maps::{Mapping, OpenedFile, open_mapped_file, read_file_mappings};
 use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
-use crate::process::tasks::read_tids;
+use crate::process::tasks::TidMap;
 use crate::python::debug_offsets;
 use crate::python::layout::{Flavour, Layout, find_shipped, shipped_keys};
 use crate::python::runtime::{
@@ -212,8 +211,9 @@ impl Located {
             .read_into(runtime, &mut probe)
             .map_err(|e| read_error(pid, e, "memory"))?;
         let gil = find_gil(&memory, &self.layout, runtime).map_err(|e| walk_error(pid, e))?;
-        let mut process_tids = HashSet::new();
-        read_tids(pid, &mut process_tids)?;
+        // Thread ids in the target's own PID namespace: what its thread states hold.
+        let mut tid_map = TidMap::new(pid)?;
+        let process_tids = tid_map.their_tids()?;
         let tids = find_tid_source(&memory, &self.layout, runtime, &process_tids)
             .map_err(|e| walk_error(pid, e))?;
         let target = Target {
@@ -229,7 +229,7 @@ impl Located {
             memory,
         };
         check_gil_enabled(&target)?;
-        validate(&target, &process_tids)?;
+        validate(&target, &mut tid_map)?;
         Ok(target)
     }
 }
@@ -652,18 +652,17 @@ fn choose_layout(
 /// Checks the layout against the live process: the thread list walks to real tids of the process, and
 /// a locked GIL's holder is one of those threads. A few attempts absorb a thread starting or exiting
 /// in the middle of the check.
-fn validate(target: &Target, process_tids: &HashSet<u32>) -> Result<()> {
+fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
     let pid = target.pid;
     let mut walker = ThreadWalker::default();
     let mut threads: Vec<ThreadRef> = Vec::new();
     let mut last_problem = String::new();
-    let mut before = process_tids.clone();
-    let mut after = HashSet::new();
     let mut buf = [0u8; 64];
     // Threads start and exit while we look (some programs churn hundreds a second), so each attempt
-    // brackets the walk with two reads of the thread list and of the GIL words: a tid is real if the
-    // process had it at either moment, and the holder is checked only when no hand-off happened
-    // during the walk. A wrong layout fails every attempt: its "tids" are garbage.
+    // brackets the walk with two reads of the GIL words, and a tid counts as real when the process has
+    // it now or had it a moment ago; the holder is checked only when no hand-off happened during the
+    // walk. A wrong layout fails every attempt: its "tids" are garbage.
+    let mut before = tid_map.their_tids()?;
     for _ in 0..10 {
         let word_before = target
             .read_gil_word(&mut buf)
@@ -680,7 +679,7 @@ fn validate(target: &Target, process_tids: &HashSet<u32>) -> Result<()> {
         let word_after = target
             .read_gil_word(&mut buf)
             .map_err(|e| read_error(pid, e, "the GIL"))?;
-        read_tids(pid, &mut after)?;
+        let after = tid_map.their_tids()?;
         if threads.is_empty() {
             return Err(Error::NotReady {
                 pid,
@@ -709,7 +708,7 @@ fn validate(target: &Target, process_tids: &HashSet<u32>) -> Result<()> {
                 word_after.last_holder
             )
         };
-        std::mem::swap(&mut before, &mut after);
+        before = after;
     }
     Err(Error::LayoutInvalid {
         pid,

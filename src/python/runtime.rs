@@ -105,9 +105,9 @@ fn read_field(
     layout: &Layout,
     name: &str,
 ) -> Result<RemoteAddr, WalkError> {
-    let field = layout
-        .field(name)
-        .ok_or_else(|| WalkError::Corrupt(format!("layout {} has no field {name}", layout.key())))?;
+    let field = layout.field(name).ok_or_else(|| {
+        WalkError::Corrupt(format!("layout {} has no field {name}", layout.key()))
+    })?;
     let addr = base
         .offset(field.offset)
         .ok_or_else(|| WalkError::Corrupt(format!("{name} overflows at {base}")))?;

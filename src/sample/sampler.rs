@@ -13,6 +13,7 @@ use crate::addr::RemoteAddr;
 use crate::infer::intervals::{GilState, Interval, ThreadTimeline, TimelineParams};
 use crate::process::kernel::{KernelState, SchedStat, ThreadFiles};
 use crate::process::memory::ReadError;
+use crate::process::tasks::TidMap;
 use crate::python::attach::Target;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{Basis, ThreadEvidence, classify, settle_stretch};
@@ -22,8 +23,9 @@ use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
     pub period_ns: u64,
-    /// Stop after this long; `None`: until stopped or the target exits.
-    pub duration_ns: Option<u64>,
+    /// Stop at this CLOCK_MONOTONIC time (a session-wide deadline, so targets that join late end
+    /// with the others); `None`: until stopped or the target exits.
+    pub end_at_ns: Option<u64>,
     /// How often the thread list is re-walked.
     pub refresh_ns: u64,
     pub priority: Priority,
@@ -88,6 +90,8 @@ pub struct SamplerReport {
     pub thread_names: BTreeMap<u32, String>,
     pub max_threads: usize,
     pub scheduling: Scheduling,
+    /// CPU time the sampler thread used.
+    pub cpu_ns: u64,
     pub end: EndReason,
 }
 
@@ -161,6 +165,7 @@ impl Tracked {
 
 struct Loop<'a> {
     target: &'a Target,
+    tid_map: Option<TidMap>,
     params: TimelineParams,
     threads: Vec<Tracked>,
     refs: Vec<ThreadRef>,
@@ -180,6 +185,8 @@ pub fn run_sampler(
     let start = monotonic_ns();
     let mut state = Loop {
         target,
+        // Without it (the process is gone already) every thread is skipped and the loop ends.
+        tid_map: TidMap::new(target.pid).ok(),
         params: TimelineParams::for_period(config.period_ns),
         threads: Vec::with_capacity(64),
         refs: Vec::with_capacity(64),
@@ -200,6 +207,7 @@ pub fn run_sampler(
             thread_names: BTreeMap::new(),
             max_threads: 0,
             scheduling: apply_to_current_thread(config.priority),
+            cpu_ns: 0,
             end: EndReason::Stopped,
         },
     };
@@ -213,6 +221,7 @@ pub fn run_sampler(
     }
     state.report.end_ns = last;
     state.report.end = end;
+    state.report.cpu_ns = thread_cpu_ns();
     live.done.store(true, Ordering::Release);
     state.report
 }
@@ -227,7 +236,7 @@ impl Loop<'_> {
         start: u64,
     ) -> EndReason {
         let period = config.period_ns;
-        let end_at = config.duration_ns.map(|d| start + d);
+        let end_at = config.end_at_ns;
         let mut deadline = start;
         let mut last_refresh = 0u64;
         let mut buf = [0u8; 64];
@@ -416,6 +425,18 @@ impl Loop<'_> {
             target.tids,
             &mut self.refs,
         )?;
+        // The thread states hold ids of the target's PID namespace; /proc and the trace use ours.
+        match self.tid_map.as_mut() {
+            Some(map) if map.translates() => self.refs.retain_mut(|r| match map.to_ours(r.tid) {
+                Some(ours) => {
+                    r.tid = ours;
+                    true
+                }
+                None => false,
+            }),
+            Some(_) => {}
+            None => self.refs.clear(),
+        }
         let refs = &self.refs;
         let params = self.params;
         let report = &mut self.report;
@@ -454,6 +475,13 @@ impl Loop<'_> {
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
         Ok(())
     }
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+        .unwrap_or(0)
 }
 
 /// The OS thread name (`comm`), or the main thread's label.

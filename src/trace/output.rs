@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 /// says otherwise.
 pub const DEFAULT_DIR: &str = "gil_traces";
 pub const DIR_ENV: &str = "GILSAMPLE_DIR";
+pub const MERGED_FILE_NAME: &str = "GIL_merged.json";
 
 /// The reference tool's file name.
 pub fn trace_file_name(pid: u32, rank: u32) -> String {
@@ -46,6 +47,15 @@ impl OutputSpec {
         match self {
             OutputSpec::Directory(dir) => dir.join(trace_file_name(pid, rank)),
             OutputSpec::File(file) => file.clone(),
+        }
+    }
+
+    /// Where `--merge` puts the combined trace: `GIL_merged.json` in the output directory (beside the
+    /// file, for a file output).
+    pub fn merged_path(&self) -> PathBuf {
+        match self {
+            OutputSpec::Directory(dir) => dir.join(MERGED_FILE_NAME),
+            OutputSpec::File(file) => file.with_file_name(MERGED_FILE_NAME),
         }
     }
 

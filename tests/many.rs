@@ -1,0 +1,402 @@
+//! Many processes at once: accelerator discovery (with device nodes made for the test in a private
+//! mount namespace), PID lists with --merge, descendants with --subprocesses, fairness across 8
+//! targets, containers (another PID and mount namespace) recorded from outside and from inside
+//! without BPF privileges, and a real unprivileged user.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+
+use common::{Trace, Workload, gilsample, interpreter, sid_root};
+
+/// Discovery sees every process on the machine: the device tests must not see each other's nodes.
+static DEVICES: Mutex<()> = Mutex::new(());
+
+/// A process started in a private mount namespace whose /dev is a tmpfs holding `node` (a char device
+/// with the numbers of /dev/null), with `command` run there via `sh -c`; killed when dropped.
+struct WithDevice(Child);
+
+impl WithDevice {
+    fn start(node: &str, command: &str) -> (WithDevice, String) {
+        let script = format!(
+            "mount -t tmpfs tmpfs /dev && mknod /dev/{node} c 1 3 && mknod /dev/null c 1 3 && exec {command}"
+        );
+        let mut child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        (WithDevice(child), line)
+    }
+}
+
+impl Drop for WithDevice {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ready_pid(line: &str) -> u32 {
+    let ready: serde_json::Value =
+        serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
+    ready["pid"].as_u64().unwrap() as u32
+}
+
+fn python_holding(node: &str) -> (WithDevice, u32) {
+    let python = interpreter("3.12");
+    let command = format!(
+        "{} {} contention --threads 2 --open /dev/{node}",
+        python.command[0], python.workload
+    );
+    let (child, line) = WithDevice::start(node, &command);
+    let pid = ready_pid(&line);
+    (child, pid)
+}
+
+#[test]
+fn all_npu_records_python_users_of_the_npu_and_skips_the_others() {
+    let _guard = DEVICES.lock().unwrap();
+    let (_python, python_pid) = python_holding("davinci0");
+    let (_other, _) =
+        WithDevice::start("davinci1", "sh -c 'echo up; exec sleep 60 3</dev/davinci1'");
+    let dir = tempfile::tempdir().unwrap();
+    let out = gilsample()
+        .args(["--all-npu", "--duration", "0.3", "-o"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let trace = Trace::load(&dir.path().join(format!("GIL_{python_pid}_rank_0.json")));
+    assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
+    assert!(
+        stderr.contains("skipping process") && stderr.contains("not a Python process"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn all_gpu_finds_nothing_then_a_new_gpu_user() {
+    let _guard = DEVICES.lock().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let none = gilsample()
+        .args(["--all-gpu", "--duration", "0.1", "--quiet", "-o"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        none.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
+    assert!(String::from_utf8_lossy(&none.stderr).contains("NVIDIA GPU"));
+
+    // A GPU user that appears while recording runs is picked up (discovery runs every 50 ms).
+    let mut recording = gilsample()
+        .args(["--all-gpu", "--duration", "2", "-o"])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_python, pid) = python_holding("nvidia0");
+    let status = recording.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut recording.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    let trace = Trace::load(&dir.path().join(format!("GIL_{pid}_rank_0.json")));
+    assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
+}
+
+#[test]
+fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
+    let python = interpreter("3.12");
+    let mut workloads: Vec<Workload> = (0..7)
+        .map(|_| Workload::start(&python, &["sleeper"]))
+        .collect();
+    let mut leaver = python
+        .workload_command(&["contention", "--threads", "1", "--exit-on-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(leaver.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let exiting = leaver.id();
+    let mut pids: Vec<String> = workloads.iter().map(|w| w.pid.to_string()).collect();
+    pids.push(exiting.to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let mut recording = gilsample()
+        .args(["--pid", &pids.join(","), "--duration", "2", "--merge", "-o"])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once all eight report that sampling began, one target leaves.
+    let mut stderr = BufReader::new(recording.stderr.take().unwrap());
+    let mut started = 0;
+    while started < 8 {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "gilsample ended early"
+        );
+        started += usize::from(line.contains("recording process"));
+    }
+    std::io::Write::write_all(leaver.stdin.as_mut().unwrap(), b"bye\n").unwrap();
+    leaver.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert!(recording.wait().unwrap().success(), "{rest}");
+    let mut traced: Vec<u32> = workloads.iter().map(|w| w.pid).collect();
+    traced.push(exiting);
+    workloads.clear();
+    for pid in traced {
+        let trace = Trace::load(&dir.path().join(format!("GIL_{pid}_rank_0.json")));
+        let expected = if pid == exiting {
+            "TargetExited"
+        } else {
+            "Duration"
+        };
+        assert_eq!(
+            trace.other("end_reason").as_str(),
+            Some(expected),
+            "pid {pid}"
+        );
+        assert!(trace.other("rate_achieved_hz").as_f64().unwrap() > 0.0);
+        assert!(trace.other("sampler_cpu_seconds").as_f64().unwrap() > 0.0);
+    }
+    let merged = Trace::load(&dir.path().join("GIL_merged.json"));
+    let named: HashSet<u64> = merged.value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(named.len(), 8, "one process track per target");
+    assert!(
+        merged.value["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "process_name"
+                && e["args"]["name"].as_str().unwrap().contains("rank 0"))
+    );
+}
+
+#[test]
+fn subprocesses_records_every_python_child_including_later_ones() {
+    let python = interpreter("3.12");
+    let dir = tempfile::tempdir().unwrap();
+    let out = gilsample()
+        .args(["--subprocesses", "--quiet", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .args(&python.command)
+        .arg(&python.workload)
+        .args(["sleeper", "--spawn", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 3, "launcher and two children: {lines:?}");
+    for line in &lines[1..] {
+        let child = ready_pid(line);
+        let trace = Trace::load(&dir.path().join(format!("GIL_{child}_rank_0.json")));
+        assert!(
+            trace.events().iter().any(|e| e.name == "take_gil"),
+            "child {child} has no waits"
+        );
+    }
+}
+
+/// A Python process of the sid root in its own PID and mount namespace (`unshare` + `chroot`, like a
+/// container), with its pid as this process sees it. It is its namespace's init, which ignores every
+/// signal but SIGKILL: `Contained` kills it by pid when dropped.
+struct Contained {
+    unshare: Child,
+    pid: u32,
+}
+
+impl Drop for Contained {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = self.unshare.wait();
+    }
+}
+
+fn containerized_python() -> Contained {
+    let root = sid_root();
+    common::interpreter("sid-3.14"); // stages the workload script inside the root
+    let mut unshare = Command::new("unshare")
+        .args(["--pid", "--mount", "--fork"])
+        .arg(format!("--mount-proc={}", root.join("proc").display()))
+        .arg("chroot")
+        .arg(&root)
+        .args([
+            "/usr/bin/python3.14",
+            "/tmp/gil_workload.py",
+            "contention",
+            "--threads",
+            "2",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(unshare.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(ready_pid(&line), 1, "the target is pid 1 of its namespace");
+    let children = std::fs::read_to_string(format!(
+        "/proc/{}/task/{}/children",
+        unshare.id(),
+        unshare.id()
+    ))
+    .unwrap();
+    Contained {
+        pid: children.split_whitespace().next().unwrap().parse().unwrap(),
+        unshare,
+    }
+}
+
+#[test]
+fn container_target_recorded_from_the_host_without_bpf_privileges() {
+    let contained = containerized_python();
+    let pid = contained.pid;
+    let dir = tempfile::tempdir().unwrap();
+    let command = format!(
+        "exec {} --pid {pid} --duration 0.3 --quiet -o {}",
+        env!("CARGO_BIN_EXE_gilsample"),
+        dir.path().display()
+    );
+    let out = Command::new("capsh")
+        .args([
+            "--drop=cap_bpf,cap_perfmon,cap_sys_admin",
+            "--",
+            "-c",
+            &command,
+        ])
+        .output()
+        .unwrap();
+    let live_tids: HashSet<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    drop(contained);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = Trace::load(&dir.path().join(format!("GIL_{pid}_rank_0.json")));
+    assert_eq!(trace.other("namespace_pid").as_u64(), Some(1));
+    let tids: HashSet<u32> = trace.events().iter().map(|e| e.tid).collect();
+    for tid in &tids {
+        assert!(
+            live_tids.contains(tid),
+            "tid {tid} is not one of the target's threads as seen from here"
+        );
+    }
+    assert!(trace.events().iter().any(|e| e.name == "take_gil"));
+}
+
+#[test]
+fn inside_a_container_with_ptrace_but_no_bpf_privileges() {
+    let root = sid_root();
+    common::interpreter("sid-3.14");
+    let binary = root.join("tmp/gilsample");
+    let staged = tempfile::NamedTempFile::new_in(root.join("tmp")).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_gilsample"), staged.path()).unwrap();
+    let _ = staged.persist(&binary);
+    let out_dir = format!("/tmp/out-{}", std::process::id());
+    let fifo = format!("/tmp/ready-{}", std::process::id());
+    let _ = std::fs::remove_file(root.join(fifo.trim_start_matches('/')));
+    // Inside: start the target, wait for its READY through a FIFO, then record it with BPF, perfmon
+    // and sys_admin dropped from every capability set.
+    let script = format!(
+        "mkfifo {fifo} && (/usr/bin/python3.14 /tmp/gil_workload.py contention --threads 2 > {fifo} &) && \
+         read line < {fifo} && pid=$(echo \"$line\" | sed 's/.*\"pid\": \\([0-9]*\\).*/\\1/') && \
+         setpriv --bounding-set -bpf,-perfmon,-sys_admin --inh-caps -bpf,-perfmon,-sys_admin \
+         /tmp/gilsample --pid $pid --duration 0.3 --quiet -o {out_dir}; echo rc=$?; grep CapBnd /proc/self/status"
+    );
+    let out = Command::new("unshare")
+        .args(["--pid", "--mount", "--fork"])
+        .arg(format!("--mount-proc={}", root.join("proc").display()))
+        .arg("chroot")
+        .arg(&root)
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("rc=0"),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = root.join(out_dir.trim_start_matches('/'));
+    let trace = Trace::load_single(&dir);
+    assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn another_unprivileged_user_is_told_how_to_grant_access() {
+    let user = "gilsample-test";
+    let exists = Command::new("id")
+        .arg(user)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    if !exists {
+        let made = Command::new("useradd")
+            .args(["--system", "--no-create-home", user])
+            .status()
+            .unwrap();
+        assert!(made.success(), "useradd needs root");
+    }
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let out = Command::new("runuser")
+        .args([
+            "-u",
+            user,
+            "--",
+            env!("CARGO_BIN_EXE_gilsample"),
+            "--pid",
+            &workload.pid.to_string(),
+            "--quiet",
+            "-o",
+            "/tmp",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("CAP_SYS_PTRACE") && stderr.contains("ptrace_scope"),
+        "{stderr}"
+    );
+}

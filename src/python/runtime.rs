@@ -283,11 +283,15 @@ pub fn find_tid_source(
         &mut raw,
         &mut HashSet::new(),
     )?;
-    let pthreads: Vec<u64> = raw
+    let mut pthreads: Vec<u64> = raw
         .iter()
         .map(|&(_, id)| id)
         .filter(|&id| id != 0)
         .collect();
+    // A thread state created for a thread that has not started yet still carries its creator's
+    // pthread_t (CPython < 3.11 sets it in the new thread): count each pthread once.
+    pthreads.sort_unstable();
+    pthreads.dedup();
     if pthreads.is_empty() {
         return Err(WalkError::NotInitialized);
     }
@@ -313,5 +317,119 @@ pub fn find_tid_source(
         None => Err(WalkError::Corrupt(
             "no tid field found in the threads' struct pthread (is this glibc?)".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::memory::SnapshotMemory;
+    use crate::python::layout::{Flavour, find_shipped};
+
+    /// A 3.9 runtime with one interpreter and the given thread states (tstate address, pthread_t).
+    fn runtime_39(
+        threads: &[(u64, u64)],
+        pthread_tids: &[(u64, u32)],
+    ) -> (SnapshotMemory, Layout, RemoteAddr) {
+        let layout = find_shipped("3.9", Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap();
+        let runtime = RemoteAddr(0x10_0000);
+        let interp = RemoteAddr(0x20_0000);
+        let mut mem = SnapshotMemory::new();
+        mem.insert(runtime, vec![0; 0x1000]);
+        mem.insert(interp, vec![0; 0x1000]);
+        mem.put_u64(
+            RemoteAddr(runtime.0 + layout.required("runtime.interpreters.head").offset),
+            interp.0,
+        );
+        mem.put_u64(
+            RemoteAddr(interp.0 + layout.required("interp.threads.head").offset),
+            threads[0].0,
+        );
+        for (i, &(tstate, pthread)) in threads.iter().enumerate() {
+            mem.insert(RemoteAddr(tstate), vec![0; 0x200]);
+            let next = threads.get(i + 1).map(|t| t.0).unwrap_or(0);
+            mem.put_u64(
+                RemoteAddr(tstate + layout.required("tstate.next").offset),
+                next,
+            );
+            mem.put_u64(
+                RemoteAddr(tstate + layout.required("tstate.thread_id").offset),
+                pthread,
+            );
+        }
+        for &(pthread, tid) in pthread_tids {
+            let mut block = vec![0u8; 0x800];
+            block[720..724].copy_from_slice(&tid.to_ne_bytes());
+            mem.insert(RemoteAddr(pthread), block);
+        }
+        (mem, layout, runtime)
+    }
+
+    #[test]
+    fn finds_glibcs_tid_offset_and_walks_to_tids() {
+        let (mem, layout, runtime) = runtime_39(
+            &[(0x30_0000, 0x40_0000), (0x31_0000, 0x41_0000)],
+            &[(0x40_0000, 77), (0x41_0000, 78)],
+        );
+        let tids = HashSet::from([77, 78]);
+        let source = find_tid_source(&mem, &layout, runtime, &tids).unwrap();
+        assert_eq!(source, TidSource::PthreadTid { offset: 720 });
+        let mut out = Vec::new();
+        ThreadWalker::default()
+            .walk(&mem, &layout, runtime, source, &mut out)
+            .unwrap();
+        assert_eq!(out.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![77, 78]);
+    }
+
+    #[test]
+    fn a_thread_state_still_carrying_its_creators_pthread_is_tolerated() {
+        // Before 3.11 a new thread's state holds its creator's pthread_t until the thread starts.
+        let (mem, layout, runtime) = runtime_39(
+            &[(0x30_0000, 0x40_0000), (0x31_0000, 0x40_0000)],
+            &[(0x40_0000, 77)],
+        );
+        let source = find_tid_source(&mem, &layout, runtime, &HashSet::from([77])).unwrap();
+        assert_eq!(source, TidSource::PthreadTid { offset: 720 });
+    }
+
+    #[test]
+    fn a_looping_thread_list_is_an_error_not_a_hang() {
+        let (mut mem, layout, runtime) = runtime_39(
+            &[(0x30_0000, 0x40_0000), (0x31_0000, 0x40_0000)],
+            &[(0x40_0000, 77)],
+        );
+        mem.put_u64(
+            RemoteAddr(0x31_0000 + layout.required("tstate.next").offset),
+            0x30_0000,
+        );
+        let mut out = Vec::new();
+        let walked = ThreadWalker::default().walk(
+            &mem,
+            &layout,
+            runtime,
+            TidSource::PthreadTid { offset: 720 },
+            &mut out,
+        );
+        assert!(matches!(walked, Err(WalkError::Corrupt(why)) if why.contains("loops")));
+    }
+
+    #[test]
+    fn a_pointer_into_nowhere_is_a_fault() {
+        let (mut mem, layout, runtime) = runtime_39(&[(0x30_0000, 0x40_0000)], &[(0x40_0000, 77)]);
+        mem.put_u64(
+            RemoteAddr(0x30_0000 + layout.required("tstate.next").offset),
+            0x7777_0000,
+        );
+        let mut out = Vec::new();
+        let walked = ThreadWalker::default().walk(
+            &mem,
+            &layout,
+            runtime,
+            TidSource::PthreadTid { offset: 720 },
+            &mut out,
+        );
+        assert_eq!(walked, Err(WalkError::Read(ReadError::Fault)));
     }
 }

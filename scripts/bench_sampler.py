@@ -49,10 +49,10 @@ def run_alone(python, threads, idle, seconds):
     return finish_workload(proc)
 
 
-def run_sampled(python, threads, idle, seconds, rate):
+def run_sampled(python, threads, idle, seconds, rate, priority="realtime"):
     proc, pid = start_workload(python, threads, idle, seconds)
     out = tempfile.mkdtemp(prefix="gilsample-bench-")
-    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", rate, "--quiet", "-o", out])
+    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", rate, "--priority", priority, "--quiet", "-o", out])
     ops_rate = finish_workload(proc)
     _, status, usage = os.wait4(sampler.pid, 0)
     sampler.returncode = os.waitstatus_to_exitcode(status)
@@ -79,6 +79,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--json")
+    parser.add_argument("--priority", default="realtime", help="gilsample's --priority for the sampled runs")
     parser.add_argument("--soak", type=float, help="one long recording of this many seconds; report peak memory")
     args = parser.parse_args()
     if not os.path.exists(BINARY):
@@ -93,7 +94,7 @@ def main():
         alone, sampled = [], []
         for _ in range(args.reps):
             alone.append(run_alone(args.python, threads, idle, args.seconds))
-            sampled.append(run_sampled(args.python, threads, idle, args.seconds, args.rate))
+            sampled.append(run_sampled(args.python, threads, idle, args.seconds, args.rate, args.priority))
         med = lambda key: statistics.median(r[key] for r in sampled)
         results[label] = {
             "alone_ops_per_s": statistics.median(alone),
@@ -107,7 +108,8 @@ def main():
             "runs": {"alone": alone, "sampled": sampled},
         }
 
-    print("python: %s, rate %s, %d x %.0f s per side, medians" % (args.python, args.rate, args.reps, args.seconds))
+    print("python: %s, rate %s, priority %s, %d x %.0f s per side, medians" % (
+        args.python, args.rate, args.priority, args.reps, args.seconds))
     print("| target | achieved rate | late samples | gilsample CPU s/s | target work alone | with gilsample | slowdown ratio | hand-offs seen/counted |")
     print("|---|---|---|---|---|---|---|---|")
     for label, r in results.items():

@@ -7,36 +7,12 @@ mod common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use common::{Trace, Workload, gilsample, interpreter, run};
-
-/// Starts gilsample on `pid` with `args` and returns once its first sample is taken.
-fn start_recording(
-    pid: u32,
-    out: &Path,
-    args: &[&str],
-) -> (Child, BufReader<std::process::ChildStderr>) {
-    let mut child = gilsample()
-        .args(["--pid", &pid.to_string(), "-o"])
-        .arg(out)
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(
-        line.contains("recording process"),
-        "unexpected first line: {line}"
-    );
-    (child, stderr)
-}
+use common::{Trace, Workload, interpreter, run, start_recording};
 
 fn signal(child: &Child, sig: Signal) {
     kill(Pid::from_raw(child.id() as i32), sig).unwrap();

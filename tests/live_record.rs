@@ -2,10 +2,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::{Trace, Workload, gilsample, interpreter, layout_sources, run};
+use common::{Trace, Workload, gilsample, interpreter, layout_sources, run, start_recording};
 
 fn contention(label: &str) {
     let python = interpreter(label);
@@ -163,20 +162,8 @@ fn sigint_leaves_a_complete_file(label: &str) {
     let python = interpreter(label);
     let workload = Workload::start(&python, &["contention", "--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
-    let mut child = gilsample()
-        .args(["--pid", &workload.pid.to_string(), "-o"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // The "recording process" line is printed once sampling has begun: the readiness signal.
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(
-        line.contains("recording process"),
-        "unexpected first line: {line}"
-    );
+    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &[]);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,

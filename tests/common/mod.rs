@@ -297,3 +297,26 @@ impl Trace {
         (end - start) / 1000.0
     }
 }
+
+/// Starts gilsample on `pid` with `args` and returns once its first sample is taken.
+pub fn start_recording(
+    pid: u32,
+    out: &Path,
+    args: &[&str],
+) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut child = gilsample()
+        .args(["--pid", &pid.to_string(), "-o"])
+        .arg(out)
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("recording process"),
+        "unexpected first line: {line}"
+    );
+    (child, stderr)
+}

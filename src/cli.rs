@@ -49,6 +49,9 @@ pub enum Command {
     Info(InfoArgs),
     /// Generate a layout file from a CPython build with DWARF (used by scripts/generate-layouts.sh).
     Layout(LayoutArgs),
+    /// Convert the reference tool's raw GIL file (take_gil/drop_gil events) to Chrome Trace with
+    /// hold_gil between each take and the next drop of a thread, like gil_trace_convert.py.
+    Convert(ConvertArgs),
 }
 
 #[derive(Args, Debug)]
@@ -139,6 +142,19 @@ pub struct LayoutArgs {
     /// Write <version>-<flavour>-<arch>.json into this directory instead of printing it.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// The raw file, e.g. GIL_12345_rank_0.json.
+    #[arg(long, value_name = "FILE")]
+    pub input: PathBuf,
+    /// The Chrome Trace to write (.json is appended when missing).
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Overwrite an existing output.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -20,6 +20,8 @@ pub mod exit {
     pub const NO_SUCH_PROCESS: i32 = 5;
     /// The output could not be written; the message says where the partial data is.
     pub const OUTPUT: i32 = 6;
+    /// An input file (`convert`) is missing, empty, not JSON, truncated or malformed.
+    pub const INPUT: i32 = 7;
     /// Stopped by a second Ctrl+C: the trace was not finished.
     pub const INTERRUPTED: i32 = 130;
 }
@@ -64,6 +66,11 @@ pub enum Error {
         path: PathBuf,
         why: String,
     },
+    /// An input file (`convert`) that is not what it should be; the message names event and field.
+    Input {
+        path: PathBuf,
+        why: String,
+    },
     /// Writing the trace failed.
     Output {
         path: PathBuf,
@@ -95,6 +102,7 @@ impl Error {
             }
             Error::NotReady { .. } => exit::UNSUPPORTED,
             Error::Output { .. } => exit::OUTPUT,
+            Error::Input { .. } => exit::INPUT,
             Error::Binary { .. } | Error::Io { .. } => exit::FAILURE,
         }
     }
@@ -149,6 +157,7 @@ impl fmt::Display for Error {
             ),
             Error::Binary { path, why } => write!(f, "{}: {why}", path.display()),
             Error::Output { path, why } => write!(f, "cannot write {}: {why}", path.display()),
+            Error::Input { path, why } => write!(f, "{}: {why}", path.display()),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
         }
     }

@@ -3,6 +3,7 @@
 
 pub mod addr;
 pub mod cli;
+pub mod convert;
 pub mod discover;
 pub mod error;
 pub mod infer;

@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 
 use gilsample::cli::{Cli, Command, LayoutArgs, RecordArgs};
+use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
@@ -32,6 +33,18 @@ fn main() -> ExitCode {
             exit::OK
         }),
         Some(Command::Layout(args)) => run_layout(&args).map(|()| exit::OK),
+        Some(Command::Convert(args)) => {
+            convert(&args.input, &args.output, args.force).map(|(path, report)| {
+                eprintln!(
+                    "gilsample: {} events, {} hold_gil inserted, {} takes without a drop -> {}",
+                    report.events,
+                    report.holds,
+                    report.unpaired_takes,
+                    path.display()
+                );
+                exit::OK
+            })
+        }
         None => run_record(cli.record),
     };
     match result {

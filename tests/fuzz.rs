@@ -185,3 +185,19 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(Config { cases: Config::default().cases.min(64), ..config("convert") })]
+    #[test]
+    fn convert_inputs_of_any_content_never_panic(
+        text in prop_oneof![
+            ".{0,256}",
+            r#"\[\{"name": "(take|drop)_gil", "ts": [-0-9."]{0,24}, "dur": [-0-9."]{0,12}, "pid": [0-9]{0,12}, "tid": [0-9a-z]{0,6}\}\]"#,
+        ]
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("raw.json");
+        std::fs::write(&input, &text).unwrap();
+        let _ = gilsample::convert::convert(&input, &dir.path().join("out.json"), true);
+    }
+}

@@ -16,6 +16,7 @@ use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
+use crate::trace::chrome::micros;
 use crate::trace::output::{check_not_exists, create_partial};
 
 /// What a conversion saw.
@@ -63,12 +64,6 @@ pub fn parse_micros(value: &Value) -> std::result::Result<i128, String> {
         }
         _ => Err("expected a number or a decimal string".into()),
     }
-}
-
-fn micros(ns: i128) -> String {
-    let sign = if ns < 0 { "-" } else { "" };
-    let abs = ns.unsigned_abs();
-    format!("{sign}{}.{:03}", abs / 1000, abs % 1000)
 }
 
 /// One validated input event.
@@ -143,6 +138,17 @@ struct Converter<W: Write> {
 }
 
 impl<W: Write> Converter<W> {
+    fn new(out: W) -> Converter<W> {
+        Converter {
+            out,
+            first: true,
+            index: 0,
+            pending_take_end: HashMap::new(),
+            threads: BTreeSet::new(),
+            report: ConvertReport::default(),
+        }
+    }
+
     fn write_event(
         &mut self,
         name: &str,
@@ -247,14 +253,7 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         path: output.clone(),
         why: format!("{e} (partial data is in {})", partial.display()),
     };
-    let mut converter = Converter {
-        out: BufWriter::new(partial_file),
-        first: true,
-        index: 0,
-        pending_take_end: HashMap::new(),
-        threads: BTreeSet::new(),
-        report: ConvertReport::default(),
-    };
+    let mut converter = Converter::new(BufWriter::new(partial_file));
     converter
         .out
         .write_all(b"{\"traceEvents\":[\n")
@@ -328,14 +327,7 @@ mod tests {
 
     #[test]
     fn pairs_each_take_with_the_next_drop_of_its_thread() {
-        let mut c = Converter {
-            out: Vec::new(),
-            first: true,
-            index: 0,
-            pending_take_end: HashMap::new(),
-            threads: BTreeSet::new(),
-            report: ConvertReport::default(),
-        };
+        let mut c = Converter::new(Vec::new());
         for event in [
             json!({"name": "take_gil", "ph": "X", "ts": "100", "dur": "5", "pid": 1, "tid": 2}),
             json!({"name": "take_gil", "ph": "X", "ts": 101, "dur": 1, "pid": 1, "tid": 3}),
@@ -356,14 +348,7 @@ mod tests {
 
     #[test]
     fn malformed_events_name_their_index_and_field() {
-        let mut c = Converter {
-            out: Vec::new(),
-            first: true,
-            index: 0,
-            pending_take_end: HashMap::new(),
-            threads: BTreeSet::new(),
-            report: ConvertReport::default(),
-        };
+        let mut c = Converter::new(Vec::new());
         c.accept(json!({"name": "take_gil", "ts": 1, "dur": 1, "pid": 1, "tid": 1}))
             .unwrap();
         let err = c

@@ -9,6 +9,13 @@ pub fn monotonic_ns() -> u64 {
     to_ns(clock_gettime(ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC is always available"))
 }
 
+/// CPU time the calling thread has used.
+pub fn thread_cpu_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(to_ns)
+        .unwrap_or(0)
+}
+
 fn realtime_ns() -> u64 {
     to_ns(clock_gettime(ClockId::CLOCK_REALTIME).expect("CLOCK_REALTIME is always available"))
 }

@@ -17,7 +17,7 @@ use crate::process::tasks::TidMap;
 use crate::python::attach::Target;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{Basis, ThreadEvidence, classify, settle_stretch};
-use crate::sample::clock::{monotonic_ns, sleep_until};
+use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -475,13 +475,6 @@ impl Loop<'_> {
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
         Ok(())
     }
-}
-
-/// CPU time of the calling thread.
-fn thread_cpu_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(|ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
-        .unwrap_or(0)
 }
 
 /// The OS thread name (`comm`), or the main thread's label.

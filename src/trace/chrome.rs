@@ -38,7 +38,8 @@ pub struct ChromeWriter {
 }
 
 /// `123.456`-style microseconds from nanoseconds, exact in the text.
-fn micros(ns: i64) -> String {
+/// Nanoseconds as exact decimal microseconds (`123.456`), the trace's `ts`/`dur` notation.
+pub fn micros(ns: i128) -> String {
     let sign = if ns < 0 { "-" } else { "" };
     let abs = ns.unsigned_abs();
     format!("{sign}{}.{:03}", abs / 1000, abs % 1000)
@@ -97,8 +98,8 @@ impl ChromeWriter {
             return Ok(());
         };
         self.separator()?;
-        let ts = micros(interval.start_ns as i64 + self.offset_ns);
-        let dur = micros((interval.end_ns - interval.start_ns) as i64);
+        let ts = micros(interval.start_ns as i128 + self.offset_ns as i128);
+        let dur = micros((interval.end_ns - interval.start_ns) as i128);
         let line = format!(
             "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}",
             self.pid, interval.tid
@@ -109,7 +110,7 @@ impl ChromeWriter {
     /// Writes a counter sample on the process's "GIL waiters" track.
     pub fn write_waiters(&mut self, t_ns: u64, count: u32) -> Result<()> {
         self.separator()?;
-        let ts = micros(t_ns as i64 + self.offset_ns);
+        let ts = micros(t_ns as i128 + self.offset_ns as i128);
         let line = format!(
             "{{\"name\":\"GIL waiters\",\"ph\":\"C\",\"ts\":{ts},\"pid\":{},\"args\":{{\"take_gil\":{count}}}}}",
             self.pid

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::merge::Offset;
 use crate::python::attach::LayoutChoice;
 use crate::sample::priority::Priority;
 use crate::trace::chrome::TraceClock;
@@ -52,7 +53,20 @@ pub enum Command {
     /// Convert the reference tool's raw GIL file (take_gil/drop_gil events) to Chrome Trace with
     /// hold_gil between each take and the next drop of a thread, like gil_trace_convert.py.
     Convert(ConvertArgs),
+    /// Put GIL traces and profiler traces (PyTorch/Kineto, Ascend msprof trace_view.json, any Chrome
+    /// Trace) on one wall-clock timeline in one file.
+    #[command(after_help = MERGE_EXAMPLES)]
+    Merge(MergeArgs),
 }
+
+const MERGE_EXAMPLES: &str = "Clocks: gilsample traces say their clock in otherData; Kineto traces are \
+absolute epoch µs or relative to baseTimeNanoseconds; msprof and other traces are taken as epoch µs. \
+What was aligned how is printed and kept in otherData.merge. Process ids that two inputs share are \
+renumbered in the later, non-GIL one.
+
+Examples:
+  gilsample merge gil_traces/GIL_*.json prof/worker0.pt.trace.json -o merged.json
+  gilsample merge GIL_1234_rank_0.json trace_view.json --offset trace_view.json=-1500 -o merged.json";
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
@@ -114,6 +128,12 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value = "realtime")]
     pub priority: Priority,
 
+    /// For programs that drive gilsample (the Python API): an inherited socket. gilsample waits for a
+    /// byte on it before attaching, reports progress on it as JSON lines, and stops when it reads
+    /// another byte or the other end closes.
+    #[arg(long, value_name = "FD", hide_short_help = true)]
+    pub control_fd: Option<i32>,
+
     /// A command to launch and record from its start until it exits (put it after --).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -152,6 +172,23 @@ pub struct ConvertArgs {
     /// The Chrome Trace to write (.json is appended when missing).
     #[arg(long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Overwrite an existing output.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// Traces to merge: GIL_<pid>_rank_<rank>.json files and profiler traces.
+    #[arg(required = true, value_name = "TRACE")]
+    pub inputs: Vec<PathBuf>,
+    /// The merged trace to write.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Clock correction in µs added to an input's timestamps: INPUT=MICROS for one input, or MICROS
+    /// for every input that is not a GIL trace. Repeatable.
+    #[arg(long, value_name = "[INPUT=]MICROS", allow_negative_numbers = true)]
+    pub offset: Vec<Offset>,
     /// Overwrite an existing output.
     #[arg(long)]
     pub force: bool,

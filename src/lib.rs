@@ -3,11 +3,13 @@
 
 pub mod addr;
 pub mod cli;
+pub mod control;
 pub mod convert;
 pub mod discover;
 pub mod error;
 pub mod infer;
 pub mod info;
+pub mod merge;
 pub mod process;
 pub mod python;
 pub mod record;

@@ -11,18 +11,22 @@ use std::time::Duration;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+use serde_json::json;
 
-use gilsample::cli::{Cli, Command, LayoutArgs, RecordArgs};
+use gilsample::cli::{Cli, Command, LayoutArgs, MergeArgs, RecordArgs};
+use gilsample::control::Control;
 use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
+use gilsample::merge::{MergeOptions, merge};
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, Targets, Update, record};
 use gilsample::summary::format_summary;
 use gilsample::symbols::elf::{self, ElfImage};
+use gilsample::trace::chrome::micros;
 use gilsample::trace::output::{DIR_ENV, OutputSpec};
 
 fn main() -> ExitCode {
@@ -45,7 +49,8 @@ fn main() -> ExitCode {
                 exit::OK
             })
         }
-        None => run_record(cli.record),
+        Some(Command::Merge(args)) => run_merge(&args).map(|()| exit::OK),
+        None => record_command(cli.record),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
@@ -80,7 +85,33 @@ fn install_signal_thread(stop: Arc<AtomicBool>) {
     });
 }
 
-fn run_record(args: RecordArgs) -> Result<i32> {
+/// Records, reporting to the driving program over `--control-fd` when there is one.
+fn record_command(args: RecordArgs) -> Result<i32> {
+    let control = match args.control_fd {
+        Some(fd) => Some(Control::open(fd)?),
+        None => None,
+    };
+    let (control, reader) = match control {
+        Some((control, reader)) => (Some(control), Some(reader)),
+        None => (None, None),
+    };
+    let result = run_record(args, control.as_ref(), reader);
+    if let Some(control) = &control {
+        match &result {
+            Ok(_) => {}
+            Err(e) => control.send(&json!({
+                "event": "error", "message": e.to_string(), "exit_code": e.exit_code(),
+            })),
+        }
+    }
+    result
+}
+
+fn run_record(
+    args: RecordArgs,
+    control: Option<&Control>,
+    reader: Option<std::fs::File>,
+) -> Result<i32> {
     let device = if args.all_gpu {
         DeviceKind::Gpu
     } else {
@@ -139,11 +170,19 @@ fn run_record(args: RecordArgs) -> Result<i32> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());
+    if let Some(mut reader) = reader {
+        if !Control::wait_for_go(&mut reader) {
+            return Err(Error::Usage(
+                "the program driving gilsample closed --control-fd before saying go".into(),
+            ));
+        }
+        Control::watch_for_stop(reader, stop.clone());
+    }
 
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let bar = show_progress.then(|| new_progress_bar(opts.duration));
     let quiet = args.quiet;
-    let mut on_progress = |update: Update<'_>| match update {
+    let show_update = |update: Update<'_>| match update {
         Update::Started {
             pid,
             path,
@@ -168,7 +207,7 @@ fn run_record(args: RecordArgs) -> Result<i32> {
                 None => eprintln!("{line}"),
             }
         }
-        Update::Skipped { .. } => {}
+        Update::Skipped { .. } | Update::Ready => {}
         Update::Progress(p) => {
             if let Some(bar) = &bar {
                 let secs = p.elapsed.as_secs_f64();
@@ -185,11 +224,26 @@ fn run_record(args: RecordArgs) -> Result<i32> {
             }
         }
     };
+    let mut on_progress = |update: Update<'_>| {
+        if let Some(control) = control
+            && !matches!(update, Update::Progress(_))
+        {
+            control.send(&control_event(&update));
+        }
+        show_update(update)
+    };
     let report = record(&opts, stop, &mut on_progress);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     let report = report?;
+    if let Some(control) = control {
+        for (pid, error) in &report.failures {
+            control.send(&json!({
+                "event": "failed", "pid": pid, "message": error.to_string(), "exit_code": error.exit_code(),
+            }));
+        }
+    }
     if report.targets.is_empty() && report.failures.is_empty() {
         let what = match &opts.targets {
             Targets::Devices(kind) => {
@@ -209,15 +263,44 @@ fn run_record(args: RecordArgs) -> Result<i32> {
             eprintln!("gilsample: error: process {pid}: {error}");
         }
     }
-    if let Some((_, first)) = report.failures.first()
-        && report.targets.is_empty()
-    {
-        return Ok(first.exit_code());
+    let code = match report.failures.first() {
+        Some((_, first)) if report.targets.is_empty() => first.exit_code(),
+        Some(_) => exit::FAILURE,
+        None => report.child_status.unwrap_or(exit::OK),
+    };
+    if let Some(control) = control {
+        let files: Vec<String> = report
+            .targets
+            .iter()
+            .map(|t| t.path.display().to_string())
+            .collect();
+        control.send(&json!({
+            "event": "finished",
+            "files": files,
+            "merged": report.merged.as_ref().map(|p| p.display().to_string()),
+            "exit_code": code,
+        }));
     }
-    if !report.failures.is_empty() {
-        return Ok(exit::FAILURE);
+    Ok(code)
+}
+
+/// The line a driving program gets for an update (progress ticks are not sent).
+fn control_event(update: &Update<'_>) -> serde_json::Value {
+    match update {
+        Update::Started {
+            pid,
+            path,
+            python,
+            layout,
+            rate_hz,
+        } => json!({
+            "event": "started", "pid": pid, "path": path.display().to_string(),
+            "python": python, "layout": layout, "rate_hz": rate_hz,
+        }),
+        Update::Skipped { pid, why } => json!({"event": "skipped", "pid": pid, "why": why}),
+        Update::Ready => json!({"event": "ready"}),
+        Update::Progress(_) => serde_json::Value::Null,
     }
-    Ok(report.child_status.unwrap_or(exit::OK))
 }
 
 fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
@@ -244,6 +327,40 @@ fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
             bar
         }
     }
+}
+
+fn run_merge(args: &MergeArgs) -> Result<()> {
+    let opts = MergeOptions {
+        force: args.force,
+        offsets: args.offset.clone(),
+    };
+    let report = merge(&args.inputs, &args.output, &opts)?;
+    for input in &report.inputs {
+        let mut line = format!(
+            "gilsample: {}: {}, {} events, {}",
+            input.path.display(),
+            input.kind.describe(),
+            input.events,
+            input.alignment
+        );
+        if input.manual_offset_ns != 0 {
+            line += &format!(", --offset {} µs", micros(input.manual_offset_ns));
+        }
+        for (from, to) in &input.renumbered {
+            line += &format!(", pid {from} renumbered {to}");
+        }
+        eprintln!("{line}");
+        if input.overlaps_gil == Some(false) {
+            eprintln!(
+                "gilsample: warning: {} does not overlap the GIL traces in time; if both covered the same \
+                 run, the clocks differ: correct with --offset {}=MICROS",
+                input.path.display(),
+                input.path.display()
+            );
+        }
+    }
+    eprintln!("gilsample: merged -> {}", report.output.display());
+    Ok(())
 }
 
 fn run_layout(args: &LayoutArgs) -> Result<()> {

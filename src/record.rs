@@ -20,13 +20,13 @@ use serde_json::{Map, Value, json};
 use crate::discover::{DeviceKind, descendants, device_users};
 use crate::error::{Error, Result};
 use crate::infer::stats::Totals;
+use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank};
 use crate::python::attach::{LayoutChoice, Located, Target, locate};
 use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::priority::Priority;
 use crate::sample::sampler::{LiveCounters, Record, SamplerConfig, SamplerReport, run_sampler};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
-use crate::trace::merge::write_merged;
 use crate::trace::output::OutputSpec;
 
 /// What to record.
@@ -93,6 +93,9 @@ pub enum Update<'a> {
         pid: u32,
         why: &'a str,
     },
+    /// Every target found at the start has taken its first sample (or failed): a caller that starts
+    /// a profiler now covers the same window.
+    Ready,
     Progress(&'a Progress),
 }
 
@@ -135,6 +138,8 @@ struct Session<'a> {
     attached: Vec<Target>,
     /// Pids that are recorded, were recorded, or were looked at and refused.
     known: HashSet<u32>,
+    /// `Update::Ready` was sent.
+    ready_sent: bool,
     not_ready: HashMap<u32, u32>,
     failures: Vec<(u32, Error)>,
     skipped: Vec<(u32, String)>,
@@ -164,6 +169,7 @@ pub fn record(
         running: Vec::new(),
         attached: Vec::new(),
         known: HashSet::new(),
+        ready_sent: false,
         not_ready: HashMap::new(),
         failures: Vec::new(),
         skipped: Vec::new(),
@@ -293,11 +299,11 @@ pub fn record(
     }
     let merged = if opts.merge && !done.is_empty() {
         let paths: Vec<PathBuf> = done.iter().map(|t| t.path.clone()).collect();
-        Some(write_merged(
-            &paths,
-            &opts.output.merged_path(),
-            opts.force,
-        )?)
+        let merge_opts = MergeOptions {
+            force: opts.force,
+            offsets: Vec::new(),
+        };
+        Some(merge(&paths, &opts.output.merged_path(), &merge_opts)?.output)
     } else {
         None
     };
@@ -413,7 +419,10 @@ impl Session<'_> {
 
     fn report_progress(&mut self, started: u64, progress: &mut dyn FnMut(Update<'_>)) {
         for r in &mut self.running {
-            if !r.announced && r.live.samples.load(Ordering::Relaxed) > 0 {
+            if r.announced {
+                continue;
+            }
+            if r.live.samples.load(Ordering::Relaxed) > 0 {
                 r.announced = true;
                 progress(Update::Started {
                     pid: r.pid,
@@ -422,7 +431,14 @@ impl Session<'_> {
                     layout: r.layout.clone(),
                     rate_hz: self.opts.rate_hz,
                 });
+            } else if r.live.done.load(Ordering::Acquire) {
+                // Ended before its first sample: nothing to wait for.
+                r.announced = true;
             }
+        }
+        if !self.ready_sent && self.running.iter().all(|r| r.announced) {
+            self.ready_sent = true;
+            progress(Update::Ready);
         }
         let lives = self.running.iter().map(|r| &r.live);
         progress(Update::Progress(&Progress {
@@ -599,6 +615,7 @@ fn metadata(
         "ts_unit": "us",
         "sampled_on": "CLOCK_MONOTONIC",
         "monotonic_to_trace_offset_ns": offset_ns,
+        "monotonic_to_wall_offset_ns": monotonic_to_wall_offset_ns(),
         "trace_to_monotonic_offset_ns": -offset_ns,
         "pid": target.pid,
         "namespace_pid": read_namespace_pid(target.pid),

@@ -2,5 +2,4 @@
 //! when complete, and the output naming rules users know from the reference tool.
 
 pub mod chrome;
-pub mod merge;
 pub mod output;

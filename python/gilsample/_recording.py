@@ -1,0 +1,242 @@
+"""Start and stop a recording: the binary runs beside this process and reports over a socket pair.
+
+The handshake: the binary waits for a byte before it attaches (so this process can first allow it to
+read its memory where Yama restricts ptrace), then says `ready` once every target has been sampled.
+`start()` returns after `ready`, so a profiler started next covers the same window. Sending a byte, or
+this process exiting, stops the recording; `stop()` returns once the files are complete.
+"""
+
+import atexit
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import threading
+
+from ._binary import binary_path
+from ._errors import GilsampleError, error_for
+
+# prctl(PR_SET_PTRACER, pid): lets `pid` read this process where kernel.yama.ptrace_scope is 1.
+_PR_SET_PTRACER = 0x59616D61
+
+_active = []
+_active_lock = threading.Lock()
+
+
+def _allow_reader(pid):
+    """Lets the binary read this process under Yama. Without Yama the call fails harmlessly."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(pid), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                   ctypes.c_ulong(0))
+    except (OSError, AttributeError):
+        pass
+
+
+def _rate_text(rate):
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        return repr(rate)
+    return str(rate)
+
+
+class Recording(object):
+    """One run of the gilsample binary. Use `start()` to make one."""
+
+    def __init__(self, pids=None, duration=None, rate="10khz", output_dir=None, all_npu=False,
+                 all_gpu=False, merge=False, binary=None, ready_timeout=120.0, extra_args=()):
+        if pids is not None and (all_npu or all_gpu):
+            raise GilsampleError("give pids, or all_npu/all_gpu, not both", 2)
+        if pids is None and not (all_npu or all_gpu):
+            pids = [os.getpid()]
+        self.pids = None if pids is None else [int(p) for p in pids]
+        self.files = []
+        self.merged = None
+        self.started = []
+        self.skipped = []
+        self.failed = []
+        self.exit_code = None
+        self._binary = binary_path(binary)
+        self._finished = None
+        self._error = None
+        self._lines = []
+        self._stderr = []
+        args = [self._binary]
+        if self.pids is not None:
+            args += ["--pid", ",".join(str(p) for p in self.pids)]
+        elif all_gpu:
+            args.append("--all-gpu")
+        else:
+            args.append("--all-npu")
+        args += ["--rate", _rate_text(rate)]
+        if duration is not None:
+            args += ["--duration", repr(duration)]
+        if output_dir is not None:
+            args += ["--output", os.fspath(output_dir)]
+        if merge:
+            args.append("--merge")
+        args += [str(a) for a in extra_args]
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        args += ["--control-fd", str(theirs.fileno())]
+        try:
+            # Its own session: a Ctrl+C meant for this program does not cut the recording short;
+            # stop() or this program's exit ends it.
+            self._process = subprocess.Popen(
+                args, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:
+            ours.close()
+            raise GilsampleError("could not run {}: {}".format(self._binary, e))
+        finally:
+            theirs.close()
+        self._socket = ours
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader.start()
+        if self.pids is not None and os.getpid() in self.pids:
+            _allow_reader(self._process.pid)
+        self._ready = threading.Event()
+        self._control_reader = threading.Thread(target=self._read_control, daemon=True)
+        self._control_reader.start()
+        try:
+            ours.sendall(b"g")
+        except OSError:
+            pass  # it already exited; its error arrives below
+        self._ready.wait(ready_timeout)
+        if self._error is not None or not self._ready.is_set():
+            self._end(timeout=30)
+            raise self._failure("gilsample did not start within {} s".format(ready_timeout))
+        with _active_lock:
+            _active.append(self)
+
+    def _read_stderr(self):
+        for line in iter(self._process.stderr.readline, b""):
+            self._stderr.append(line.decode("utf-8", "replace"))
+        self._process.stderr.close()
+
+    def _read_control(self):
+        stream = self._socket.makefile("rb")
+        try:
+            for raw in stream:
+                try:
+                    event = json.loads(raw.decode("utf-8"))
+                except ValueError:
+                    continue
+                self._lines.append(event)
+                kind = event.get("event")
+                if kind == "started":
+                    self.started.append(event)
+                elif kind == "skipped":
+                    self.skipped.append(event)
+                elif kind == "failed":
+                    self.failed.append(event)
+                elif kind == "error":
+                    self._error = event
+                elif kind == "finished":
+                    self._finished = event
+                if kind in ("ready", "error", "finished"):
+                    self._ready.set()
+        finally:
+            stream.close()
+            self._ready.set()
+
+    @property
+    def output(self):
+        """What the binary printed (its summary), so far."""
+        return "".join(self._stderr)
+
+    def _failure(self, fallback):
+        if self._error is not None:
+            return error_for(self._error.get("message", fallback), self._error.get("exit_code", 1))
+        tail = self.output.strip().splitlines()
+        return GilsampleError(tail[-1] if tail else fallback, self.exit_code or 1)
+
+    def _end(self, timeout):
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._control_reader.join()
+        self._stderr_reader.join()
+        self._socket.close()
+        self.exit_code = self._process.returncode
+        with _active_lock:
+            if self in _active:
+                _active.remove(self)
+
+    def running(self):
+        """True until the binary has exited."""
+        return self._process.poll() is None
+
+    def stop(self, timeout=120.0):
+        """Stops recording (a no-op if it already ended), waits for the files, returns their paths."""
+        if self.exit_code is None:
+            try:
+                self._socket.sendall(b"s")
+            except OSError:
+                pass
+            self._end(timeout)
+        return self._result()
+
+    def wait(self, timeout=None):
+        """Waits for a recording with a duration to end by itself; returns the files' paths."""
+        if self.exit_code is None:
+            self._end(timeout)
+        return self._result()
+
+    def _result(self):
+        if self._finished is not None:
+            self.files = list(self._finished.get("files", []))
+            self.merged = self._finished.get("merged")
+        if not self.files:
+            raise self._failure("gilsample exited with status {}".format(self.exit_code))
+        return list(self.files)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def __repr__(self):
+        state = "running" if self.exit_code is None else "exit {}".format(self.exit_code)
+        return "<gilsample.Recording pids={} {} files={}>".format(self.pids, state, self.files)
+
+
+def start(pids=None, duration=None, rate="10khz", output_dir=None, **options):
+    """Starts recording and returns once sampling has begun.
+
+    pids: process ids; None means this process (pass all_npu=True or all_gpu=True for every Python
+    process using an NPU or GPU). duration: seconds, None until stop(). rate: "10khz", "500hz" or Hz.
+    output_dir: where GIL_<pid>_rank_<rank>.json files go; None means $GILSAMPLE_DIR, else
+    ./gil_traces, as on the command line. Other options: all_npu, all_gpu, merge, binary (absolute
+    path of another gilsample binary), ready_timeout, extra_args.
+
+    Returns a Recording (also a context manager). Errors from the binary raise GilsampleError
+    subclasses carrying its message and exit status.
+    """
+    return Recording(pids=pids, duration=duration, rate=rate, output_dir=output_dir, **options)
+
+
+def stop():
+    """Stops every recording started in this process; returns the paths of the files written."""
+    with _active_lock:
+        recordings = list(_active)
+    files = []
+    for recording in recordings:
+        files += recording.stop()
+    return files
+
+
+@atexit.register
+def _finish_at_exit():
+    # Leaving the program ends its recordings; waiting here means their files are complete.
+    with _active_lock:
+        recordings = list(_active)
+    for recording in recordings:
+        try:
+            recording.stop()
+        except GilsampleError:
+            pass

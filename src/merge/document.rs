@@ -1,0 +1,203 @@
+//! Reading a Chrome Trace file one event at a time: a top-level array of events, or an object whose
+//! `traceEvents` array holds them beside header keys (Kineto's `baseTimeNanoseconds`, gilsample's
+//! `otherData`). Header keys may come before or after the events, so they are collected on the way.
+
+use std::fmt;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// Top-level keys kept from an object trace; everything else beside `traceEvents` is skipped unread.
+const HEADER_KEYS: &[&str] = &[
+    "otherData",
+    "baseTimeNanoseconds",
+    "schemaVersion",
+    "deviceProperties",
+    "distributedInfo",
+    "traceName",
+    "displayTimeUnit",
+];
+
+/// What a document holds besides its events.
+#[derive(Debug, Default)]
+pub struct Header {
+    /// True for `{ "traceEvents": [...] }`, false for a bare array.
+    pub object: bool,
+    pub keys: Map<String, Value>,
+}
+
+/// Calls `on_event(index, event)` for every event of `path`, in order; an error it returns stops the
+/// read and is reported with the file's name.
+pub fn for_each_event<F>(path: &Path, mut on_event: F) -> Result<Header>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    let bad = |why: String| Error::Input {
+        path: path.to_path_buf(),
+        why,
+    };
+    let file = File::open(path).map_err(|e| bad(e.to_string()))?;
+    if file.metadata().map(|m| m.len() == 0).unwrap_or(false) {
+        return Err(bad("the file is empty".into()));
+    }
+    let mut header = Header::default();
+    let mut saw_events = false;
+    let mut deserializer = serde_json::Deserializer::from_reader(BufReader::new(file));
+    let parsed = Document {
+        on_event: &mut on_event,
+        header: &mut header,
+        saw_events: &mut saw_events,
+    }
+    .deserialize(&mut deserializer)
+    .and_then(|()| deserializer.end());
+    if let Err(e) = parsed {
+        return Err(bad(describe_json_error(&e)));
+    }
+    if !saw_events {
+        return Err(bad(
+            "wrong shape: an object without a `traceEvents` array (expected a Chrome Trace)".into(),
+        ));
+    }
+    Ok(header)
+}
+
+/// A JSON error in words a user can act on.
+pub fn describe_json_error(e: &serde_json::Error) -> String {
+    match e.classify() {
+        serde_json::error::Category::Syntax => format!("not valid JSON: {e}"),
+        serde_json::error::Category::Eof => format!("truncated: {e}"),
+        _ => e.to_string(),
+    }
+}
+
+struct Document<'a, F> {
+    on_event: &'a mut F,
+    header: &'a mut Header,
+    saw_events: &'a mut bool,
+}
+
+impl<'de, F> DeserializeSeed<'de> for Document<'_, F>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de, F> Visitor<'de> for Document<'_, F>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Chrome Trace: an array of events or an object with `traceEvents`")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<(), A::Error> {
+        *self.saw_events = true;
+        Events(self.on_event).visit_seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        self.header.object = true;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "traceEvents" {
+                if *self.saw_events {
+                    return Err(serde::de::Error::custom("two `traceEvents` keys"));
+                }
+                *self.saw_events = true;
+                map.next_value_seed(Events(&mut *self.on_event))?;
+            } else if HEADER_KEYS.contains(&key.as_str()) {
+                let value = map.next_value::<Value>()?;
+                self.header.keys.insert(key, value);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Events<'a, F>(&'a mut F);
+
+impl<'de, F> DeserializeSeed<'de> for Events<'_, F>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de, F> Visitor<'de> for Events<'_, F>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        let mut index = 0u64;
+        while let Some(event) = seq.next_element::<Value>()? {
+            (self.0)(index, event).map_err(serde::de::Error::custom)?;
+            index += 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn read(text: &str) -> Result<(Header, Vec<Value>)> {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        let mut events = Vec::new();
+        let header = for_each_event(file.path(), |_, e| {
+            events.push(e);
+            Ok(())
+        })?;
+        Ok((header, events))
+    }
+
+    #[test]
+    fn reads_arrays_and_objects_with_header_keys_on_either_side() {
+        let (header, events) = read(r#"[{"ph":"X"},{"ph":"M"}]"#).unwrap();
+        assert!(!header.object);
+        assert_eq!(events.len(), 2);
+        let (header, events) = read(
+            r#"{"schemaVersion":1,"traceEvents":[{"ph":"X"}],"baseTimeNanoseconds":7,"big":[1,2]}"#,
+        )
+        .unwrap();
+        assert!(header.object);
+        assert_eq!(header.keys["baseTimeNanoseconds"], 7);
+        assert!(!header.keys.contains_key("big"));
+        assert_eq!(events.len(), 1);
+    }
+
+    #[test]
+    fn refuses_other_shapes() {
+        for text in ["7", "\"x\"", r#"{"a":1}"#, r#"{"traceEvents":{}}"#] {
+            assert!(read(text).is_err(), "{text}");
+        }
+        let err = read(r#"{"traceEvents":[1"#).unwrap_err().to_string();
+        assert!(err.contains("truncated"), "{err}");
+    }
+}

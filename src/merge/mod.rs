@@ -1,0 +1,361 @@
+//! `gilsample merge`: GIL traces of several processes and profiler traces (PyTorch/Kineto, Ascend
+//! msprof, any Chrome Trace) on one wall-clock timeline, in one file.
+//!
+//! Two passes over each input, both streamed: the first checks every event and learns the input's
+//! kind, time range and process ids (so a malformed input is refused before anything is written);
+//! the second writes its events moved onto the common clock, with process ids that collide with an
+//! earlier input's renumbered. What was aligned how goes to `otherData.merge` and the report.
+
+pub mod document;
+pub mod probe;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{Error, Result};
+use crate::merge::document::for_each_event;
+use crate::merge::probe::{Kind, Probe, alignment, check_event, probe};
+use crate::trace::chrome::micros;
+use crate::trace::output::{check_not_exists, create_partial};
+
+/// A manual clock correction: `--offset [INPUT=]MICROSECONDS`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offset {
+    /// The input it applies to; `None`: every input that is not a GIL trace.
+    pub input: Option<PathBuf>,
+    pub ns: i128,
+}
+
+impl std::str::FromStr for Offset {
+    type Err = String;
+    fn from_str(text: &str) -> std::result::Result<Offset, String> {
+        let (input, number) = match text.rsplit_once('=') {
+            Some((input, number)) => (Some(PathBuf::from(input)), number),
+            None => (None, text),
+        };
+        let ns = crate::convert::parse_micros(&Value::String(number.trim().to_string())).map_err(
+            |why| {
+                format!(
+                    "{text:?}: give [INPUT=]MICROSECONDS, e.g. 1500 or trace.json=-250.5 ({why})"
+                )
+            },
+        )?;
+        Ok(Offset { input, ns })
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct MergeOptions {
+    pub force: bool,
+    pub offsets: Vec<Offset>,
+}
+
+/// How one input was placed.
+#[derive(Clone, Debug)]
+pub struct InputReport {
+    pub path: PathBuf,
+    pub kind: Kind,
+    pub events: u64,
+    pub alignment: String,
+    /// Added to every timestamp: alignment plus manual offset.
+    pub shift_ns: i128,
+    pub manual_offset_ns: i128,
+    /// Process ids renumbered because an earlier input uses them: (as written, as merged).
+    pub renumbered: Vec<(String, String)>,
+    /// Time range on the merged timeline.
+    pub first_ns: Option<i128>,
+    pub last_ns: Option<i128>,
+    /// For a profiler input: whether its time range meets the GIL traces' (None without GIL traces).
+    pub overlaps_gil: Option<bool>,
+}
+
+pub struct MergeReport {
+    pub output: PathBuf,
+    pub inputs: Vec<InputReport>,
+}
+
+/// Merges `inputs` into `output`.
+pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<MergeReport> {
+    if inputs.is_empty() {
+        return Err(Error::Usage("give the traces to merge".into()));
+    }
+    for input in inputs {
+        if same_file(input, output) {
+            return Err(Error::Usage(format!(
+                "{} is both an input and the output",
+                input.display()
+            )));
+        }
+    }
+    for offset in &opts.offsets {
+        if let Some(target) = &offset.input
+            && !inputs.iter().any(|i| same_file(i, target))
+        {
+            return Err(Error::Usage(format!(
+                "--offset names {}, which is not one of the inputs",
+                target.display()
+            )));
+        }
+    }
+    check_not_exists(output, opts.force)?;
+    let probes: Vec<Probe> = inputs.iter().map(|p| probe(p)).collect::<Result<_>>()?;
+    let reports = plan(inputs, &probes, opts);
+
+    let (file, partial) = create_partial(output)?;
+    let fail = |e: std::io::Error| Error::Output {
+        path: output.to_path_buf(),
+        why: format!("{e} (partial data is in {})", partial.display()),
+    };
+    let mut writer = EventWriter::new(BufWriter::new(file));
+    writer
+        .out
+        .write_all(b"{\"traceEvents\":[\n")
+        .map_err(fail)?;
+    for (index, (input, report)) in inputs.iter().zip(&reports).enumerate() {
+        let renumbered: BTreeMap<&str, &str> = report
+            .renumbered
+            .iter()
+            .map(|(from, to)| (from.as_str(), to.as_str()))
+            .collect();
+        let label = file_label(input);
+        let mut io_error = None;
+        let copied = for_each_event(input, |i, event| {
+            let checked = check_event(i, &event)?;
+            let (event, ts) = rewrite(event, &checked, report.shift_ns, &renumbered, &label, index);
+            writer.write(&event, ts.as_deref()).map_err(|e| {
+                let text = e.to_string();
+                io_error = Some(e);
+                text
+            })
+        });
+        if let Some(e) = io_error {
+            return Err(fail(e));
+        }
+        if let Err(e) = copied {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    }
+    let other = json!({
+        "producer": format!("gilsample {} merge", env!("CARGO_PKG_VERSION")),
+        "merge": {
+            "timeline": "wall clock (CLOCK_REALTIME), µs since the epoch",
+            "inputs": reports.iter().zip(&probes).map(|(r, p)| describe(r, p)).collect::<Vec<_>>(),
+        },
+    });
+    write!(
+        writer.out,
+        "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{other}}}\n"
+    )
+    .map_err(fail)?;
+    writer.out.flush().map_err(fail)?;
+    writer.out.get_ref().sync_all().map_err(fail)?;
+    check_not_exists(output, opts.force)?;
+    std::fs::rename(&partial, output).map_err(fail)?;
+    Ok(MergeReport {
+        output: output.to_path_buf(),
+        inputs: reports,
+    })
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+fn file_label(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Decides each input's shift and process-id renumbering. GIL traces claim their ids first, so GIL
+/// tracks keep the real pids that the summary and file names show.
+fn plan(inputs: &[PathBuf], probes: &[Probe], opts: &MergeOptions) -> Vec<InputReport> {
+    let mut used: HashSet<String> = HashSet::new();
+    let mut renumbered: Vec<Vec<(String, String)>> = vec![Vec::new(); inputs.len()];
+    let order = (0..inputs.len())
+        .filter(|&i| probes[i].kind.is_gil())
+        .chain((0..inputs.len()).filter(|&i| !probes[i].kind.is_gil()));
+    for i in order {
+        for pid in &probes[i].pids {
+            if used.insert(pid.clone()) {
+                continue;
+            }
+            let fresh = fresh_pid(pid, i, &used, &probes[i].pids);
+            used.insert(fresh.clone());
+            renumbered[i].push((pid.clone(), fresh));
+        }
+    }
+    let mut reports: Vec<InputReport> = inputs
+        .iter()
+        .zip(probes)
+        .zip(renumbered)
+        .map(|((path, probe), renumbered)| {
+            let (aligned_ns, rule) = alignment(probe);
+            let manual_offset_ns: i128 = opts
+                .offsets
+                .iter()
+                .filter(|o| match &o.input {
+                    Some(target) => same_file(target, path),
+                    None => !probe.kind.is_gil(),
+                })
+                .map(|o| o.ns)
+                .sum();
+            let shift_ns = aligned_ns + manual_offset_ns;
+            InputReport {
+                path: path.clone(),
+                kind: probe.kind,
+                events: probe.events,
+                alignment: rule,
+                shift_ns,
+                manual_offset_ns,
+                renumbered,
+                first_ns: probe.first_ns.map(|t| t + shift_ns),
+                last_ns: probe.last_ns.map(|t| t + shift_ns),
+                overlaps_gil: None,
+            }
+        })
+        .collect();
+    let gil_ranges: Vec<(i128, i128)> = reports
+        .iter()
+        .filter(|r| r.kind.is_gil())
+        .filter_map(|r| Some((r.first_ns?, r.last_ns?)))
+        .collect();
+    if !gil_ranges.is_empty() {
+        for report in reports.iter_mut().filter(|r| !r.kind.is_gil()) {
+            report.overlaps_gil = match (report.first_ns, report.last_ns) {
+                (Some(first), Some(last)) => Some(
+                    gil_ranges
+                        .iter()
+                        .any(|&(gil_first, gil_last)| first <= gil_last && gil_first <= last),
+                ),
+                _ => None,
+            };
+        }
+    }
+    reports
+}
+
+/// A process id no input uses: numbers move up by multiples of 10,000,000 (above any Linux pid, so
+/// the original stays readable), strings get the input's number.
+fn fresh_pid(
+    pid: &str,
+    input: usize,
+    used: &HashSet<String>,
+    own: &std::collections::BTreeSet<String>,
+) -> String {
+    let taken = |candidate: &String| used.contains(candidate) || own.contains(candidate);
+    if let Ok(number) = pid.parse::<i64>() {
+        (1..)
+            .map(|k| (number + k * 10_000_000).to_string())
+            .find(|c| !taken(c))
+            .expect("an unused id exists")
+    } else {
+        let text = serde_json::from_str::<String>(pid).unwrap_or_else(|_| pid.to_string());
+        (1..)
+            .map(|k| Value::String(format!("{text} #{}", input + k)).to_string())
+            .find(|c| !taken(c))
+            .expect("an unused id exists")
+    }
+}
+
+/// One event as merged: timestamp shifted, process id renumbered (and its process name marked with
+/// the file it came from), flow ids kept apart from other inputs'. A shifted `ts` is returned apart, as
+/// an exact decimal: epoch microseconds with nanoseconds do not fit an f64.
+fn rewrite(
+    event: Value,
+    checked: &probe::Checked,
+    shift_ns: i128,
+    renumbered: &BTreeMap<&str, &str>,
+    label: &str,
+    input: usize,
+) -> (Map<String, Value>, Option<String>) {
+    let Value::Object(mut object) = event else {
+        unreachable!("check_event accepts only objects")
+    };
+    let original_pid = object.get("pid").map(Value::to_string);
+    if let Some(new) = original_pid.as_deref().and_then(|p| renumbered.get(p)) {
+        object.insert(
+            "pid".into(),
+            serde_json::from_str(new).expect("renumbered ids are JSON"),
+        );
+        if object.get("name").and_then(Value::as_str) == Some("process_name")
+            && let Some(Value::String(name)) =
+                object.get_mut("args").and_then(|a| a.get_mut("name"))
+        {
+            name.push_str(&format!(" [{label}]"));
+        }
+    }
+    if input > 0
+        && matches!(
+            object.get("ph").and_then(Value::as_str),
+            Some("s" | "t" | "f" | "b" | "e" | "n")
+        )
+    {
+        for key in ["id", "bind_id"] {
+            if let Some(id) = object.get(key).and_then(Value::as_u64) {
+                object.insert(key.into(), json!(id.wrapping_add((input as u64) << 48)));
+            }
+        }
+    }
+    let shifted_ts = match checked.ts_ns {
+        Some(ts) if shift_ns != 0 && !checked.metadata => Some(micros(ts + shift_ns)),
+        _ => None,
+    };
+    (object, shifted_ts)
+}
+
+/// Writes events separated by commas.
+struct EventWriter<W: Write> {
+    out: W,
+    first: bool,
+}
+
+impl<W: Write> EventWriter<W> {
+    fn new(out: W) -> EventWriter<W> {
+        EventWriter { out, first: true }
+    }
+
+    fn write(&mut self, event: &Map<String, Value>, ts: Option<&str>) -> std::io::Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        self.out.write_all(b"{")?;
+        let mut separator = "";
+        for (key, value) in event {
+            self.out.write_all(separator.as_bytes())?;
+            separator = ",";
+            serde_json::to_writer(&mut self.out, key)?;
+            self.out.write_all(b":")?;
+            match ts {
+                Some(decimal) if key == "ts" => self.out.write_all(decimal.as_bytes())?,
+                _ => serde_json::to_writer(&mut self.out, value)?,
+            }
+        }
+        self.out.write_all(b"}")
+    }
+}
+
+fn describe(report: &InputReport, probe: &Probe) -> Value {
+    let mut value = json!({
+        "file": report.path.display().to_string(),
+        "kind": report.kind.describe(),
+        "events": report.events,
+        "alignment": report.alignment,
+        "shift_us": micros(report.shift_ns).parse::<f64>().unwrap_or(0.0),
+        "manual_offset_us": micros(report.manual_offset_ns).parse::<f64>().unwrap_or(0.0),
+        "renumbered_pids": report.renumbered.iter().map(|(from, to)| json!({"from": serde_json::from_str::<Value>(from).unwrap_or(Value::Null), "to": serde_json::from_str::<Value>(to).unwrap_or(Value::Null)})).collect::<Vec<_>>(),
+        "overlaps_gil_traces": report.overlaps_gil,
+    });
+    if report.kind == Kind::GilsampleRecording {
+        value["otherData"] = probe.header.keys["otherData"].clone();
+    }
+    value
+}

@@ -4,6 +4,8 @@
 #   - Debian's /usr/bin/python3.11;
 #   - the Debian sid root with python3.13-3.15 and their -dbg packages (scripts/make-sid-root.sh);
 #   - Debian's arm64 builds, unpacked, for the aarch64 layout check (scripts/fetch-arm64-builds.sh).
+# Then the Python package from its wheel under every pyenv interpreter (scripts/test-python.sh), and the
+# traces in the Perfetto UI in headless Chromium (scripts/test-viewer.sh).
 # Needs root (chroot, mount, ptrace access to the test processes). A missing interpreter fails the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +16,5 @@ fi
 scripts/make-sid-root.sh
 scripts/fetch-arm64-builds.sh
 cargo test --locked "$@"
+scripts/test-python.sh
+scripts/test-viewer.sh

@@ -16,7 +16,7 @@ use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
-use crate::trace::chrome::micros;
+use crate::trace::chrome::span_micros;
 use crate::trace::output::{check_not_exists, create_partial};
 
 /// What a conversion saw.
@@ -42,6 +42,12 @@ pub fn parse_micros(value: &Value) -> std::result::Result<i128, String> {
     let out_of_range = || "out of range".to_string();
     match value {
         Value::Number(n) => {
+            // Numbers keep their text (serde_json's arbitrary_precision): epoch µs with nanosecond
+            // decimals do not survive a trip through f64.
+            let text = n.to_string();
+            if let Ok(ns) = parse_micros(&Value::String(text)) {
+                return Ok(ns);
+            }
             let us = n.as_f64().ok_or_else(out_of_range)?;
             if !us.is_finite() || us.abs() > 1e17 {
                 return Err(out_of_range());
@@ -157,6 +163,7 @@ impl<W: Write> Converter<W> {
         pid: u64,
         tid: u64,
     ) -> std::io::Result<()> {
+        let (ts, dur) = span_micros(start_ns, start_ns + dur_ns);
         if !self.first {
             self.out.write_all(b",\n")?;
         }
@@ -164,8 +171,7 @@ impl<W: Write> Converter<W> {
         write!(
             self.out,
             "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid}}}",
-            micros(start_ns),
-            micros(dur_ns)
+            ts, dur
         )
     }
 
@@ -337,9 +343,7 @@ mod tests {
         }
         let text = String::from_utf8(c.out).unwrap();
         assert!(
-            text.contains(
-                r#"{"name":"hold_gil","ph":"X","ts":105.000,"dur":45.500,"pid":1,"tid":2}"#
-            ),
+            text.contains(r#"{"name":"hold_gil","ph":"X","ts":105,"dur":46,"pid":1,"tid":2}"#),
             "{text}"
         );
         assert_eq!(c.report.holds, 1);

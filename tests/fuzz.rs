@@ -201,3 +201,28 @@ proptest! {
         let _ = gilsample::convert::convert(&input, &dir.path().join("out.json"), true);
     }
 }
+
+proptest! {
+    #![proptest_config(Config { cases: Config::default().cases.min(64), ..config("merge") })]
+    #[test]
+    fn merge_inputs_of_any_content_never_panic(
+        text in prop_oneof![
+            ".{0,256}",
+            r#"\{"baseTimeNanoseconds": [-0-9e.]{0,22}, "traceEvents": \[\{"ph": "[XMsf]", "ts": [-0-9."e]{0,24}, "dur": [-0-9."]{0,12}, "pid": [-0-9"a-z]{0,12}, "id": [0-9]{0,20}\}\]\}"#,
+            r#"\[\{"ph": "[XM]", "name": "process_name", "ts": "[-0-9.]{0,24}", "pid": [0-9]{0,12}, "args": \{"name": "[A-Za-z ]{0,16}"\}\}\]"#,
+        ]
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("profiler.json");
+        std::fs::write(&input, &text).unwrap();
+        let gil = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/torch-profiler/GIL_24514_rank_0.json");
+        let opts = gilsample::merge::MergeOptions { force: true, offsets: Vec::new() };
+        match gilsample::merge::merge(&[gil, input], &dir.path().join("out.json"), &opts) {
+            Ok(_) => {
+                let merged = std::fs::read_to_string(dir.path().join("out.json")).unwrap();
+                prop_assert!(serde_json::from_str::<serde_json::Value>(&merged).is_ok(), "{}", merged);
+            }
+            Err(e) => prop_assert!(matches!(e, gilsample::error::Error::Input { .. }), "{e}"),
+        }
+    }
+}

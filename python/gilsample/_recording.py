@@ -59,7 +59,6 @@ class Recording(object):
         self._binary = binary_path(binary)
         self._finished = None
         self._error = None
-        self._lines = []
         self._stderr = []
         args = [self._binary]
         if self.pids is not None:
@@ -96,6 +95,7 @@ class Recording(object):
         if self.pids is not None and os.getpid() in self.pids:
             _allow_reader(self._process.pid)
         self._ready = threading.Event()
+        self._got_ready = False
         self._control_reader = threading.Thread(target=self._read_control, daemon=True)
         self._control_reader.start()
         try:
@@ -103,9 +103,12 @@ class Recording(object):
         except OSError:
             pass  # it already exited; its error arrives below
         self._ready.wait(ready_timeout)
-        if self._error is not None or not self._ready.is_set():
-            self._end(timeout=30)
-            raise self._failure("gilsample did not start within {} s".format(ready_timeout))
+        if not self._got_ready:
+            if self._ready.is_set():
+                self._end(timeout=30)
+                raise self._failure("gilsample exited before sampling began")
+            self._end(timeout=0)
+            raise GilsampleError("gilsample did not start sampling within {} s".format(ready_timeout))
         with _active_lock:
             _active.append(self)
 
@@ -117,28 +120,34 @@ class Recording(object):
     def _read_control(self):
         stream = self._socket.makefile("rb")
         try:
-            for raw in stream:
-                try:
-                    event = json.loads(raw.decode("utf-8"))
-                except ValueError:
-                    continue
-                self._lines.append(event)
-                kind = event.get("event")
-                if kind == "started":
-                    self.started.append(event)
-                elif kind == "skipped":
-                    self.skipped.append(event)
-                elif kind == "failed":
-                    self.failed.append(event)
-                elif kind == "error":
-                    self._error = event
-                elif kind == "finished":
-                    self._finished = event
-                if kind in ("ready", "error", "finished"):
-                    self._ready.set()
+            self._read_events(stream)
+        except OSError:
+            pass  # the binary exited without reading what was sent: its exit status tells why
         finally:
             stream.close()
             self._ready.set()
+
+    def _read_events(self, stream):
+        for raw in stream:
+            try:
+                event = json.loads(raw.decode("utf-8"))
+            except ValueError:
+                continue
+            kind = event.get("event")
+            if kind == "started":
+                self.started.append(event)
+            elif kind == "skipped":
+                self.skipped.append(event)
+            elif kind == "failed":
+                self.failed.append(event)
+            elif kind == "error":
+                self._error = event
+            elif kind == "finished":
+                self._finished = event
+            if kind == "ready":
+                self._got_ready = True
+            if kind in ("ready", "error", "finished"):
+                self._ready.set()
 
     @property
     def output(self):
@@ -148,8 +157,11 @@ class Recording(object):
     def _failure(self, fallback):
         if self._error is not None:
             return error_for(self._error.get("message", fallback), self._error.get("exit_code", 1))
-        tail = self.output.strip().splitlines()
-        return GilsampleError(tail[-1] if tail else fallback, self.exit_code or 1)
+        # Refused before the channel was open (a bad argument): its message is on stderr.
+        lines = self.output.strip().splitlines()
+        errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
+        message = errors[0] if errors else (lines[-1] if lines else fallback)
+        return error_for(message, self.exit_code or 1)
 
     def _end(self, timeout):
         try:

@@ -77,6 +77,8 @@ pub struct MergeReport {
     pub inputs: Vec<InputReport>,
 }
 
+const NS_PER_SECOND: i128 = 1_000_000_000;
+
 /// Merges `inputs` into `output`.
 pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<MergeReport> {
     if inputs.is_empty() {
@@ -109,11 +111,19 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
         path: output.to_path_buf(),
         why: format!("{e} (partial data is in {})", partial.display()),
     };
+    // Timestamps are written relative to a whole second before the earliest event (exact as
+    // doubles, which epoch µs with nanoseconds are not); the origin is kept as Kineto keeps it.
+    let origin_ns = reports
+        .iter()
+        .filter_map(|r| r.first_ns)
+        .min()
+        .map_or(0, |first| first.div_euclid(NS_PER_SECOND) * NS_PER_SECOND);
     let mut writer = EventWriter::new(BufWriter::new(file));
-    writer
-        .out
-        .write_all(b"{\"traceEvents\":[\n")
-        .map_err(fail)?;
+    writeln!(
+        writer.out,
+        "{{\"baseTimeNanoseconds\":{origin_ns},\"traceEvents\":["
+    )
+    .map_err(fail)?;
     for (index, (input, report)) in inputs.iter().zip(&reports).enumerate() {
         let renumbered: BTreeMap<&str, &str> = report
             .renumbered
@@ -124,7 +134,14 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
         let mut io_error = None;
         let copied = for_each_event(input, |i, event| {
             let checked = check_event(i, &event)?;
-            let (event, ts) = rewrite(event, &checked, report.shift_ns, &renumbered, &label, index);
+            let (event, ts) = rewrite(
+                event,
+                &checked,
+                report.shift_ns - origin_ns,
+                &renumbered,
+                &label,
+                index,
+            );
             writer.write(&event, ts.as_deref()).map_err(|e| {
                 let text = e.to_string();
                 io_error = Some(e);
@@ -142,7 +159,8 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
     let other = json!({
         "producer": format!("gilsample {} merge", env!("CARGO_PKG_VERSION")),
         "merge": {
-            "timeline": "wall clock (CLOCK_REALTIME), µs since the epoch",
+            "timeline": "wall clock (CLOCK_REALTIME): µs since baseTimeNanoseconds",
+            "origin_unix_ns": origin_ns,
             "inputs": reports.iter().zip(&probes).map(|(r, p)| describe(r, p)).collect::<Vec<_>>(),
         },
     });
@@ -265,7 +283,7 @@ fn fresh_pid(
     }
 }
 
-/// One event as merged: timestamp shifted, process id renumbered (and its process name marked with
+/// One event as merged: timestamp moved by `shift_ns` (onto the merged timeline), process id renumbered (and its process name marked with
 /// the file it came from), flow ids kept apart from other inputs'. A shifted `ts` is returned apart, as
 /// an exact decimal: epoch microseconds with nanoseconds do not fit an f64.
 fn rewrite(
@@ -305,7 +323,7 @@ fn rewrite(
         }
     }
     let shifted_ts = match checked.ts_ns {
-        Some(ts) if shift_ns != 0 && !checked.metadata => Some(micros(ts + shift_ns)),
+        Some(ts) if !checked.metadata => Some(micros(ts + shift_ns)),
         _ => None,
     };
     (object, shifted_ts)

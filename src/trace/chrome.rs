@@ -37,12 +37,28 @@ pub struct ChromeWriter {
     events: u64,
 }
 
-/// `123.456`-style microseconds from nanoseconds, exact in the text.
-/// Nanoseconds as exact decimal microseconds (`123.456`), the trace's `ts`/`dur` notation.
+/// Nanoseconds as exact decimal microseconds (`123.456`).
 pub fn micros(ns: i128) -> String {
     let sign = if ns < 0 { "-" } else { "" };
     let abs = ns.unsigned_abs();
     format!("{sign}{}.{:03}", abs / 1000, abs % 1000)
+}
+
+/// Nanoseconds as whole microseconds, rounded to the nearest.
+///
+/// Epoch timestamps are written as whole microseconds: viewers read a fractional `ts` as a double,
+/// which at ~1.8e15 µs resolves only 0.25 µs, so an interval's end (`ts + dur`) and the next one's
+/// start stop being equal and Perfetto drops "overlapping" slices. Integers are read exactly. A
+/// 10 kHz sampler places boundaries to ~100 µs, so nothing real is lost. Each boundary is rounded
+/// once, so adjacent intervals stay adjacent.
+pub fn whole_micros(ns: i128) -> i128 {
+    (ns + 500).div_euclid(1000)
+}
+
+/// `ts` and `dur` of an interval, in whole microseconds.
+pub fn span_micros(start_ns: i128, end_ns: i128) -> (i128, i128) {
+    let ts = whole_micros(start_ns);
+    (ts, whole_micros(end_ns) - ts)
 }
 
 impl ChromeWriter {
@@ -98,8 +114,11 @@ impl ChromeWriter {
             return Ok(());
         };
         self.separator()?;
-        let ts = micros(interval.start_ns as i128 + self.offset_ns as i128);
-        let dur = micros((interval.end_ns - interval.start_ns) as i128);
+        let offset = self.offset_ns as i128;
+        let (ts, dur) = span_micros(
+            interval.start_ns as i128 + offset,
+            interval.end_ns as i128 + offset,
+        );
         let line = format!(
             "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}",
             self.pid, interval.tid
@@ -110,7 +129,7 @@ impl ChromeWriter {
     /// Writes a counter sample on the process's "GIL waiters" track.
     pub fn write_waiters(&mut self, t_ns: u64, count: u32) -> Result<()> {
         self.separator()?;
-        let ts = micros(t_ns as i128 + self.offset_ns as i128);
+        let ts = whole_micros(t_ns as i128 + self.offset_ns as i128);
         let line = format!(
             "{{\"name\":\"GIL waiters\",\"ph\":\"C\",\"ts\":{ts},\"pid\":{},\"args\":{{\"take_gil\":{count}}}}}",
             self.pid
@@ -177,6 +196,21 @@ mod tests {
     }
 
     #[test]
+    fn whole_microsecond_spans_stay_adjacent() {
+        // Each boundary is rounded once, so one interval's end is the next one's start.
+        let boundaries = [
+            1_795_994_314_349_075_812i128,
+            1_795_994_314_349_176_499,
+            1_795_994_314_349_276_500,
+        ];
+        let (ts_a, dur_a) = span_micros(boundaries[0], boundaries[1]);
+        let (ts_b, dur_b) = span_micros(boundaries[1], boundaries[2]);
+        assert_eq!(ts_a + dur_a, ts_b);
+        assert_eq!((ts_a, dur_a, dur_b), (1_795_994_314_349_076, 100, 101));
+        assert_eq!(whole_micros(-1_500), -1);
+    }
+
+    #[test]
     fn writes_a_valid_trace_and_renames_it_into_place() {
         let dir = std::env::temp_dir().join(format!("gilsample-chrome-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -206,8 +240,9 @@ mod tests {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&done).unwrap()).unwrap();
         let events = v["traceEvents"].as_array().unwrap();
         let hold = events.iter().find(|e| e["name"] == "hold_gil").unwrap();
-        assert_eq!(hold["ts"].as_f64().unwrap(), 11.0);
-        assert_eq!(hold["dur"].as_f64().unwrap(), 2.5);
+        // 11.0 µs to 13.5 µs, boundaries rounded to whole µs.
+        assert_eq!(hold["ts"], serde_json::json!(11));
+        assert_eq!(hold["dur"], serde_json::json!(3));
         assert!(events.iter().all(|e| e["name"] != "released"));
         assert_eq!(v["displayTimeUnit"], "ns");
         assert!(

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Overhead benchmark: how much each GIL observer slows the target, side by side in one run.
+
+Four ways to run the same workload (N counting spinner threads, pure Python), alternated round by round
+so the drift of a shared machine hits all alike:
+  - alone;
+  - under gilsample at --rate (default 10 kHz);
+  - under `py-spy record --rate 10000 --nonblocking --gil` (py-spy from PyPI);
+  - under giltruth's eBPF uprobes on take_gil/drop_gil (the reference tool's method; needs bpftrace).
+The workload's timed window starts only once the observer says it is attached (a line on the workload's
+stdin), so attach cost is not counted. Reported per observer (medians): the target's work rate, the
+slowdown ratio against the alone runs of the same rounds, the observer's own CPU seconds per second
+(user + system from wait4, its children included), and its achieved sample or event rate.
+
+Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--seconds 3] [--reps 3]
+                                 [--rate 10khz] [--priority realtime] [--json out.json]
+Needs root, a release build (cargo build --release), py-spy on PATH, bpftrace, and a Python built with
+--enable-shared (giltruth probes its libpython): the pyenv builds are.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOAD = os.path.join(ROOT, "fixtures", "workloads", "gil_workload.py")
+BINARY = os.path.join(ROOT, "target", "release", "gilsample")
+GILTRUTH = os.environ.get("GILTRUTH", os.path.join(ROOT, "..", "shared", "tools", "giltruth", "giltruth"))
+
+
+def start_workload(args):
+    proc = subprocess.Popen(
+        [args.python, WORKLOAD, "bench", "--threads", str(args.threads), "--idle", str(args.idle),
+         "--seconds", str(args.seconds), "--start-on-stdin"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    ready = json.loads(proc.stdout.readline().split(" ", 1)[1])
+    return proc, ready["pid"]
+
+
+def go(proc):
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+
+
+def finish_workload(proc):
+    line = proc.stdout.readline()
+    proc.wait()
+    result = json.loads(line.split(" ", 1)[1])
+    return result["ops"] / result["seconds"]
+
+
+def wait_for_line(stream, pattern, seen):
+    """Reads `stream` until a line matches; keeps what was read in `seen`."""
+    for line in stream:
+        seen.append(line)
+        if re.search(pattern, line):
+            return
+    raise RuntimeError("observer ended before it was attached:\n" + "".join(seen))
+
+
+def observe(args, command, attached_pattern, env=None):
+    """Runs the workload under `command` (with {pid} filled in); returns work rate, the observer's CPU
+    use and everything it printed on stderr."""
+    proc, pid = start_workload(args)
+    observer = subprocess.Popen([c.format(pid=pid) for c in command], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
+    try:
+        wait_for_line(observer.stderr, attached_pattern, seen)
+    except RuntimeError:
+        proc.kill()
+        raise
+    go(proc)
+    ops = finish_workload(proc)
+    rest = observer.stderr.read()
+    _, status, usage = os.wait4(observer.pid, 0)
+    return ops, (usage.ru_utime + usage.ru_stime) / args.seconds, "".join(seen) + rest, status
+
+
+def run_alone(args, _):
+    proc, _ = start_workload(args)
+    go(proc)
+    return {"ops_per_s": finish_workload(proc)}
+
+
+def run_gilsample(args, out):
+    ops, cpu, _, status = observe(
+        args, [BINARY, "--pid", "{pid}", "--rate", args.rate, "--priority", args.priority, "-o", out,
+               "--force"], r"recording process")
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit("gilsample failed")
+    trace = [f for f in os.listdir(out) if f.startswith("GIL_")][0]
+    meta = json.load(open(os.path.join(out, trace)))["otherData"]
+    os.remove(os.path.join(out, trace))
+    return {"ops_per_s": ops, "cpu_s_per_s": cpu, "rate_hz": meta["rate_achieved_hz"]}
+
+
+def run_pyspy(args, out):
+    path = os.path.join(out, "pyspy.txt")
+    ops, cpu, text, _ = observe(
+        args, ["py-spy", "record", "--pid", "{pid}", "--rate", "10000", "--nonblocking", "--gil",
+               "--format", "raw", "-o", path], r"Sampling process")
+    samples = re.search(r"Samples: (\d+)", text)
+    return {"ops_per_s": ops, "cpu_s_per_s": cpu,
+            "rate_hz": int(samples.group(1)) / args.seconds if samples else float("nan")}
+
+
+def run_giltruth(args, out):
+    path = os.path.join(out, "truth.jsonl")
+    ops, cpu, text, _ = observe(
+        args, [sys.executable, GILTRUTH, "record", "--pid", "{pid}", "--duration",
+               str(args.seconds + 1), "-o", path], r"probes attached")
+    events = re.search(r"events in window \((\d+)/s\)", text)
+    return {"ops_per_s": ops, "cpu_s_per_s": cpu,
+            "rate_hz": float(events.group(1)) if events else float("nan")}
+
+
+OBSERVERS = [("alone", run_alone), ("gilsample", run_gilsample), ("py-spy --gil --nonblocking", run_pyspy),
+             ("giltruth eBPF uprobes", run_giltruth)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--idle", type=int, default=0)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rate", default="10khz")
+    parser.add_argument("--priority", default="realtime")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    for need, why in [(BINARY, "cargo build --release"), (GILTRUTH, "GILTRUTH=path/to/giltruth")]:
+        if not os.path.exists(need):
+            sys.exit("missing %s (%s)" % (need, why))
+    if not shutil.which("py-spy") or not shutil.which("bpftrace"):
+        sys.exit("needs py-spy (pip install py-spy) and bpftrace on PATH")
+    out = tempfile.mkdtemp(prefix="gilsample-overhead-")
+    runs = {name: [] for name, _ in OBSERVERS}
+    for rep in range(args.reps):
+        # Rotate the order each round so no observer always runs first after a pause.
+        order = OBSERVERS[rep % len(OBSERVERS):] + OBSERVERS[:rep % len(OBSERVERS)]
+        for name, run in order:
+            runs[name].append(run(args, out))
+    alone = statistics.median(r["ops_per_s"] for r in runs["alone"])
+    print("python %s, %d spinner threads + %d idle, %d rounds x %.0f s, medians; gilsample at %s, priority %s"
+          % (args.python, args.threads, args.idle, args.reps, args.seconds, args.rate, args.priority))
+    print("| observer | target work | slowdown ratio | observer CPU s/s | achieved rate |")
+    print("|---|---|---|---|---|")
+    summary = {}
+    for name, _ in OBSERVERS:
+        med = lambda key: statistics.median(r.get(key, float("nan")) for r in runs[name])
+        summary[name] = {"ops_per_s": med("ops_per_s"), "slowdown_ratio": alone / med("ops_per_s"),
+                         "cpu_s_per_s": med("cpu_s_per_s"), "rate_hz": med("rate_hz"), "runs": runs[name]}
+        s = summary[name]
+        if name == "alone":
+            print("| alone | %.3g ops/s | 1.000 | — | — |" % s["ops_per_s"])
+        else:
+            unit = "events/s" if "giltruth" in name else "Hz"
+            print("| %s | %.3g ops/s | %.3f | %.3f | %.0f %s |" % (
+                name, s["ops_per_s"], s["slowdown_ratio"], s["cpu_s_per_s"], s["rate_hz"], unit))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2)
+    shutil.rmtree(out, True)
+
+
+if __name__ == "__main__":
+    main()

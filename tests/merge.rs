@@ -1,0 +1,378 @@
+//! `gilsample merge`: a real PyTorch profiler trace and the GIL trace of the same run on one timeline,
+//! Kineto's two clock forms, msprof timelines, manual offsets, pid collisions, and every way an input
+//! can be wrong.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use common::gilsample;
+
+const USAGE: i32 = 2;
+const INPUT: i32 = 7;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/torch-profiler")
+        .join(name)
+}
+
+fn merge(args: &[&Path], extra: &[&str], output: &Path) -> (i32, String) {
+    let out = gilsample()
+        .arg("merge")
+        .args(args)
+        .args(extra)
+        .arg("-o")
+        .arg(output)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn load(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn events(trace: &Value) -> &Vec<Value> {
+    trace["traceEvents"].as_array().unwrap()
+}
+
+fn is_gil(event: &Value) -> bool {
+    matches!(
+        event["name"].as_str(),
+        Some("take_gil" | "hold_gil" | "drop_gil")
+    )
+}
+
+/// Earliest start and latest end (µs) of the complete events that pass `keep`.
+fn span(trace: &Value, keep: impl Fn(&Value) -> bool) -> (f64, f64) {
+    let timed: Vec<&Value> = events(trace)
+        .iter()
+        .filter(|e| e["ph"] == "X" && keep(e))
+        .collect();
+    assert!(!timed.is_empty());
+    let start = timed.iter().map(|e| e["ts"].as_f64().unwrap());
+    let end = timed
+        .iter()
+        .map(|e| e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap());
+    (start.fold(f64::MAX, f64::min), end.fold(f64::MIN, f64::max))
+}
+
+#[test]
+fn a_real_pytorch_trace_lands_inside_the_gil_recording_of_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("merged.json");
+    let gil = fixture("GIL_24514_rank_0.json");
+    let torch = fixture("torch_cpu.pt.trace.json");
+    let (code, stderr) = merge(&[&gil, &torch], &[], &output);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("PyTorch profiler (Kineto) trace")
+            && stderr.contains("moved by baseTimeNanoseconds")
+            && stderr.contains("pid 24514 renumbered 10024514"),
+        "{stderr}"
+    );
+    let merged = load(&output);
+    // gilsample.start() returned before the profiler started and stop() came after its export: on the
+    // wall clock the profiler's work must sit inside the GIL recording.
+    let (gil_start, gil_end) = span(&merged, is_gil);
+    let (torch_start, torch_end) = span(&merged, |e| !is_gil(e));
+    assert!(
+        gil_start < torch_start && torch_end < gil_end,
+        "GIL {gil_start}..{gil_end} vs profiler {torch_start}..{torch_end}"
+    );
+    // The same process in both traces: GIL tracks keep the real pid, the profiler's move aside.
+    let gil_pids: Vec<&Value> = events(&merged)
+        .iter()
+        .filter(|e| is_gil(e))
+        .map(|e| &e["pid"])
+        .collect();
+    assert!(gil_pids.iter().all(|&p| *p == json!(24514)));
+    let torch_pids: Vec<&Value> = events(&merged)
+        .iter()
+        .filter(|e| e["cat"] == "cpu_op")
+        .map(|e| &e["pid"])
+        .collect();
+    assert!(!torch_pids.is_empty() && torch_pids.iter().all(|&p| *p == json!(10024514)));
+    assert!(
+        events(&merged).iter().any(|e| e["name"] == "process_name"
+            && e["pid"] == json!(10024514)
+            && e["args"]["name"] == "python [torch_cpu.pt.trace.json]"),
+        "the moved process says where it came from"
+    );
+    // Timestamps are exact, relative to a whole second before the first event: Kineto's relative
+    // 5137288368832.885 µs + its base 1790857026000000000 ns - the merged base.
+    assert_eq!(
+        merged["baseTimeNanoseconds"],
+        json!(1_795_994_314_000_000_000i64)
+    );
+    let text = std::fs::read_to_string(&output).unwrap();
+    assert!(text.contains("\"ts\":368832.885"), "exact shift");
+    let inputs = &merged["otherData"]["merge"]["inputs"];
+    assert_eq!(inputs[0]["kind"], "gilsample GIL trace");
+    assert_eq!(inputs[1]["shift_us"], json!(1_790_857_026_000_000.0));
+    assert_eq!(inputs[1]["overlaps_gil_traces"], json!(true));
+    assert_eq!(inputs[0]["otherData"]["pid"], json!(24514));
+}
+
+/// The torch fixture rewritten the way older Kineto wrote it: absolute epoch µs.
+fn absolute_kineto(dir: &Path, with_base: bool) -> PathBuf {
+    let mut trace = load(&fixture("torch_cpu.pt.trace.json"));
+    let base_us = trace["baseTimeNanoseconds"].as_f64().unwrap() / 1000.0;
+    for event in trace["traceEvents"].as_array_mut().unwrap() {
+        if let Some(ts) = event["ts"].as_f64() {
+            event["ts"] = json!(ts + base_us);
+        }
+    }
+    if !with_base {
+        trace.as_object_mut().unwrap().remove("baseTimeNanoseconds");
+    }
+    let path = dir.join(format!("absolute_{with_base}.json"));
+    std::fs::write(&path, trace.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn kineto_traces_with_absolute_timestamps_are_taken_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let gil = fixture("GIL_24514_rank_0.json");
+    for with_base in [true, false] {
+        let torch = absolute_kineto(dir.path(), with_base);
+        let output = dir.path().join(format!("merged_{with_base}.json"));
+        let (code, stderr) = merge(&[&gil, &torch], &[], &output);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stderr.contains("absolute epoch µs"), "{stderr}");
+        let merged = load(&output);
+        let (gil_start, gil_end) = span(&merged, is_gil);
+        let (torch_start, torch_end) = span(&merged, |e| !is_gil(e));
+        assert!(gil_start < torch_start && torch_end < gil_end);
+        assert_eq!(
+            merged["otherData"]["merge"]["inputs"][1]["shift_us"],
+            json!(0.0)
+        );
+    }
+}
+
+/// A small timeline in the shape torch_npu / msprof write `trace_view.json`: a bare array, `ts` as
+/// decimal strings of epoch µs, msprof's process names.
+fn msprof_timeline(dir: &Path, ts_us: &str) -> PathBuf {
+    let trace = json!([
+        {"name": "process_name", "ph": "M", "pid": 2_000_000, "tid": 0, "args": {"name": "Ascend Hardware"}},
+        {"name": "process_name", "ph": "M", "pid": 24514, "tid": 0, "args": {"name": "Python"}},
+        {"name": "aclnnMatmul", "ph": "X", "pid": 2_000_000, "tid": 3, "ts": ts_us, "dur": "12.5"},
+        {"name": "torch/nn/modules/linear.py(114): forward", "ph": "X", "pid": 24514, "tid": 24514, "ts": ts_us, "dur": "30.25"},
+        {"name": "async_npu", "ph": "s", "id": 7, "pid": 24514, "tid": 24514, "ts": ts_us, "cat": "async_npu"},
+        {"name": "async_npu", "ph": "f", "id": 7, "bp": "e", "pid": 2_000_000, "tid": 3, "ts": ts_us, "cat": "async_npu"}
+    ]);
+    let path = dir.join("trace_view.json");
+    std::fs::write(&path, trace.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn msprof_timelines_take_a_manual_offset_and_keep_their_flows() {
+    let dir = tempfile::tempdir().unwrap();
+    let gil = fixture("GIL_24514_rank_0.json");
+    let npu = msprof_timeline(dir.path(), "1795994314500000.125");
+    let output = dir.path().join("merged.json");
+    let offset = format!("{}=-1500.5", npu.display());
+    let (code, stderr) = merge(&[&npu, &gil], &["--offset", &offset], &output);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("Ascend msprof timeline"), "{stderr}");
+    let merged = load(&output);
+    let text = std::fs::read_to_string(&output).unwrap();
+    // 1795994314500000.125 - 1500.5 µs, exactly, from the merged base.
+    assert_eq!(
+        merged["baseTimeNanoseconds"],
+        json!(1_795_994_314_000_000_000i64)
+    );
+    assert!(text.contains("\"ts\":498499.625"), "{text}");
+    // Listed first, but the GIL trace keeps pid 24514 and msprof's Python process moves.
+    assert!(
+        events(&merged)
+            .iter()
+            .filter(|e| is_gil(e))
+            .all(|e| e["pid"] == json!(24514))
+    );
+    let moved = events(&merged)
+        .iter()
+        .find(|e| e["name"] == "torch/nn/modules/linear.py(114): forward")
+        .unwrap();
+    assert_eq!(moved["pid"], json!(10024514));
+    let flow_ids: Vec<&Value> = events(&merged)
+        .iter()
+        .filter(|e| e["name"] == "async_npu")
+        .map(|e| &e["id"])
+        .collect();
+    assert_eq!(
+        flow_ids,
+        [&json!(7), &json!(7)],
+        "the first input's flow ids stay"
+    );
+    let input = &merged["otherData"]["merge"]["inputs"][0];
+    assert_eq!(input["manual_offset_us"], json!(-1500.5));
+}
+
+#[test]
+fn a_bare_offset_moves_profiler_traces_but_not_gil_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let gil = fixture("GIL_24514_rank_0.json");
+    let torch = fixture("torch_cpu.pt.trace.json");
+    let plain = dir.path().join("plain.json");
+    assert_eq!(merge(&[&gil, &torch], &[], &plain).0, 0);
+    let shifted = dir.path().join("shifted.json");
+    let (code, stderr) = merge(&[&gil, &torch], &["--offset", "-2500"], &shifted);
+    assert_eq!(code, 0, "{stderr}");
+    let (plain, shifted) = (load(&plain), load(&shifted));
+    assert_eq!(span(&plain, is_gil), span(&shifted, is_gil));
+    let before = span(&plain, |e| !is_gil(e)).0;
+    let after = span(&shifted, |e| !is_gil(e)).0;
+    // Epoch µs as f64 resolve to 0.25 µs.
+    assert!((before - after - 2500.0).abs() < 0.5, "{before} {after}");
+}
+
+#[test]
+fn traces_that_do_not_overlap_in_time_are_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let gil = fixture("GIL_24514_rank_0.json");
+    let npu = msprof_timeline(dir.path(), "1000.0");
+    let (code, stderr) = merge(&[&gil, &npu], &[], &dir.path().join("merged.json"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("does not overlap the GIL traces") && stderr.contains("--offset"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_same_pid_in_two_gil_traces_becomes_two_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let gil = fixture("GIL_24514_rank_0.json");
+    let copy = dir.path().join("GIL_24514_rank_1.json");
+    std::fs::copy(&gil, &copy).unwrap();
+    let output = dir.path().join("merged.json");
+    let (code, stderr) = merge(&[&gil, &copy], &[], &output);
+    assert_eq!(code, 0, "{stderr}");
+    let merged = load(&output);
+    let per_pid = |pid: i64| {
+        events(&merged)
+            .iter()
+            .filter(|e| is_gil(e) && e["pid"] == json!(pid))
+            .count()
+    };
+    assert!(per_pid(24514) > 0);
+    assert_eq!(per_pid(24514), per_pid(10024514));
+}
+
+fn refused(content: &str, message: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("profiler.json");
+    std::fs::write(&input, content).unwrap();
+    let output = dir.path().join("merged.json");
+    let gil = fixture("GIL_24514_rank_0.json");
+    let (code, stderr) = merge(&[&gil, &input], &[], &output);
+    assert_eq!(code, INPUT, "{content:?}: {stderr}");
+    assert!(
+        stderr.contains("profiler.json") && stderr.contains(message),
+        "{content:?}: expected {message:?} in {stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "nothing written for a bad input: {left:?}");
+}
+
+#[test]
+fn empty_input() {
+    refused("", "the file is empty");
+}
+
+#[test]
+fn not_json() {
+    refused("<html>profile</html>", "not valid JSON");
+}
+
+#[test]
+fn truncated_input() {
+    refused(
+        r#"{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}, {"ph": "X", "ts"#,
+        "truncated",
+    );
+}
+
+#[test]
+fn wrong_shape() {
+    refused("42", "expected a Chrome Trace");
+    refused(r#"{"events": []}"#, "without a `traceEvents` array");
+    refused(
+        r#"{"traceEvents": {"ph": "X"}}"#,
+        "an array of trace events",
+    );
+    refused(r#"[[1]]"#, "event 0: not a JSON object");
+}
+
+#[test]
+fn huge_numbers() {
+    refused(
+        r#"[{"ph": "X", "ts": 1e300, "dur": 1, "pid": 1, "tid": 1}]"#,
+        "event 0: field `ts`: out of range",
+    );
+    refused(
+        r#"{"traceEvents": [{"ph": "X", "ts": 1, "dur": "123456789012345678901234", "pid": 1}]}"#,
+        "event 0: field `dur`",
+    );
+}
+
+#[test]
+fn missing_fields() {
+    refused(
+        r#"[{"ph": "M", "name": "process_name", "pid": 1}, {"ph": "X", "dur": 1, "pid": 1, "tid": 1}]"#,
+        "event 1: field `ts`: missing",
+    );
+    refused(
+        r#"[{"name": "aten::mm", "ts": 1, "pid": 1}]"#,
+        "event 0: field `ph`: missing",
+    );
+}
+
+#[test]
+fn missing_input_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = merge(
+        &[&dir.path().join("nope.json")],
+        &[],
+        &dir.path().join("out.json"),
+    );
+    assert_eq!(code, INPUT, "{stderr}");
+    assert!(stderr.contains("nope.json"), "{stderr}");
+}
+
+#[test]
+fn usage_errors_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let gil = fixture("GIL_24514_rank_0.json");
+    let output = dir.path().join("out.json");
+    let (code, stderr) = merge(&[&gil], &["--offset", "soon"], &output);
+    assert_eq!(code, USAGE, "{stderr}");
+    assert!(stderr.contains("[INPUT=]MICROSECONDS"), "{stderr}");
+    let (code, stderr) = merge(&[&gil], &["--offset", "other.json=5"], &output);
+    assert_eq!(code, USAGE, "{stderr}");
+    assert!(stderr.contains("not one of the inputs"), "{stderr}");
+    std::fs::copy(&gil, &output).unwrap();
+    let (code, stderr) = merge(&[&output], &["--force"], &output);
+    assert_eq!(code, USAGE, "{stderr}");
+    assert!(stderr.contains("both an input and the output"), "{stderr}");
+    let (code, stderr) = merge(&[&gil], &[], &output);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--force"),
+        "an existing output is kept: {stderr}"
+    );
+}

@@ -1,0 +1,242 @@
+"""The Python package, installed from its wheel: start/stop with the readiness handshake, the context
+manager, the reference tool's names and command line, where files land, errors as exceptions, and
+running the binary by absolute path. Run by scripts/test-python.sh under every pyenv interpreter."""
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import gilsample
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Linux pids stop at 2**22; this one cannot exist.
+NO_SUCH_PID = 2 ** 22 + 1
+
+
+def native_tid():
+    if hasattr(threading, "get_native_id"):
+        return threading.get_native_id()
+    return ctypes.CDLL(None).syscall(186)  # gettid on x86_64, for 3.7
+
+
+class Spinners(object):
+    """Threads running pure Python until the block ends: the GIL changes hands all the time."""
+
+    def __init__(self, count=2):
+        self.count = count
+        self.tids = []
+        self._stop = threading.Event()
+        self._started = threading.Barrier(count + 1)
+
+    def _spin(self):
+        self.tids.append(native_tid())
+        self._started.wait()
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+
+    def __enter__(self):
+        self._threads = [threading.Thread(target=self._spin) for _ in range(self.count)]
+        for t in self._threads:
+            t.start()
+        self._started.wait()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def tids_holding(trace):
+    return {e["tid"] for e in trace["traceEvents"] if e.get("name") == "hold_gil"}
+
+
+class TempDirTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+
+class StartStop(TempDirTest):
+    def test_start_returns_once_sampling_has_begun_and_stop_returns_complete_files(self):
+        with Spinners(2) as spinners:
+            recording = gilsample.start(output_dir=self.dir)
+            returned_ns = time.monotonic_ns()
+            self.assertTrue(recording.started, "a started event arrived before start() returned")
+            files = recording.stop()
+        self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
+        trace = load(files[0])
+        # The first sample was taken before start() returned: a profiler started next is covered.
+        self.assertLessEqual(trace["otherData"]["recording_start_monotonic_ns"], returned_ns)
+        self.assertTrue(set(spinners.tids) & tids_holding(trace), "the spinners were seen holding")
+        self.assertEqual(recording.exit_code, 0)
+
+    def test_context_manager_stops_at_the_end_of_the_block(self):
+        with Spinners(2):
+            with gilsample.start(output_dir=self.dir, rate="5khz") as recording:
+                self.assertTrue(recording.running())
+        self.assertFalse(recording.running())
+        self.assertEqual(len(recording.files), 1)
+        self.assertEqual(load(recording.files[0])["otherData"]["rate_requested_hz"], 5000.0)
+
+    def test_module_stop_stops_what_start_started(self):
+        with Spinners(1):
+            gilsample.start(output_dir=self.dir)
+            files = gilsample.stop()
+        self.assertEqual(len(files), 1)
+        self.assertTrue(os.path.isfile(files[0]))
+
+    def test_a_recording_with_a_duration_ends_by_itself(self):
+        recording = gilsample.start(output_dir=self.dir, duration=0.3)
+        files = recording.wait(timeout=120)
+        self.assertEqual(recording.exit_code, 0)
+        self.assertEqual(load(files[0])["otherData"]["end_reason"], "Duration")
+
+    def test_files_land_where_the_command_line_would_put_them(self):
+        env_dir = os.path.join(self.dir, "from_env")
+        old_env = os.environ.get("GILSAMPLE_DIR")
+        old_cwd = os.getcwd()
+        try:
+            os.environ["GILSAMPLE_DIR"] = env_dir
+            with gilsample.start() as recording:
+                pass
+            self.assertEqual(os.path.dirname(recording.files[0]), env_dir)
+            del os.environ["GILSAMPLE_DIR"]
+            os.chdir(self.dir)
+            with gilsample.start() as recording:
+                pass
+            self.assertEqual(os.path.realpath(os.path.dirname(recording.files[0])),
+                             os.path.realpath(os.path.join(self.dir, "gil_traces")))
+        finally:
+            os.chdir(old_cwd)
+            if old_env is None:
+                os.environ.pop("GILSAMPLE_DIR", None)
+            else:
+                os.environ["GILSAMPLE_DIR"] = old_env
+
+    def test_a_program_that_exits_without_stop_still_gets_a_complete_file(self):
+        script = ("import gilsample, sys\n"
+                  "r = gilsample.start(output_dir=sys.argv[1])\n"
+                  "print(r.started[0]['path'])\n")
+        out = subprocess.run([sys.executable, "-c", script, self.dir], stdout=subprocess.PIPE,
+                             check=True, timeout=120)
+        path = out.stdout.decode().strip()
+        trace = load(path)  # complete JSON: the exit waited for the recording to finish
+        self.assertIn(trace["otherData"]["end_reason"], ("Stopped", "TargetExited"))
+
+
+class Errors(TempDirTest):
+    def test_a_missing_process_raises_process_not_found(self):
+        with self.assertRaises(gilsample.ProcessNotFound) as caught:
+            gilsample.start(pids=[NO_SUCH_PID], output_dir=self.dir)
+        self.assertEqual(caught.exception.exit_code, 5)
+        self.assertIn(str(NO_SUCH_PID), str(caught.exception))
+        self.assertIsInstance(caught.exception, ProcessLookupError)
+
+    def test_a_bad_rate_raises_usage_error_with_the_binarys_message(self):
+        with self.assertRaises(gilsample.UsageError) as caught:
+            gilsample.start(rate="fast", output_dir=self.dir)
+        self.assertEqual(caught.exception.exit_code, 2)
+        self.assertIn("fast", str(caught.exception))
+
+    def test_a_process_that_is_not_python_raises_not_supported(self):
+        sleeper = subprocess.Popen(["sleep", "600"])
+        self.addCleanup(sleeper.wait)
+        self.addCleanup(sleeper.kill)
+        with self.assertRaises(gilsample.NotSupported) as caught:
+            gilsample.start(pids=[sleeper.pid], output_dir=self.dir)
+        self.assertEqual(caught.exception.exit_code, 4)
+        self.assertIn(str(sleeper.pid), str(caught.exception))
+
+
+class BinaryPath(TempDirTest):
+    def test_the_wheels_binary_is_used_by_absolute_path_never_through_path(self):
+        binary = gilsample.binary_path()
+        self.assertTrue(os.path.isabs(binary))
+        self.assertTrue(binary.startswith(os.path.realpath(sys.prefix)) or binary.startswith(sys.prefix))
+        marker = os.path.join(self.dir, "hijacked")
+        fake = os.path.join(self.dir, "gilsample")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\ntouch %s\nexit 1\n" % marker)
+        os.chmod(fake, 0o755)
+        old_path = os.environ["PATH"]
+        os.environ["PATH"] = self.dir + os.pathsep + old_path
+        try:
+            with Spinners(1):
+                with gilsample.start(output_dir=self.dir) as recording:
+                    pass
+        finally:
+            os.environ["PATH"] = old_path
+        self.assertFalse(os.path.exists(marker), "the gilsample found through PATH was run")
+        self.assertEqual(len(recording.files), 1)
+
+    def test_a_relative_binary_is_refused(self):
+        with self.assertRaises(gilsample.GilsampleError) as caught:
+            gilsample.start(binary="gilsample")
+        self.assertIn("absolute", str(caught.exception))
+
+
+class ReferenceNames(TempDirTest):
+    def setUp(self):
+        super(ReferenceNames, self).setUp()
+        self.old_env = os.environ.get("GILSAMPLE_DIR")
+        os.environ["GILSAMPLE_DIR"] = self.dir
+
+    def tearDown(self):
+        if self.old_env is None:
+            os.environ.pop("GILSAMPLE_DIR", None)
+        else:
+            os.environ["GILSAMPLE_DIR"] = self.old_env
+
+    def test_gil_trace_record_start_and_stop(self):
+        with Spinners(2) as spinners:
+            gilsample.gil_trace_record_start(pid_list=[os.getpid()], duration=-1)
+            files = gilsample.gil_trace_record_stop()
+        self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
+        self.assertTrue(set(spinners.tids) & tids_holding(load(files[0])))
+
+    def test_no_pid_list_means_every_npu_process_as_in_the_reference(self):
+        # This machine has no NPU: the reference's default finds nothing, and says so.
+        with self.assertRaises(gilsample.ProcessNotFound) as caught:
+            gilsample.gil_trace_record_start()
+        self.assertIn("Ascend NPU", str(caught.exception))
+
+    def test_the_command_line_drop_in(self):
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys\nprint('ready', flush=True)\nwhile True: pass"],
+            stdout=subprocess.PIPE)
+        self.addCleanup(child.stdout.close)
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        self.assertEqual(child.stdout.readline().strip(), b"ready")
+        script = os.path.join(REPO, "scripts", "gil_trace_record.py")
+        subprocess.run([sys.executable, script, "--pid", str(child.pid), "--duration", "0.3"],
+                       check=True, timeout=120, stderr=subprocess.DEVNULL)
+        trace = load(os.path.join(self.dir, "GIL_%d_rank_0.json" % child.pid))
+        self.assertIn(child.pid, tids_holding(trace))
+
+    def test_the_drop_in_module_exports_the_reference_names(self):
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+        try:
+            import gil_trace_record
+        finally:
+            sys.path.pop(0)
+        self.assertIs(gil_trace_record.gil_trace_record_start, gilsample.gil_trace_record_start)
+        self.assertIs(gil_trace_record.gil_trace_record_stop, gilsample.gil_trace_record_stop)
+
+
+if __name__ == "__main__":
+    unittest.main()

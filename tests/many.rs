@@ -137,7 +137,9 @@ fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
     pids.push(exiting.to_string());
     let dir = tempfile::tempdir().unwrap();
     let mut recording = gilsample()
-        .args(["--pid", &pids.join(","), "--duration", "2", "--merge", "-o"])
+        // Long enough that the leaver is gone well before the end even when eight real-time samplers
+        // and the other tests starve the session thread that announces the starts.
+        .args(["--pid", &pids.join(","), "--duration", "8", "--merge", "-o"])
         .arg(dir.path())
         .stderr(Stdio::piped())
         .spawn()

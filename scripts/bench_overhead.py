@@ -13,7 +13,7 @@ slowdown ratio against the alone runs of the same rounds, the observer's own CPU
 (user + system from wait4, its children included), and its achieved sample or event rate.
 
 Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--seconds 3] [--reps 3]
-                                 [--rate 10khz] [--priority realtime] [--json out.json]
+                                 [--rate 10khz] [--priority realtime] [--pin] [--json out.json]
 Needs root, a release build (cargo build --release), py-spy on PATH, bpftrace, and a Python built with
 --enable-shared (giltruth probes its libpython): the pyenv builds are.
 """
@@ -34,9 +34,17 @@ BINARY = os.path.join(ROOT, "target", "release", "gilsample")
 GILTRUTH = os.environ.get("GILTRUTH", os.path.join(ROOT, "..", "shared", "tools", "giltruth", "giltruth"))
 
 
+def pinned(args, role):
+    """With --pin: the target on every CPU but the last, each observer on the last one."""
+    if not args.pin:
+        return []
+    last = os.cpu_count() - 1
+    return ["taskset", "-c", "0-%d" % (last - 1) if role == "target" else str(last)]
+
+
 def start_workload(args):
     proc = subprocess.Popen(
-        [args.python, WORKLOAD, "bench", "--threads", str(args.threads), "--idle", str(args.idle),
+        pinned(args, "target") + [args.python, WORKLOAD, "bench", "--threads", str(args.threads), "--idle", str(args.idle),
          "--seconds", str(args.seconds), "--start-on-stdin"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     ready = json.loads(proc.stdout.readline().split(" ", 1)[1])
@@ -66,19 +74,21 @@ def wait_for_line(stream, pattern, seen):
 
 def observe(args, command, attached_pattern, env=None):
     """Runs the workload under `command` (with {pid} filled in); returns work rate, the observer's CPU
-    use and everything it printed on stderr."""
+    use and everything it printed."""
     proc, pid = start_workload(args)
-    observer = subprocess.Popen([c.format(pid=pid) for c in command], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, env=env)
+    # py-spy reports on stdout, the others on stderr: read both as one stream.
+    observer = subprocess.Popen(pinned(args, "observer") + [c.format(pid=pid) for c in command],
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env)
     seen = []
     try:
-        wait_for_line(observer.stderr, attached_pattern, seen)
+        wait_for_line(observer.stdout, attached_pattern, seen)
     except RuntimeError:
         proc.kill()
         raise
     go(proc)
     ops = finish_workload(proc)
-    rest = observer.stderr.read()
+    rest = observer.stdout.read()
     _, status, usage = os.wait4(observer.pid, 0)
     return ops, (usage.ru_utime + usage.ru_stime) / args.seconds, "".join(seen) + rest, status
 
@@ -134,6 +144,9 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rate", default="10khz")
     parser.add_argument("--priority", default="realtime")
+    parser.add_argument("--pin", action="store_true",
+                        help="target on all CPUs but the last, observers on the last (a spare core; "
+                             "for gilsample the same as --cpus)")
     parser.add_argument("--json")
     args = parser.parse_args()
     for need, why in [(BINARY, "cargo build --release"), (GILTRUTH, "GILTRUTH=path/to/giltruth")]:
@@ -149,8 +162,9 @@ def main():
         for name, run in order:
             runs[name].append(run(args, out))
     alone = statistics.median(r["ops_per_s"] for r in runs["alone"])
-    print("python %s, %d spinner threads + %d idle, %d rounds x %.0f s, medians; gilsample at %s, priority %s"
-          % (args.python, args.threads, args.idle, args.reps, args.seconds, args.rate, args.priority))
+    print("python %s, %d spinner threads + %d idle, %d rounds x %.0f s, medians; gilsample at %s, priority %s%s"
+          % (args.python, args.threads, args.idle, args.reps, args.seconds, args.rate, args.priority,
+             "; observers pinned to a spare CPU" if args.pin else ""))
     print("| observer | target work | slowdown ratio | observer CPU s/s | achieved rate |")
     print("|---|---|---|---|---|")
     summary = {}

@@ -134,6 +134,11 @@ pub struct RecordArgs {
     #[arg(long, value_name = "FD", hide_short_help = true)]
     pub control_fd: Option<i32>,
 
+    /// Run gilsample's threads only on these CPUs, e.g. a housekeeping core (3, or 0,2-3), so the
+    /// sampler never takes a core from the target. A launched command is not restricted.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    pub cpus: Option<CpuList>,
+
     /// A command to launch and record from its start until it exits (put it after --).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -192,6 +197,13 @@ pub struct MergeArgs {
     /// Overwrite an existing output.
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuList(pub Vec<usize>);
+
+fn parse_cpus(text: &str) -> Result<CpuList, String> {
+    crate::sample::affinity::parse_cpu_list(text).map(CpuList)
 }
 
 #[derive(Clone, Debug, PartialEq)]

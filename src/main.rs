@@ -167,6 +167,7 @@ fn run_record(
         layout: args.layout_source,
         clock: args.clock,
         priority: args.priority,
+        cpus: args.cpus.map(|c| c.0),
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());

@@ -24,6 +24,7 @@ use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank};
 use crate::python::attach::{LayoutChoice, Located, Target, locate};
 use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
+use crate::sample::affinity::pin_own_threads;
 use crate::sample::priority::Priority;
 use crate::sample::sampler::{LiveCounters, Record, SamplerConfig, SamplerReport, run_sampler};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
@@ -53,6 +54,8 @@ pub struct RecordOptions {
     pub layout: LayoutChoice,
     pub clock: TraceClock,
     pub priority: Priority,
+    /// CPUs the sampler threads may run on (`--cpus`); `None`: wherever the kernel puts them.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// One finished target.
@@ -231,6 +234,10 @@ pub fn record(
             .unwrap_or(Error::Usage("nothing to record".into())));
     }
 
+    // After a launched command is spawned (it keeps the CPUs it was given), before any sampler.
+    if let Some(cpus) = &opts.cpus {
+        pin_own_threads(cpus)?;
+    }
     // The recording's clock starts once the first targets are attached (attaching may parse DWARF).
     let started = monotonic_ns();
     session.config.end_at_ns = opts.duration.map(|d| started + d.as_nanos() as u64);
@@ -642,6 +649,7 @@ fn metadata(
         "recording_end_monotonic_ns": report.end_ns,
         "end_reason": format!("{:?}", report.end),
         "sampler_scheduling": report.scheduling.to_string(),
+        "sampler_cpus": opts.cpus,
         "sampler_cpu_seconds": report.cpu_ns as f64 / 1e9,
     });
     match value {

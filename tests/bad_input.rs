@@ -208,6 +208,19 @@ fn bad_rates() {
 }
 
 #[test]
+fn bad_cpu_lists() {
+    for cpus in ["", "x", "3-1", "5000"] {
+        assert_refused(&["--pid", "1", "--cpus", cpus], USAGE, "CPU numbers");
+    }
+    // A CPU this machine does not have is refused once known, with how many it has.
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pid = workload.pid.to_string();
+    let out = dir.path().to_str().unwrap();
+    assert_refused(&["--pid", &pid, "-o", out, "--cpus", "1000"], USAGE, "CPUs");
+}
+
+#[test]
 fn bad_durations() {
     for duration in ["-2", "ten", "0"] {
         assert_refused(&["--pid", "1", "--duration", duration], USAGE, "--duration");

@@ -282,3 +282,36 @@ fn every_expected_interpreter_is_covered() {
         interpreter(label);
     }
 }
+
+/// `--cpus`: every gilsample thread is kept on the chosen CPU while it records; the trace says so.
+#[test]
+fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let last_cpu = std::thread::available_parallelism().unwrap().get() - 1;
+    let cpu = last_cpu.to_string();
+    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &["--cpus", &cpu]);
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap();
+    let mut threads = 0;
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap();
+        let allowed = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert_eq!(allowed, cpu, "{}", task.path().display());
+        threads += 1;
+    }
+    assert!(threads >= 3, "main, sampler and writer threads: {threads}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("sampler_cpus"), &serde_json::json!([last_cpu]));
+}

@@ -13,7 +13,7 @@ hold/take/drop; hold recall (> 1 ms); hand-offs seen/counted; achieved rate.
 Needs root, bpftrace, pyenv builds with shared libpython, and a release build of gilsample.
 Usage: scripts/bench_accuracy.py [--versions 3.9,3.11,3.12,3.13] [--rates 1khz,5khz,10khz,20khz]
                                  [--workloads contention,mixed,many,fastswitch,dispatch] [--seconds 3]
-                                 [--json results.json]
+                                 [--ab FLAG] [--json results.json]
 """
 
 import argparse
@@ -48,7 +48,7 @@ def pyenv_build(version):
     return os.path.join(dirs[-1], "bin", "python" + version), lib
 
 
-def run_one(version, workload, rate, seconds, work_dir):
+def run_one(version, workload, rate, seconds, work_dir, extra=()):
     python, lib = pyenv_build(version)
     truth = os.path.join(work_dir, "truth.jsonl")
     trace = os.path.join(work_dir, "trace.json")
@@ -64,7 +64,8 @@ def run_one(version, workload, rate, seconds, work_dir):
     if not line.startswith("READY "):
         sys.exit("workload did not start: %r %s" % (line, recorder.stderr.read()))
     pid = json.loads(line.split(" ", 1)[1])["pid"]
-    sampler = subprocess.run([BINARY, "--pid", str(pid), "--rate", rate, "--quiet", "--force", "-o", trace])
+    sampler = subprocess.run([BINARY, "--pid", str(pid), "--rate", rate, "--quiet", "--force", "-o", trace]
+                             + list(extra))
     recorder.communicate()
     if sampler.returncode != 0 or recorder.returncode != 0:
         sys.exit("run failed: gilsample %d, giltruth %d" % (sampler.returncode, recorder.returncode))
@@ -94,6 +95,8 @@ def main():
     parser.add_argument("--rates", default="1khz,5khz,10khz,20khz")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--ab", metavar="FLAG",
+                        help="run every configuration twice, plain and with this extra gilsample flag")
     parser.add_argument("--json")
     args = parser.parse_args()
     if not os.path.exists(BINARY):
@@ -104,11 +107,13 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for version in args.versions.split(","):
         for workload in args.workloads.split(","):
-            for rate in args.rates.split(","):
-                r = run_one(version, workload, rate, args.seconds, work_dir)
+            for rate, extra in [(r, e) for r in args.rates.split(",")
+                                for e in ([()] + ([(args.ab,)] if args.ab else []))]:
+                r = run_one(version, workload, rate, args.seconds, work_dir, extra)
+                r["flags"] = " ".join(extra)
                 results.append(r)
                 print("| %s | %s | %s | %.2f%% | %.2f | %.1f%% | %d / %d | %.0f Hz |" % (
-                    version, workload, rate, 100 * r["agreement"], r["worst_thread_err_pp"],
+                    version, workload, (rate + " " + r["flags"]).strip(), 100 * r["agreement"], r["worst_thread_err_pp"],
                     100 * r["hold_recall"], r["handoffs_seen"], r["handoffs_counted"], r["achieved_hz"]), flush=True)
                 if args.json:
                     with open(args.json, "w") as f:

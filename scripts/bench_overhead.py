@@ -13,7 +13,8 @@ slowdown ratio against the alone runs of the same rounds, the observer's own CPU
 (user + system from wait4, its children included), and its achieved sample or event rate.
 
 Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--seconds 3] [--reps 3]
-                                 [--rate 10khz] [--priority realtime] [--pin] [--json out.json]
+                                 [--rate 10khz] [--priority realtime] [--pin] [--release-every N]
+                                 [--json out.json]
 Needs root, a release build (cargo build --release), py-spy on PATH, bpftrace, and a Python built with
 --enable-shared (giltruth probes its libpython): the pyenv builds are.
 """
@@ -45,7 +46,7 @@ def pinned(args, role):
 def start_workload(args):
     proc = subprocess.Popen(
         pinned(args, "target") + [args.python, WORKLOAD, "bench", "--threads", str(args.threads), "--idle", str(args.idle),
-         "--seconds", str(args.seconds), "--start-on-stdin"],
+         "--seconds", str(args.seconds), "--release-every", str(args.release_every), "--start-on-stdin"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     ready = json.loads(proc.stdout.readline().split(" ", 1)[1])
     return proc, ready["pid"]
@@ -144,6 +145,8 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rate", default="10khz")
     parser.add_argument("--priority", default="realtime")
+    parser.add_argument("--release-every", type=int, default=0,
+                        help="each spinner lets the GIL go every N counts (GIL traffic: what eBPF probes pay for)")
     parser.add_argument("--pin", action="store_true",
                         help="target on all CPUs but the last, observers on the last (a spare core; "
                              "for gilsample the same as --cpus)")
@@ -162,8 +165,10 @@ def main():
         for name, run in order:
             runs[name].append(run(args, out))
     alone = statistics.median(r["ops_per_s"] for r in runs["alone"])
-    print("python %s, %d spinner threads + %d idle, %d rounds x %.0f s, medians; gilsample at %s, priority %s%s"
-          % (args.python, args.threads, args.idle, args.reps, args.seconds, args.rate, args.priority,
+    print("python %s, %d spinner threads + %d idle%s, %d rounds x %.0f s, medians; gilsample at %s, priority %s%s"
+          % (args.python, args.threads, args.idle,
+             ", GIL released every %d counts" % args.release_every if args.release_every else "",
+             args.reps, args.seconds, args.rate, args.priority,
              "; observers pinned to a spare CPU" if args.pin else ""))
     print("| observer | target work | slowdown ratio | observer CPU s/s | achieved rate |")
     print("|---|---|---|---|---|")

@@ -49,10 +49,11 @@ def run_alone(python, threads, idle, seconds):
     return finish_workload(proc)
 
 
-def run_sampled(python, threads, idle, seconds, rate, priority="realtime"):
+def run_sampled(python, threads, idle, seconds, rate, priority="realtime", extra=()):
     proc, pid = start_workload(python, threads, idle, seconds)
     out = tempfile.mkdtemp(prefix="gilsample-bench-")
-    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", rate, "--priority", priority, "--quiet", "-o", out])
+    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", rate, "--priority", priority, "--quiet", "-o", out]
+                               + list(extra))
     ops_rate = finish_workload(proc)
     _, status, usage = os.wait4(sampler.pid, 0)
     sampler.returncode = os.waitstatus_to_exitcode(status)
@@ -69,6 +70,7 @@ def run_sampled(python, threads, idle, seconds, rate, priority="realtime"):
         "cpu_s_per_s": (usage.ru_utime + usage.ru_stime) / recorded_s,
         "handoffs_seen": meta["handoffs_seen"],
         "handoffs_counted": meta["handoffs_counted"],
+        "kernel_reads_skipped": meta.get("kernel_reads_skipped_idle", 0) / max(1, meta["thread_samples"]),
     }
 
 
@@ -81,6 +83,9 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--priority", default="realtime", help="gilsample's --priority for the sampled runs")
     parser.add_argument("--soak", type=float, help="one long recording of this many seconds; report peak memory")
+    parser.add_argument("--ab", metavar="FLAG",
+                        help="also run gilsample with this extra flag in every round (e.g. --no-idle-backoff), "
+                             "side by side, and report it as its own rows")
     args = parser.parse_args()
     if not os.path.exists(BINARY):
         sys.exit("build first: cargo build --release")
@@ -89,33 +94,48 @@ def main():
         return
 
     shapes = [("4 threads", 4, 0), ("32 threads (4 busy, 28 idle)", 4, 28)]
+    variants = [("", ())] + ([(" " + args.ab, (args.ab,))] if args.ab else [])
     results = {}
-    for label, threads, idle in shapes:
-        alone, sampled = [], []
+    for shape, threads, idle in shapes:
+        alone = []
+        sampled = {name: [] for name, _ in variants}
         for _ in range(args.reps):
             alone.append(run_alone(args.python, threads, idle, args.seconds))
-            sampled.append(run_sampled(args.python, threads, idle, args.seconds, args.rate, args.priority))
-        med = lambda key: statistics.median(r[key] for r in sampled)
-        results[label] = {
-            "alone_ops_per_s": statistics.median(alone),
-            "sampled_ops_per_s": med("ops_per_s"),
-            "slowdown_ratio": statistics.median(alone) / med("ops_per_s"),
-            "achieved_hz": med("achieved_hz"),
-            "late_share": med("late_share"),
-            "cpu_s_per_s": med("cpu_s_per_s"),
-            "handoffs_seen": med("handoffs_seen"),
-            "handoffs_counted": med("handoffs_counted"),
-            "runs": {"alone": alone, "sampled": sampled},
-        }
+            for name, extra in variants:
+                sampled[name].append(run_sampled(args.python, threads, idle, args.seconds, args.rate,
+                                                 args.priority, extra))
+        for name, _ in variants:
+            summarize(results, shape + name, alone, sampled[name])
+    report(args, results)
 
+
+def summarize(results, label, alone, sampled):
+    med = lambda key: statistics.median(r[key] for r in sampled)
+    results[label] = {
+        "alone_ops_per_s": statistics.median(alone),
+        "sampled_ops_per_s": med("ops_per_s"),
+        "slowdown_ratio": statistics.median(alone) / med("ops_per_s"),
+        "achieved_hz": med("achieved_hz"),
+        "late_share": med("late_share"),
+        "cpu_s_per_s": med("cpu_s_per_s"),
+        "handoffs_seen": med("handoffs_seen"),
+        "handoffs_counted": med("handoffs_counted"),
+        "kernel_reads_skipped": med("kernel_reads_skipped"),
+        "runs": {"alone": alone, "sampled": sampled},
+    }
+
+
+def report(args, results):
     print("python: %s, rate %s, priority %s, %d x %.0f s per side, medians" % (
         args.python, args.rate, args.priority, args.reps, args.seconds))
-    print("| target | achieved rate | late samples | gilsample CPU s/s | target work alone | with gilsample | slowdown ratio | hand-offs seen/counted |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| target | achieved rate | late samples | gilsample CPU s/s | target work alone | with gilsample "
+          "| slowdown ratio | hand-offs seen/counted | idle reads skipped |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, r in results.items():
-        print("| %s | %.0f Hz | %.2f%% | %.3f | %.3g ops/s | %.3g ops/s | %.3f | %d / %d |" % (
+        print("| %s | %.0f Hz | %.2f%% | %.3f | %.3g ops/s | %.3g ops/s | %.3f | %d / %d | %.0f%% |" % (
             label, r["achieved_hz"], 100 * r["late_share"], r["cpu_s_per_s"], r["alone_ops_per_s"],
-            r["sampled_ops_per_s"], r["slowdown_ratio"], r["handoffs_seen"], r["handoffs_counted"]))
+            r["sampled_ops_per_s"], r["slowdown_ratio"], r["handoffs_seen"], r["handoffs_counted"],
+            100 * r["kernel_reads_skipped"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

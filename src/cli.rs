@@ -128,6 +128,12 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value = "realtime")]
     pub priority: Priority,
 
+    /// Read every thread's kernel state at every sample, also threads asleep in the same non-GIL wait
+    /// for 20 ms (normally read every 4th sample: a wake-up into a GIL wait is then seen up to 3
+    /// samples late, for less than half the sampler CPU on a target with many idle threads).
+    #[arg(long, hide_short_help = true)]
+    pub no_idle_backoff: bool,
+
     /// For programs that drive gilsample (the Python API): an inherited socket. gilsample waits for a
     /// byte on it before attaching, reports progress on it as JSON lines, and stops when it reads
     /// another byte or the other end closes.

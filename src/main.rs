@@ -168,6 +168,7 @@ fn run_record(
         clock: args.clock,
         priority: args.priority,
         cpus: args.cpus.map(|c| c.0),
+        idle_backoff: !args.no_idle_backoff,
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());

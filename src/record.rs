@@ -23,8 +23,8 @@ use crate::infer::stats::Totals;
 use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank};
 use crate::python::attach::{LayoutChoice, Located, Target, locate};
-use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::affinity::pin_own_threads;
+use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::priority::Priority;
 use crate::sample::sampler::{LiveCounters, Record, SamplerConfig, SamplerReport, run_sampler};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
@@ -56,6 +56,8 @@ pub struct RecordOptions {
     pub priority: Priority,
     /// CPUs the sampler threads may run on (`--cpus`); `None`: wherever the kernel puts them.
     pub cpus: Option<Vec<usize>>,
+    /// Read idle threads' kernel state less often (off only to measure what it saves).
+    pub idle_backoff: bool,
 }
 
 /// One finished target.
@@ -164,6 +166,7 @@ pub fn record(
             end_at_ns: None,
             refresh_ns: SamplerConfig::DEFAULT_REFRESH_NS,
             priority: opts.priority,
+            idle_backoff: opts.idle_backoff,
         },
         offset_ns: match opts.clock {
             TraceClock::Wall => monotonic_to_wall_offset_ns(),
@@ -645,6 +648,7 @@ fn metadata(
         "ambiguous_stretches_released": report.stretches_released,
         "handoffs_seen": report.handoffs_seen,
         "handoffs_counted": report.handoffs_counted,
+        "kernel_reads_skipped_idle": report.kernel_reads_skipped,
         "recording_start_monotonic_ns": report.start_ns,
         "recording_end_monotonic_ns": report.end_ns,
         "end_reason": format!("{:?}", report.end),

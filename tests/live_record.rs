@@ -315,3 +315,51 @@ fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
     let trace = Trace::load_single(dir.path());
     assert_eq!(trace.other("sampler_cpus"), &serde_json::json!([last_cpu]));
 }
+
+/// Threads idle in a non-GIL wait are read every few samples; busy threads are still fully seen, and
+/// `--no-idle-backoff` reads everything every time.
+#[test]
+fn idle_threads_are_read_less_often_without_losing_the_busy_ones() {
+    let python = interpreter("3.12");
+    for (flags, expect_skips) in [(&[][..], true), (&["--no-idle-backoff"][..], false)] {
+        let workload = Workload::start(&python, &["contention", "--threads", "2", "--idle", "4"]);
+        let dir = tempfile::tempdir().unwrap();
+        let pid = workload.pid.to_string();
+        let mut args = vec!["--pid", &pid, "--duration", "0.5"];
+        args.extend_from_slice(flags);
+        let (status, stderr) = run(&args, dir.path());
+        assert!(status.success(), "{stderr}");
+        let trace = Trace::load_single(dir.path());
+        let skipped = trace.other("kernel_reads_skipped_idle").as_u64().unwrap();
+        assert_eq!(skipped > 0, expect_skips, "{flags:?}: {skipped} skipped");
+        let spinners: Vec<u32> = workload
+            .threads
+            .iter()
+            .filter(|(name, _)| name.starts_with("spinner"))
+            .map(|(_, &tid)| tid)
+            .collect();
+        assert_eq!(spinners.len(), 2);
+        for tid in spinners {
+            let has = |name: &str| {
+                trace
+                    .events()
+                    .iter()
+                    .any(|e| e.tid == tid && e.name == name)
+            };
+            assert!(
+                has("hold_gil") && has("take_gil"),
+                "{flags:?}: spinner {tid}"
+            );
+        }
+        let idle: Vec<u32> = workload
+            .threads
+            .iter()
+            .filter(|(name, _)| name.starts_with("idle"))
+            .map(|(_, &tid)| tid)
+            .collect();
+        assert!(
+            trace.events().iter().all(|e| !idle.contains(&e.tid)),
+            "idle threads never wait for or hold the GIL"
+        );
+    }
+}

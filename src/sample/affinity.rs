@@ -43,7 +43,10 @@ pub fn pin_own_threads(cpus: &[usize]) -> Result<()> {
     sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| {
         Error::Usage(format!(
             "--cpus {}: none of these CPUs can be used here ({e}); this machine has {} CPUs",
-            cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+            cpus.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             std::thread::available_parallelism().map_or(0, |n| n.get())
         ))
     })?;

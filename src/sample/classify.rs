@@ -98,6 +98,17 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
     }
 }
 
+/// Asleep in a syscall other than a wait on the GIL (rule 5): such a thread cannot start waiting for
+/// the GIL, or take it, without first waking up and running.
+pub fn asleep_elsewhere(kernel: &KernelState, gil: &GilWaitRanges) -> bool {
+    match kernel {
+        KernelState::InSyscall { .. } => !kernel
+            .futex_addr()
+            .is_some_and(|a| inside(a, &gil.take) || inside(a, &gil.drop)),
+        _ => false,
+    }
+}
+
 /// Decides an ambiguous stretch (rule 7) of `length_ns`, which followed definite state `before`, from
 /// what the kernel says the thread did meanwhile (`None` when schedstat is unavailable). A thread that
 /// spent most of the stretch waiting on a run queue and barely ran cannot have left the GIL call it was

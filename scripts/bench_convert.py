@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Convert benchmark: `gilsample convert` on a generated raw file of N events (default 1,000,000) in the
-reference tool's format; reports wall time, events per second and gilsample's peak resident memory,
-which must stay flat whatever N is (the input is streamed).
+reference tool's format, then `gilsample merge` of it with the torch fixture; reports wall time, events
+per second and gilsample's peak resident memory, which must stay flat whatever N is (inputs are streamed).
 
 Usage: scripts/bench_convert.py [--events 1000000]   (after cargo build --release)
 """
@@ -48,6 +48,15 @@ def main():
     print("convert: %d events (%.1f MiB) in %.2f s = %.0f events/s, peak RSS %.1f MiB, exit %d" % (
         args.events, os.path.getsize(raw) / 2**20, elapsed, args.events / elapsed, usage.ru_maxrss / 1024,
         os.waitstatus_to_exitcode(status)))
+    # merge reads every input twice (check, then write) and must stay as flat.
+    torch = os.path.join(ROOT, "fixtures", "torch-profiler", "torch_cpu.pt.trace.json")
+    start = time.monotonic()
+    proc = subprocess.Popen([BINARY, "merge", raw, torch, "-o", os.path.join(work, "merged.json")],
+                            stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.monotonic() - start
+    print("merge: %d events + the torch fixture in %.2f s = %.0f events/s, peak RSS %.1f MiB, exit %d" % (
+        args.events, elapsed, args.events / elapsed, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
-command -v maturin >/dev/null || python3 -m pip install --quiet "maturin==1.16.0"
+# As a module: a freshly pip-installed command is not on PATH under pyenv until its shims are rehashed.
+python3 -m maturin --version >/dev/null 2>&1 || python3 -m pip install --quiet "maturin==1.16.0"
 rm -rf target/wheels
-maturin build --profile dev --locked --out target/wheels
+python3 -m maturin build --profile dev --locked --out target/wheels
 wheel=$(ls target/wheels/gilsample-*.whl)
 status=0
 for minor in 3.7 3.8 3.9 3.10 3.11 3.12 3.13; do

@@ -2,20 +2,20 @@
 //! events, `ts` and `dur` as numbers or decimal strings) to Chrome Trace with `hold_gil` between each
 //! take and the next drop of the same thread, as `gil_trace_convert.py` does.
 //!
-//! It streams: events are read one at a time (a serde sequence visitor) and written as they come, so a
-//! file of millions of events converts in flat memory. Malformed input is an error naming the event
-//! index and the field.
+//! It streams: events are read one at a time (`merge::document`, shared with `merge`) and written as
+//! they come, so a file of millions of events converts in flat memory. Malformed input is an error
+//! naming the event index and the field.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
+use crate::merge::document::for_each_event;
 use crate::trace::chrome::span_micros;
 use crate::trace::output::{check_not_exists, create_partial};
 
@@ -216,43 +216,14 @@ impl<W: Write> Converter<W> {
     }
 }
 
-/// Feeds every element of the top-level array (or of `traceEvents`) to the converter, one at a time.
-struct Events<'c, W: Write>(&'c mut Converter<W>);
-
-impl<'de, W: Write> DeserializeSeed<'de> for Events<'_, W> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(
-        self,
-        deserializer: D,
-    ) -> std::result::Result<(), D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-}
-
-impl<'de, W: Write> Visitor<'de> for Events<'_, W> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON array of trace events")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
-        while let Some(event) = seq.next_element::<Value>()? {
-            self.0.accept(event).map_err(serde::de::Error::custom)?;
-        }
-        Ok(())
-    }
-}
-
 /// Converts `input` into `output` (`.json` appended when missing).
 pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, ConvertReport)> {
     let output = output_name(output);
-    let bad = |why: String| Error::Input {
+    // Checked before anything is created, so a missing input leaves nothing behind.
+    File::open(input).map_err(|e| Error::Input {
         path: input.to_path_buf(),
-        why,
-    };
-    let file = File::open(input).map_err(|e| bad(e.to_string()))?;
-    if file.metadata().map(|m| m.len() == 0).unwrap_or(false) {
-        return Err(bad("the file is empty".into()));
-    }
+        why: e.to_string(),
+    })?;
     check_not_exists(&output, force)?;
     let (partial_file, partial) = create_partial(&output)?;
     let fail = |e: std::io::Error| Error::Output {
@@ -264,18 +235,9 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         .out
         .write_all(b"{\"traceEvents\":[\n")
         .map_err(fail)?;
-    let mut deserializer = serde_json::Deserializer::from_reader(BufReader::new(file));
-    let parsed = Events(&mut converter)
-        .deserialize(&mut deserializer)
-        .and_then(|()| deserializer.end());
-    if let Err(e) = parsed {
+    if let Err(e) = for_each_event(input, |_, event| converter.accept(event)) {
         let _ = std::fs::remove_file(&partial);
-        let why = match e.classify() {
-            serde_json::error::Category::Syntax => format!("not valid JSON: {e}"),
-            serde_json::error::Category::Eof => format!("truncated: {e}"),
-            _ => e.to_string(),
-        };
-        return Err(bad(why));
+        return Err(e);
     }
     converter.report.unpaired_takes += converter.pending_take_end.len() as u64;
     let pids: BTreeSet<u64> = converter.threads.iter().map(|&(pid, _)| pid).collect();

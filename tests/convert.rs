@@ -100,7 +100,8 @@ fn truncated_input() {
 
 #[test]
 fn wrong_shape() {
-    refused(r#"{"events": []}"#, "a JSON array of trace events");
+    refused(r#"{"events": []}"#, "without a `traceEvents` array");
+    refused("7", "expected a Chrome Trace");
     refused(r#"[1, 2]"#, "event 0: not a JSON object");
 }
 

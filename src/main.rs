@@ -184,6 +184,11 @@ fn run_record(
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let bar = show_progress.then(|| new_progress_bar(opts.duration));
     let quiet = args.quiet;
+    // A line above the progress bar, or plain on stderr without one.
+    let say = |line: String| match &bar {
+        Some(bar) => bar.println(line),
+        None => eprintln!("{line}"),
+    };
     let show_update = |update: Update<'_>| match update {
         Update::Started {
             pid,
@@ -192,22 +197,14 @@ fn run_record(
             layout,
             rate_hz,
         } if !quiet => {
-            let line = format!(
+            say(format!(
                 "gilsample: recording process {pid} (Python {python}, layout {layout}) at {rate_hz} Hz -> {}",
                 path.display()
-            );
-            match &bar {
-                Some(bar) => bar.println(line),
-                None => eprintln!("{line}"),
-            }
+            ));
         }
         Update::Started { .. } => {}
         Update::Skipped { pid, why } if !quiet => {
-            let line = format!("gilsample: skipping process {pid}: {why}");
-            match &bar {
-                Some(bar) => bar.println(line),
-                None => eprintln!("{line}"),
-            }
+            say(format!("gilsample: skipping process {pid}: {why}"));
         }
         Update::Skipped { .. } | Update::Ready => {}
         Update::Progress(p) => {

@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
+if ! command -v strace >/dev/null; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends strace
+fi
 # As a module: a freshly pip-installed command is not on PATH under pyenv until its shims are rehashed.
 python3 -m maturin --version >/dev/null 2>&1 || python3 -m pip install --quiet "maturin==1.16.0"
 rm -rf target/wheels

@@ -150,6 +150,11 @@ class Recording(object):
                 self._ready.set()
 
     @property
+    def helper_pid(self):
+        """The pid of the gilsample process doing the recording."""
+        return self._process.pid
+
+    @property
     def output(self):
         """What the binary printed (its summary), so far."""
         return "".join(self._stderr)

@@ -162,6 +162,26 @@ class Errors(TempDirTest):
         self.assertIn(str(sleeper.pid), str(caught.exception))
 
 
+class Ptracer(TempDirTest):
+    def test_the_program_allows_its_recorder_to_read_it_where_yama_asks(self):
+        # Yama (kernel.yama.ptrace_scope = 1) lets a process be read only by its ancestors or by the
+        # process it names with prctl(PR_SET_PTRACER); the recorder is a child, so the program must
+        # name it, before the recorder attaches. strace shows the call and its argument.
+        strace = shutil.which("strace")
+        self.assertIsNotNone(strace, "strace is needed for this test (apt-get install strace)")
+        log = os.path.join(self.dir, "strace.log")
+        script = ("import gilsample, sys\n"
+                  "r = gilsample.start(output_dir=sys.argv[1])\n"
+                  "print(r.helper_pid)\n"
+                  "r.stop()\n")
+        out = subprocess.run([strace, "-f", "-qq", "-e", "trace=prctl", "-o", log, sys.executable, "-c",
+                              script, self.dir], stdout=subprocess.PIPE, check=True, timeout=300)
+        helper = int(out.stdout.decode().split()[0])
+        with open(log) as f:
+            calls = f.read()
+        self.assertRegex(calls, r"prctl\((PR_SET_PTRACER|0x59616d61)[^,]*, %d\b" % helper)
+
+
 class BinaryPath(TempDirTest):
     def test_the_wheels_binary_is_used_by_absolute_path_never_through_path(self):
         binary = gilsample.binary_path()

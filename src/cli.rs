@@ -32,7 +32,11 @@ const EXAMPLES: &str = "Examples:
   gilsample --pid 12345 --rate 10khz            record until Ctrl+C, SIGTERM or the target exits
   gilsample --pid 12345,678 --duration 10 -o traces/
   gilsample -- python3 train.py --epochs 1      launch and record from the first instruction
-  gilsample info --pid 12345                    what gilsample sees in a process (for support requests)";
+  gilsample --pid 12345 --cpus 3                keep the sampler on CPU 3, off the target's cores
+  gilsample info --pid 12345                    what gilsample sees in a process (for support requests)
+  gilsample merge gil_traces/GIL_*.json prof.pt.trace.json -o merged.json   next to the profiler's trace
+
+From Python: `import gilsample; with gilsample.start(): ...` (pip install gilsample).";
 
 #[derive(Parser, Debug)]
 #[command(name = "gilsample", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]

@@ -92,8 +92,8 @@ class Recording(object):
         self._socket = ours
         self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._stderr_reader.start()
-        if self.pids is not None and os.getpid() in self.pids:
-            _allow_reader(self._process.pid)
+        # Also when recording every NPU/GPU process: this program may be one of them.
+        _allow_reader(self._process.pid)
         self._ready = threading.Event()
         self._got_ready = False
         self._control_reader = threading.Thread(target=self._read_control, daemon=True)

@@ -29,9 +29,10 @@ target/debug/gilsample --quiet --duration 1 -o "$out/GIL_contended.json" -- \
 check "$out/GIL_contended.json" --expect-gil 4 --expect-text "GIL waiters" --zoom 1500 \
     --screenshot "$shots/perfetto-contended.png"
 
-target/debug/gilsample merge fixtures/torch-profiler/GIL_24514_rank_0.json \
-    fixtures/torch-profiler/torch_cpu.pt.trace.json -o "$out/merged.json"
+gil=$(ls fixtures/torch-profiler/GIL_*_rank_0.json)
+pid=$(basename "$gil" | cut -d_ -f2)
+target/debug/gilsample merge "$gil" fixtures/torch-profiler/torch_cpu.pt.trace.json -o "$out/merged.json"
 check "$out/merged.json" --expect-gil 2 --expect-slice-like 'aten::%' \
-    --expect-text "pid 24514" --expect-text "torch_cpu.pt.trace.json" \
+    --expect-text "pid $pid" --expect-text "torch_cpu.pt.trace.json" \
     --screenshot "$shots/perfetto-merged.png"
 echo "test-viewer: both traces load in Perfetto UI without import errors"

@@ -215,9 +215,9 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let input = dir.path().join("profiler.json");
         std::fs::write(&input, &text).unwrap();
-        let gil = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/torch-profiler/GIL_24514_rank_0.json");
+        let torch = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/torch-profiler/torch_cpu.pt.trace.json");
         let opts = gilsample::merge::MergeOptions { force: true, offsets: Vec::new() };
-        match gilsample::merge::merge(&[gil, input], &dir.path().join("out.json"), &opts) {
+        match gilsample::merge::merge(&[torch, input], &dir.path().join("out.json"), &opts) {
             Ok(_) => {
                 let merged = std::fs::read_to_string(dir.path().join("out.json")).unwrap();
                 prop_assert!(serde_json::from_str::<serde_json::Value>(&merged).is_ok(), "{}", merged);

@@ -19,6 +19,36 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The GIL trace of the torch fixture (its name carries the pid of the run that made it).
+fn gil_fixture() -> PathBuf {
+    let dir = fixture("");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("GIL_"))
+        .expect("a GIL_<pid>_rank_0.json in fixtures/torch-profiler")
+}
+
+/// The recorded process's pid, and where it lands when another input uses it too.
+fn fixture_pid() -> (i64, i64) {
+    let pid = load(&gil_fixture())["otherData"]["pid"].as_i64().unwrap();
+    (pid, pid + 10_000_000)
+}
+
+/// Exact nanoseconds of a JSON number of microseconds, from its text.
+fn ns_of(value: &Value) -> i128 {
+    let text = value.to_string();
+    let text = text.trim_matches('"');
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    let frac: String = frac.chars().chain("000".chars()).take(3).collect();
+    whole.parse::<i128>().unwrap() * 1000 + frac.parse::<i128>().unwrap()
+}
+
+fn micros_text(ns: i128) -> String {
+    format!("{}.{:03}", ns.div_euclid(1000), ns.rem_euclid(1000))
+}
+
 fn merge(args: &[&Path], extra: &[&str], output: &Path) -> (i32, String) {
     let out = gilsample()
         .arg("merge")
@@ -67,14 +97,15 @@ fn span(trace: &Value, keep: impl Fn(&Value) -> bool) -> (f64, f64) {
 fn a_real_pytorch_trace_lands_inside_the_gil_recording_of_the_same_run() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("merged.json");
-    let gil = fixture("GIL_24514_rank_0.json");
+    let gil = gil_fixture();
     let torch = fixture("torch_cpu.pt.trace.json");
+    let (pid, moved_pid) = fixture_pid();
     let (code, stderr) = merge(&[&gil, &torch], &[], &output);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stderr.contains("PyTorch profiler (Kineto) trace")
             && stderr.contains("moved by baseTimeNanoseconds")
-            && stderr.contains("pid 24514 renumbered 10024514"),
+            && stderr.contains(&format!("pid {pid} renumbered {moved_pid}")),
         "{stderr}"
     );
     let merged = load(&output);
@@ -92,32 +123,44 @@ fn a_real_pytorch_trace_lands_inside_the_gil_recording_of_the_same_run() {
         .filter(|e| is_gil(e))
         .map(|e| &e["pid"])
         .collect();
-    assert!(gil_pids.iter().all(|&p| *p == json!(24514)));
+    assert!(gil_pids.iter().all(|&p| *p == json!(pid)));
     let torch_pids: Vec<&Value> = events(&merged)
         .iter()
         .filter(|e| e["cat"] == "cpu_op")
         .map(|e| &e["pid"])
         .collect();
-    assert!(!torch_pids.is_empty() && torch_pids.iter().all(|&p| *p == json!(10024514)));
+    assert!(!torch_pids.is_empty() && torch_pids.iter().all(|&p| *p == json!(moved_pid)));
     assert!(
         events(&merged).iter().any(|e| e["name"] == "process_name"
-            && e["pid"] == json!(10024514)
+            && e["pid"] == json!(moved_pid)
             && e["args"]["name"] == "python [torch_cpu.pt.trace.json]"),
         "the moved process says where it came from"
     );
-    // Timestamps are exact, relative to a whole second before the first event: Kineto's relative
-    // 5137288368832.885 µs + its base 1790857026000000000 ns - the merged base.
-    assert_eq!(
-        merged["baseTimeNanoseconds"],
-        json!(1_795_994_314_000_000_000i64)
-    );
+    // Timestamps are exact: Kineto's relative ts + its baseTimeNanoseconds - the merged base (a whole
+    // second before the first event), to the nanosecond.
+    let kineto = load(&torch);
+    let kineto_base = kineto["baseTimeNanoseconds"].as_i64().unwrap() as i128;
+    let merged_base = merged["baseTimeNanoseconds"].as_i64().unwrap() as i128;
+    assert_eq!(merged_base % 1_000_000_000, 0);
+    let op = events(&kineto)
+        .iter()
+        .find(|e| e["cat"] == "cpu_op")
+        .unwrap();
+    let expected = micros_text(ns_of(&op["ts"]) + kineto_base - merged_base);
     let text = std::fs::read_to_string(&output).unwrap();
-    assert!(text.contains("\"ts\":368832.885"), "exact shift");
+    assert!(
+        text.contains(&format!("\"ts\":{expected}")),
+        "{} µs exactly",
+        expected
+    );
     let inputs = &merged["otherData"]["merge"]["inputs"];
     assert_eq!(inputs[0]["kind"], "gilsample GIL trace");
-    assert_eq!(inputs[1]["shift_us"], json!(1_790_857_026_000_000.0));
+    assert_eq!(
+        inputs[1]["shift_us"].as_f64().unwrap() * 1000.0,
+        kineto_base as f64
+    );
     assert_eq!(inputs[1]["overlaps_gil_traces"], json!(true));
-    assert_eq!(inputs[0]["otherData"]["pid"], json!(24514));
+    assert_eq!(inputs[0]["otherData"]["pid"], json!(pid));
 }
 
 /// The torch fixture rewritten the way older Kineto wrote it: absolute epoch µs.
@@ -140,7 +183,7 @@ fn absolute_kineto(dir: &Path, with_base: bool) -> PathBuf {
 #[test]
 fn kineto_traces_with_absolute_timestamps_are_taken_as_they_are() {
     let dir = tempfile::tempdir().unwrap();
-    let gil = fixture("GIL_24514_rank_0.json");
+    let gil = gil_fixture();
     for with_base in [true, false] {
         let torch = absolute_kineto(dir.path(), with_base);
         let output = dir.path().join(format!("merged_{with_base}.json"));
@@ -159,14 +202,14 @@ fn kineto_traces_with_absolute_timestamps_are_taken_as_they_are() {
 }
 
 /// A small timeline in the shape torch_npu / msprof write `trace_view.json`: a bare array, `ts` as
-/// decimal strings of epoch µs, msprof's process names.
-fn msprof_timeline(dir: &Path, ts_us: &str) -> PathBuf {
+/// decimal strings of epoch µs, msprof's process names; its Python process has `pid`.
+fn msprof_timeline(dir: &Path, ts_us: &str, pid: i64) -> PathBuf {
     let trace = json!([
         {"name": "process_name", "ph": "M", "pid": 2_000_000, "tid": 0, "args": {"name": "Ascend Hardware"}},
-        {"name": "process_name", "ph": "M", "pid": 24514, "tid": 0, "args": {"name": "Python"}},
+        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "Python"}},
         {"name": "aclnnMatmul", "ph": "X", "pid": 2_000_000, "tid": 3, "ts": ts_us, "dur": "12.5"},
-        {"name": "torch/nn/modules/linear.py(114): forward", "ph": "X", "pid": 24514, "tid": 24514, "ts": ts_us, "dur": "30.25"},
-        {"name": "async_npu", "ph": "s", "id": 7, "pid": 24514, "tid": 24514, "ts": ts_us, "cat": "async_npu"},
+        {"name": "torch/nn/modules/linear.py(114): forward", "ph": "X", "pid": pid, "tid": pid, "ts": ts_us, "dur": "30.25"},
+        {"name": "async_npu", "ph": "s", "id": 7, "pid": pid, "tid": pid, "ts": ts_us, "cat": "async_npu"},
         {"name": "async_npu", "ph": "f", "id": 7, "bp": "e", "pid": 2_000_000, "tid": 3, "ts": ts_us, "cat": "async_npu"}
     ]);
     let path = dir.join("trace_view.json");
@@ -174,11 +217,25 @@ fn msprof_timeline(dir: &Path, ts_us: &str) -> PathBuf {
     path
 }
 
+/// A moment inside the GIL fixture's recording, in exact ns.
+fn inside_gil_fixture_ns() -> i128 {
+    let gil = load(&gil_fixture());
+    let first = events(&gil)
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| ns_of(&e["ts"]))
+        .min()
+        .unwrap();
+    first + 100_000_125
+}
+
 #[test]
 fn msprof_timelines_take_a_manual_offset_and_keep_their_flows() {
     let dir = tempfile::tempdir().unwrap();
-    let gil = fixture("GIL_24514_rank_0.json");
-    let npu = msprof_timeline(dir.path(), "1795994314500000.125");
+    let gil = gil_fixture();
+    let (pid, moved_pid) = fixture_pid();
+    let at_ns = inside_gil_fixture_ns();
+    let npu = msprof_timeline(dir.path(), &micros_text(at_ns), pid);
     let output = dir.path().join("merged.json");
     let offset = format!("{}=-1500.5", npu.display());
     let (code, stderr) = merge(&[&npu, &gil], &["--offset", &offset], &output);
@@ -186,24 +243,25 @@ fn msprof_timelines_take_a_manual_offset_and_keep_their_flows() {
     assert!(stderr.contains("Ascend msprof timeline"), "{stderr}");
     let merged = load(&output);
     let text = std::fs::read_to_string(&output).unwrap();
-    // 1795994314500000.125 - 1500.5 µs, exactly, from the merged base.
-    assert_eq!(
-        merged["baseTimeNanoseconds"],
-        json!(1_795_994_314_000_000_000i64)
+    // Moved by -1500.5 µs exactly, written from the merged base.
+    let base = merged["baseTimeNanoseconds"].as_i64().unwrap() as i128;
+    let expected = micros_text(at_ns - 1_500_500 - base);
+    assert!(
+        text.contains(&format!("\"ts\":{expected}")),
+        "{expected} in {text}"
     );
-    assert!(text.contains("\"ts\":498499.625"), "{text}");
-    // Listed first, but the GIL trace keeps pid 24514 and msprof's Python process moves.
+    // Listed first, but the GIL trace keeps its pid and msprof's Python process moves.
     assert!(
         events(&merged)
             .iter()
             .filter(|e| is_gil(e))
-            .all(|e| e["pid"] == json!(24514))
+            .all(|e| e["pid"] == json!(pid))
     );
     let moved = events(&merged)
         .iter()
         .find(|e| e["name"] == "torch/nn/modules/linear.py(114): forward")
         .unwrap();
-    assert_eq!(moved["pid"], json!(10024514));
+    assert_eq!(moved["pid"], json!(moved_pid));
     let flow_ids: Vec<&Value> = events(&merged)
         .iter()
         .filter(|e| e["name"] == "async_npu")
@@ -221,7 +279,7 @@ fn msprof_timelines_take_a_manual_offset_and_keep_their_flows() {
 #[test]
 fn a_bare_offset_moves_profiler_traces_but_not_gil_traces() {
     let dir = tempfile::tempdir().unwrap();
-    let gil = fixture("GIL_24514_rank_0.json");
+    let gil = gil_fixture();
     let torch = fixture("torch_cpu.pt.trace.json");
     let plain = dir.path().join("plain.json");
     assert_eq!(merge(&[&gil, &torch], &[], &plain).0, 0);
@@ -239,8 +297,8 @@ fn a_bare_offset_moves_profiler_traces_but_not_gil_traces() {
 #[test]
 fn traces_that_do_not_overlap_in_time_are_flagged() {
     let dir = tempfile::tempdir().unwrap();
-    let gil = fixture("GIL_24514_rank_0.json");
-    let npu = msprof_timeline(dir.path(), "1000.0");
+    let gil = gil_fixture();
+    let npu = msprof_timeline(dir.path(), "1000.0", 1);
     let (code, stderr) = merge(&[&gil, &npu], &[], &dir.path().join("merged.json"));
     assert_eq!(code, 0, "{stderr}");
     assert!(
@@ -252,8 +310,9 @@ fn traces_that_do_not_overlap_in_time_are_flagged() {
 #[test]
 fn the_same_pid_in_two_gil_traces_becomes_two_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let gil = fixture("GIL_24514_rank_0.json");
-    let copy = dir.path().join("GIL_24514_rank_1.json");
+    let gil = gil_fixture();
+    let (pid, moved_pid) = fixture_pid();
+    let copy = dir.path().join(format!("GIL_{pid}_rank_1.json"));
     std::fs::copy(&gil, &copy).unwrap();
     let output = dir.path().join("merged.json");
     let (code, stderr) = merge(&[&gil, &copy], &[], &output);
@@ -265,8 +324,8 @@ fn the_same_pid_in_two_gil_traces_becomes_two_processes() {
             .filter(|e| is_gil(e) && e["pid"] == json!(pid))
             .count()
     };
-    assert!(per_pid(24514) > 0);
-    assert_eq!(per_pid(24514), per_pid(10024514));
+    assert!(per_pid(pid) > 0);
+    assert_eq!(per_pid(pid), per_pid(moved_pid));
 }
 
 fn refused(content: &str, message: &str) {
@@ -274,7 +333,7 @@ fn refused(content: &str, message: &str) {
     let input = dir.path().join("profiler.json");
     std::fs::write(&input, content).unwrap();
     let output = dir.path().join("merged.json");
-    let gil = fixture("GIL_24514_rank_0.json");
+    let gil = gil_fixture();
     let (code, stderr) = merge(&[&gil, &input], &[], &output);
     assert_eq!(code, INPUT, "{content:?}: {stderr}");
     assert!(
@@ -357,7 +416,7 @@ fn missing_input_file() {
 #[test]
 fn usage_errors_name_the_problem() {
     let dir = tempfile::tempdir().unwrap();
-    let gil = fixture("GIL_24514_rank_0.json");
+    let gil = gil_fixture();
     let output = dir.path().join("out.json");
     let (code, stderr) = merge(&[&gil], &["--offset", "soon"], &output);
     assert_eq!(code, USAGE, "{stderr}");

@@ -72,15 +72,13 @@ pub fn device_users(kind: DeviceKind) -> Vec<(u32, String)> {
     users
 }
 
-/// The parent of `pid` (field 4 of /proc/PID/stat).
+/// The parent of `pid`.
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    let stat = procfs::process::Process::new(pid as i32)
+        .ok()?
+        .stat()
+        .ok()?;
+    u32::try_from(stat.ppid).ok()
 }
 
 /// Every live descendant of `roots` (children, grandchildren, ...), not the roots themselves.

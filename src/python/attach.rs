@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
-use crate::process::maps::{Mapping, OpenedFile, open_mapped_file, read_file_mappings};
+use crate::process::maps::{Mapping, OpenedFile, open_mapped_file, proc_error, read_file_mappings};
 use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
 use crate::process::tasks::TidMap;
 use crate::python::debug_offsets;
@@ -287,24 +287,17 @@ fn check_is_user_process(pid: u32) -> Result<()> {
             "process {pid} is gilsample itself; give the pid of a Python process"
         )));
     }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| {
-        Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), "/proc entry")
-    })?;
-    // The fields after the command name, which is in parentheses and may itself hold spaces:
-    // state is the 1st, flags the 7th (proc_pid_stat(5)).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    const PF_KTHREAD: u64 = 0x0020_0000;
-    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
-    if flags & PF_KTHREAD != 0 {
+    let stat = procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .map_err(|e| proc_error(pid, e, "/proc entry"))?;
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    if stat.flags & PF_KTHREAD != 0 {
         return Err(Error::NotPython {
             pid,
             why: "it is a kernel thread".into(),
         });
     }
-    if fields.first() == Some(&"Z") {
+    if stat.state == 'Z' {
         return Err(Error::NotPython {
             pid,
             why: "it is a zombie: it has exited and waits for its parent to reap it".into(),

@@ -53,14 +53,8 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
         );
     }
     let mut threads = Vec::new();
-    ThreadWalker::default()
-        .walk(
-            &target.memory,
-            &target.layout,
-            target.runtime,
-            target.tids,
-            &mut threads,
-        )
+    target
+        .walk_threads(&mut ThreadWalker::default(), &mut threads)
         .map_err(|e| crate::error::Error::LayoutInvalid {
             pid,
             why: format!("{e:?}"),

@@ -94,6 +94,15 @@ impl Target {
         decode_gil_word(&self.layout, start, span)
     }
 
+    /// The target's thread states, walked with `walker` (which keeps what it needs between walks).
+    pub fn walk_threads(
+        &self,
+        walker: &mut ThreadWalker,
+        out: &mut Vec<ThreadRef>,
+    ) -> std::result::Result<(), WalkError> {
+        walker.walk(&self.memory, &self.layout, self.runtime, self.tids, out)
+    }
+
     /// The byte ranges of the GIL's condition variables and mutexes: a thread sleeping in futex on an
     /// address inside one of these is waiting for (`take`) or handing off (`drop`) the GIL.
     pub fn gil_wait_ranges(&self) -> GilWaitRanges {
@@ -660,14 +669,8 @@ fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
         let word_before = target
             .read_gil_word(&mut buf)
             .map_err(|e| read_error(pid, e, "the GIL"))?;
-        walker
-            .walk(
-                &target.memory,
-                &target.layout,
-                target.runtime,
-                target.tids,
-                &mut threads,
-            )
+        target
+            .walk_threads(&mut walker, &mut threads)
             .map_err(|e| walk_error(pid, e))?;
         let word_after = target
             .read_gil_word(&mut buf)

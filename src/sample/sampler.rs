@@ -458,13 +458,7 @@ impl Loop<'_> {
     /// Re-walks the thread list: closes threads that are gone, opens the /proc files of new ones.
     fn refresh(&mut self, now: u64, sink: &mut dyn FnMut(Record)) -> Result<(), WalkError> {
         let target = self.target;
-        self.walker.walk(
-            &target.memory,
-            &target.layout,
-            target.runtime,
-            target.tids,
-            &mut self.refs,
-        )?;
+        target.walk_threads(&mut self.walker, &mut self.refs)?;
         // The thread states hold ids of the target's PID namespace; /proc and the trace use ours.
         match self.tid_map.as_mut() {
             Some(map) if map.translates() => self.refs.retain_mut(|r| match map.to_ours(r.tid) {

@@ -100,35 +100,36 @@ pub fn decode(
     let mut put = |key: &str, info: FieldInfo| {
         fields.insert(key.to_string(), info);
     };
-    put(
-        "runtime.interpreters.head",
-        within("runtime_state.interpreters_head", runtime_size, 8)?,
-    );
-    put(
-        "interp.next",
-        within("interpreter_state.next", interp_size, 8)?,
-    );
-    put(
-        "interp.threads.head",
-        within("interpreter_state.threads_head", interp_size, 8)?,
-    );
-    put(
-        "interp.ceval.gil",
-        within("interpreter_state.ceval_gil", interp_size, 8)?,
-    );
-    put("tstate.next", within("thread_state.next", tstate_size, 8)?);
-    put(
-        "tstate.interp",
-        within("thread_state.interp", tstate_size, 8)?,
-    );
-    put(
-        "tstate.thread_id",
-        within("thread_state.thread_id", tstate_size, 8)?,
-    );
-    put(
-        "tstate.native_thread_id",
-        within("thread_state.native_thread_id", tstate_size, 8)?,
-    );
+    // The pointers and ids the walk reads: our field, the table's entry, the struct it lies in.
+    let words = [
+        (
+            "runtime.interpreters.head",
+            "runtime_state.interpreters_head",
+            runtime_size,
+        ),
+        ("interp.next", "interpreter_state.next", interp_size),
+        (
+            "interp.threads.head",
+            "interpreter_state.threads_head",
+            interp_size,
+        ),
+        (
+            "interp.ceval.gil",
+            "interpreter_state.ceval_gil",
+            interp_size,
+        ),
+        ("tstate.next", "thread_state.next", tstate_size),
+        ("tstate.interp", "thread_state.interp", tstate_size),
+        ("tstate.thread_id", "thread_state.thread_id", tstate_size),
+        (
+            "tstate.native_thread_id",
+            "thread_state.native_thread_id",
+            tstate_size,
+        ),
+    ];
+    for (key, name, limit) in words {
+        put(key, within(name, limit, 8)?);
+    }
 
     // The GIL struct: `locked` and `last_holder` as the target reports them (relative to the embedded
     // `_gil` of the interpreter), the rest from the version's layout once those two agree.

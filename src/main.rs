@@ -225,9 +225,9 @@ fn run_record(
     };
     let mut on_progress = |update: Update<'_>| {
         if let Some(control) = control
-            && !matches!(update, Update::Progress(_))
+            && let Some(event) = control_event(&update)
         {
-            control.send(&control_event(&update));
+            control.send(&event);
         }
         show_update(update)
     };
@@ -284,8 +284,8 @@ fn run_record(
 }
 
 /// The line a driving program gets for an update (progress ticks are not sent).
-fn control_event(update: &Update<'_>) -> serde_json::Value {
-    match update {
+fn control_event(update: &Update<'_>) -> Option<serde_json::Value> {
+    Some(match update {
         Update::Started {
             pid,
             path,
@@ -298,8 +298,8 @@ fn control_event(update: &Update<'_>) -> serde_json::Value {
         }),
         Update::Skipped { pid, why } => json!({"event": "skipped", "pid": pid, "why": why}),
         Update::Ready => json!({"event": "ready"}),
-        Update::Progress(_) => serde_json::Value::Null,
-    }
+        Update::Progress(_) => return None,
+    })
 }
 
 fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {

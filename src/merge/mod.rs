@@ -367,8 +367,8 @@ fn describe(report: &InputReport, probe: &Probe) -> Value {
         "kind": report.kind.describe(),
         "events": report.events,
         "alignment": report.alignment,
-        "shift_us": micros(report.shift_ns).parse::<f64>().unwrap_or(0.0),
-        "manual_offset_us": micros(report.manual_offset_ns).parse::<f64>().unwrap_or(0.0),
+        "shift_us": report.shift_ns as f64 / 1000.0,
+        "manual_offset_us": report.manual_offset_ns as f64 / 1000.0,
         "renumbered_pids": report.renumbered.iter().map(|(from, to)| json!({"from": serde_json::from_str::<Value>(from).unwrap_or(Value::Null), "to": serde_json::from_str::<Value>(to).unwrap_or(Value::Null)})).collect::<Vec<_>>(),
         "overlaps_gil_traces": report.overlaps_gil,
     });

@@ -7,7 +7,6 @@
 //! naming the event index and the field.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fmt;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -15,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
-use crate::merge::document::for_each_event;
+use crate::merge::document::{field_error, for_each_event};
 use crate::trace::chrome::span_micros;
 use crate::trace::output::{check_not_exists, create_partial};
 
@@ -79,10 +78,6 @@ struct RawEvent {
     dur_ns: i128,
     pid: u64,
     tid: u64,
-}
-
-fn field_error(index: u64, field: &str, why: impl fmt::Display) -> String {
-    format!("event {index}: field `{field}`: {why}")
 }
 
 fn validate(index: u64, event: &Value) -> std::result::Result<Option<RawEvent>, String> {

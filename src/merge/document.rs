@@ -66,6 +66,11 @@ where
     Ok(header)
 }
 
+/// The message for a bad field of input event `index`.
+pub fn field_error(index: u64, field: &str, why: impl fmt::Display) -> String {
+    format!("event {index}: field `{field}`: {why}")
+}
+
 /// A JSON error in words a user can act on.
 pub fn describe_json_error(e: &serde_json::Error) -> String {
     match e.classify() {

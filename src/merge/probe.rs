@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::convert::parse_micros;
 use crate::error::Result;
-use crate::merge::document::{Header, for_each_event};
+use crate::merge::document::{Header, field_error, for_each_event};
 
 /// Process names that only Ascend msprof / torch_npu timelines use.
 const MSPROF_PROCESSES: &[&str] = &[
@@ -60,10 +60,6 @@ pub struct Checked {
     pub metadata: bool,
     pub ts_ns: Option<i128>,
     pub end_ns: Option<i128>,
-}
-
-fn field_error(index: u64, field: &str, why: impl std::fmt::Display) -> String {
-    format!("event {index}: field `{field}`: {why}")
 }
 
 /// The checks every event passes (in both passes): an object with a string `ph`; a `ts` (number or

@@ -7,7 +7,7 @@ use crate::process::kernel::ThreadFiles;
 use crate::process::tasks::{TidMap, read_namespace_pid};
 use crate::python::attach::{LayoutChoice, attach};
 use crate::python::runtime::ThreadWalker;
-use crate::sample::classify::{ThreadEvidence, classify};
+use crate::sample::classify::{Census, ThreadEvidence, classify};
 
 pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     let target = attach(pid, choice)?;
@@ -52,6 +52,7 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             w.locked, w.last_holder, w.switch_number
         );
     }
+    let _ = writeln!(out, "GIL waiters:    {}", describe_waiter_counts(&target));
     let mut threads = Vec::new();
     target
         .walk_threads(&mut ThreadWalker::default(), &mut threads)
@@ -84,6 +85,7 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             kernel,
             previous: None,
             handoffs_since_previous: None,
+            census: Census::Unknown,
         };
         let (state, _) = classify(&evidence, &ranges);
         let _ = writeln!(
@@ -96,4 +98,21 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
         );
     }
     Ok(out)
+}
+
+/// The waiter counts' source, with what they read now, or why there are none.
+pub fn describe_waiter_counts(target: &crate::python::attach::Target) -> String {
+    match &target.waiter_counts {
+        Ok(at) => {
+            let (major, minor) = at.glibc;
+            match target.read_waiters(at) {
+                Ok(w) => format!(
+                    "counted by glibc {major}.{minor} (now {} in take_gil's wait, {} in drop_gil's)",
+                    w.take, w.drop
+                ),
+                Err(e) => format!("counted by glibc {major}.{minor} (unreadable now: {e:?})"),
+            }
+        }
+        Err(why) => format!("not counted: {why}"),
+    }
 }

@@ -644,6 +644,8 @@ fn metadata(
         "thread_samples": report.thread_samples,
         "running_classified_take": report.running_still_waiting,
         "running_classified_released": report.running_released,
+        "running_classified_by_waiter_counts": report.running_counted,
+        "gil_waiter_counts": crate::info::describe_waiter_counts(target),
         "ambiguous_stretches_in_gil_call": report.stretches_in_gil_call,
         "ambiguous_stretches_released": report.stretches_released,
         "handoffs_seen": report.handoffs_seen,

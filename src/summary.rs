@@ -73,9 +73,11 @@ fn format_target(out: &mut String, t: &TargetReport) {
     if s.thread_samples > 0 {
         let _ = writeln!(
             out,
-            "  running-but-not-holding thread samples: {} proven still in take/drop, {} released (of {}); \
-             stretches after a GIL state: {} waited for a CPU inside the call, {} ran without the GIL",
+            "  running-but-not-holding thread samples: {} proven still in take/drop, {} decided by the GIL's \
+             waiter counts, {} released (of {}); stretches after a GIL state: {} waited for a CPU inside the \
+             call, {} ran without the GIL",
             s.running_still_waiting,
+            s.running_counted,
             s.running_released,
             s.thread_samples,
             s.stretches_in_gil_call,

@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 use common::{Trace, Workload, gilsample, interpreter, layout_sources, run, start_recording};
 
@@ -238,6 +238,44 @@ fn every_layout_source_records(label: &str) {
     }
 }
 
+/// The GIL's waiter counts are found at the place this interpreter's own glibc keeps them (the release
+/// as its libc reports it: 2.36 on the host, 2.41+ in the sid root, where the word moved), and count
+/// the threads stuck behind a main thread that keeps the GIL in one endless C call.
+fn waiter_counts_see_threads_behind_a_hog(label: &str) {
+    let python = interpreter(label);
+    let libc = Command::new(&python.command[0])
+        .args(&python.command[1..])
+        .arg("-c")
+        .arg("import os; print(os.confstr('CS_GNU_LIBC_VERSION'))")
+        .output()
+        .unwrap();
+    let libc = String::from_utf8(libc.stdout).unwrap().trim().to_string();
+    assert!(libc.starts_with("glibc 2."), "confstr says {libc:?}");
+    let workload = Workload::start(&python, &["hog", "--threads", "3"]);
+    let want = format!("counted by {libc} (now 3 in take_gil's wait, 0 in drop_gil's)");
+    // The main thread reaches its endless call only after it wins the GIL back from the waiters.
+    let mut seen = Vec::new();
+    for _ in 0..300 {
+        let out = gilsample()
+            .args(["info", "--pid", &workload.pid.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("GIL waiters:"))
+            .expect("info prints the waiter counts")
+            .trim()
+            .to_string();
+        if line == want {
+            return;
+        }
+        seen.push(line);
+    }
+    panic!("never saw {want:?}; saw {:?}", &seen[seen.len() - 5..]);
+}
+
 macro_rules! interpreter_tests {
     ($($module:ident => $label:expr),* $(,)?) => {
         $(
@@ -256,6 +294,8 @@ macro_rules! interpreter_tests {
                 fn target_exit_leaves_a_complete_file() { super::target_exit_leaves_a_complete_file($label) }
                 #[test]
                 fn every_layout_source_records() { super::every_layout_source_records($label) }
+                #[test]
+                fn waiter_counts_see_threads_behind_a_hog() { super::waiter_counts_see_threads_behind_a_hog($label) }
             }
         )*
     };

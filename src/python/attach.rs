@@ -81,6 +81,8 @@ pub struct Target {
     pub gil: RemoteAddr,
     pub tids: TidSource,
     pub memory: ProcessMemory,
+    /// Where the GIL's condition variables count their waiters, or why they cannot be read.
+    pub waiter_counts: std::result::Result<WaiterCounts, String>,
 }
 
 impl Target {
@@ -137,6 +139,89 @@ impl Target {
                 && runtime >= base
         }))
     }
+}
+
+/// Where glibc counts the threads waiting on the GIL's two condition variables (process/glibc.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaiterCounts {
+    pub glibc: (u32, u32),
+    /// `gil.cond`'s `__wrefs`: threads in `take_gil`'s wait.
+    take_wrefs: RemoteAddr,
+    /// `gil.switch_cond`'s `__wrefs`: threads in `drop_gil`'s forced-switch wait; after `take_wrefs`,
+    /// so that one read covers both.
+    drop_wrefs: Option<RemoteAddr>,
+}
+
+/// How many threads are inside each GIL wait, including those woken and not yet run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Waiters {
+    pub take: u32,
+    pub drop: u32,
+}
+
+const WAITER_SPAN_MAX: usize = 256;
+
+impl Target {
+    /// Reads both waiter counts in one read.
+    pub fn read_waiters(&self, at: &WaiterCounts) -> std::result::Result<Waiters, ReadError> {
+        let mut buf = [0u8; WAITER_SPAN_MAX];
+        let end = at.drop_wrefs.map_or(at.take_wrefs.0 + 4, |d| d.0 + 4);
+        let span = buf
+            .get_mut(..(end - at.take_wrefs.0) as usize)
+            .ok_or(ReadError::Fault)?;
+        self.memory.read_into(at.take_wrefs, span)?;
+        let word = |offset: usize| u32::from_ne_bytes(span[offset..offset + 4].try_into().unwrap());
+        let checked = |wrefs: u32| {
+            // Bits 0 (process-shared) and 2 (being destroyed) are never set on a live GIL.
+            if wrefs & 0b101 == 0 {
+                Ok(crate::process::glibc::waiters_in(wrefs))
+            } else {
+                Err(ReadError::Fault)
+            }
+        };
+        Ok(Waiters {
+            take: checked(word(0))?,
+            drop: match at.drop_wrefs {
+                Some(d) => checked(word((d.0 - at.take_wrefs.0) as usize))?,
+                None => 0,
+            },
+        })
+    }
+}
+
+/// Locates the waiter counts of the target's GIL and reads them once to check them.
+fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, String> {
+    use crate::process::glibc::{self, PTHREAD_COND_SIZE};
+    let condvar = glibc::detect(target.pid)?;
+    let wrefs = |name: &str| -> std::result::Result<Option<RemoteAddr>, String> {
+        let Some(field) = target.layout.field(name) else {
+            return Ok(None);
+        };
+        if field.size != PTHREAD_COND_SIZE {
+            return Err(format!(
+                "{name} is {} bytes, not a glibc pthread_cond_t",
+                field.size
+            ));
+        }
+        Ok(Some(RemoteAddr(
+            target.gil.0 + field.offset + condvar.wrefs_offset,
+        )))
+    };
+    let take_wrefs = wrefs("gil.cond")?.ok_or("the layout has no gil.cond")?;
+    let drop_wrefs = wrefs("gil.switch_cond")?
+        .filter(|d| d.0 > take_wrefs.0 && d.0 + 4 - take_wrefs.0 <= WAITER_SPAN_MAX as u64);
+    let counts = WaiterCounts {
+        glibc: condvar.release,
+        take_wrefs,
+        drop_wrefs,
+    };
+    target.read_waiters(&counts).map_err(|e| {
+        format!(
+            "glibc {}.{}'s waiter count in the GIL reads as invalid ({e:?})",
+            condvar.release.0, condvar.release.1
+        )
+    })?;
+    Ok(counts)
 }
 
 /// Address ranges `[start, end)` inside the GIL struct.
@@ -236,10 +321,15 @@ impl Located {
             gil,
             tids,
             memory,
+            waiter_counts: Err(String::new()),
         };
         check_gil_enabled(&target)?;
         validate(&target, &mut tid_map)?;
-        Ok(target)
+        let waiter_counts = find_waiter_counts(&target);
+        Ok(Target {
+            waiter_counts,
+            ..target
+        })
     }
 }
 

@@ -13,17 +13,22 @@
 //!    `Take` is still `Take` if no hand-off happened since, or exactly one that went to another thread
 //!    (it is not `last_holder`); the FORCE_SWITCHING wait in `drop_gil` ends only on a hand-off, so a
 //!    thread last seen `Drop` is still `Drop` if none happened.
-//! 7. Other running threads that were last seen in a GIL state (`Take`, `Hold`, `Drop`) are
-//!    *ambiguous*: a thread woken inside `take_gil`/`drop_gil` that waits for a CPU (on a busy machine,
-//!    for milliseconds) looks exactly like a thread running native code without the GIL. The sampler
-//!    holds such a stretch back and `settle_stretch` decides it once the thread is seen in a definite
-//!    state again, from the time the kernel says it spent waiting on a run queue meanwhile
-//!    (schedstat's `run_delay`, updated when the thread gets a CPU).
-//! 8. Any other running thread → `Released`.
+//! 7. Other running threads, when glibc's waiter counts of the GIL's condition variables settle it
+//!    (`census`): the counts include threads woken from the wait that still wait for a CPU, which the
+//!    kernel shows as running. When no running thread can be in a wait, one last seen `Take` has left
+//!    `take_gil` → `Released`; when every running thread must be in `take_gil`'s (or `drop_gil`'s)
+//!    wait → `Take` (`Drop`).
+//! 8. Other running threads that were last seen in a GIL state (`Take`, `Hold`, `Drop`) are
+//!    *ambiguous*: a thread preempted inside `take_gil`/`drop_gil` (a hand-off wakes another thread,
+//!    which often takes the CPU) waits on a run queue, for milliseconds on a busy machine, and looks
+//!    exactly like a thread running native code without the GIL. The sampler holds such a stretch
+//!    back and `settle_stretch` decides it once the thread gets a CPU, from when schedstat's
+//!    run-queue time says its wait began.
+//! 9. Any other running thread → `Released`.
 
 use crate::infer::intervals::GilState;
-use crate::process::kernel::{KernelState, SchedStat};
-use crate::python::attach::GilWaitRanges;
+use crate::process::kernel::KernelState;
+use crate::python::attach::{GilWaitRanges, Waiters};
 
 /// What the sampler knows about one thread at one sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +42,41 @@ pub struct ThreadEvidence {
     pub previous: Option<GilState>,
     /// How far `switch_number` advanced since that definite sample (`None`: no such sample).
     pub handoffs_since_previous: Option<u64>,
+    /// What the waiter counts say about the threads running without the GIL at this sample.
+    pub census: Census,
+}
+
+/// What the GIL's waiter counts say about the threads that run, or wait for a CPU, without holding it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Census {
+    /// No counts, or they cannot tell who is where.
+    Unknown,
+    /// None of them is inside a GIL wait.
+    NoneWaiting,
+    /// All of them are inside `take_gil`'s wait.
+    AllTaking,
+    /// All of them are inside `drop_gil`'s forced-switch wait.
+    AllDropping,
+}
+
+/// Compares the waiter counts (`waiters`, read before and after the kernel readings and equal) with the
+/// threads the kernel shows asleep in each wait (`asleep`). The rest of the waiters are among the
+/// `running` threads that do not hold the GIL. `all_read`: every thread's kernel state was read at
+/// this sample (one read earlier might have woken into a wait since).
+pub fn census(waiters: Waiters, asleep: Waiters, running: usize, all_read: bool) -> Census {
+    if asleep.take > waiters.take || asleep.drop > waiters.drop {
+        // A thread began waiting between the reads: the counts are from another moment.
+        return Census::Unknown;
+    }
+    let taking = (waiters.take - asleep.take) as usize;
+    let dropping = (waiters.drop - asleep.drop) as usize;
+    match (taking, dropping) {
+        (0, 0) => Census::NoneWaiting,
+        _ if !all_read || running == 0 => Census::Unknown,
+        (n, 0) if n == running => Census::AllTaking,
+        (0, n) if n == running => Census::AllDropping,
+        _ => Census::Unknown,
+    }
 }
 
 /// How sure a classification is; the sampler counts each kind for the summary.
@@ -46,9 +86,11 @@ pub enum Basis {
     Direct,
     /// Running, and `switch_number` proves it is still inside `take_gil`/`drop_gil` (rule 6).
     RunningStillWaiting,
-    /// Running after a GIL state: decided later by `settle_stretch` (rule 7).
+    /// Running, and the waiter counts decided it (rule 7).
+    Counted,
+    /// Running after a GIL state: decided later by `settle_stretch` (rule 8).
     Ambiguous,
-    /// Running, and not in a GIL state before (rule 8).
+    /// Running, and not in a GIL state before (rule 9).
     RunningReleased,
 }
 
@@ -91,6 +133,13 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
             (GilState::Take, Basis::RunningStillWaiting)
         }
         Some(GilState::Drop) if handoffs == Some(0) => (GilState::Drop, Basis::RunningStillWaiting),
+        _ if evidence.census == Census::AllTaking => (GilState::Take, Basis::Counted),
+        _ if evidence.census == Census::AllDropping => (GilState::Drop, Basis::Counted),
+        // A former holder may still be inside `drop_gil` outside its wait, preempted by the thread
+        // its hand-off woke: the counts cannot tell, the stretch rule can.
+        Some(GilState::Take) if evidence.census == Census::NoneWaiting => {
+            (GilState::Released, Basis::Counted)
+        }
         Some(GilState::Take | GilState::Hold | GilState::Drop) => {
             (GilState::Released, Basis::Ambiguous)
         }
@@ -109,20 +158,37 @@ pub fn asleep_elsewhere(kernel: &KernelState, gil: &GilWaitRanges) -> bool {
     }
 }
 
-/// Decides an ambiguous stretch (rule 7) of `length_ns`, which followed definite state `before`, from
-/// what the kernel says the thread did meanwhile (`None` when schedstat is unavailable). A thread that
-/// spent most of the stretch waiting on a run queue and barely ran cannot have left the GIL call it was
-/// in: `Take` after `Take`, and after `Hold` or `Drop` the `drop_gil` whose hand-off woke it. A thread
-/// that ran (native code, which competes for CPUs like anything else) was without the GIL.
-pub fn settle_stretch(before: GilState, length_ns: u64, spent: Option<SchedStat>) -> GilState {
-    let waited_for_cpu = spent.is_some_and(|s| {
-        s.run_queue_ns.saturating_mul(2) >= length_ns && s.cpu_ns.saturating_mul(4) < length_ns
-    });
-    match before {
-        GilState::Take if waited_for_cpu => GilState::Take,
-        GilState::Hold | GilState::Drop if waited_for_cpu => GilState::Drop,
-        _ => GilState::Released,
-    }
+/// When a thread in an ambiguous stretch got a CPU: schedstat's run-queue time had grown at the sample
+/// `seen_ns` (not yet at `before_ns`, the sample before), by `queued_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    pub before_ns: u64,
+    pub seen_ns: u64,
+    pub queued_ns: u64,
+}
+
+/// Decides an ambiguous stretch (rule 8) that began at sample `first_ns` after definite state `before`.
+/// A thread preempted inside `take_gil`/`drop_gil` waits on a run queue from then on, and the kernel
+/// adds that wait to schedstat when the thread gets a CPU (`arrival`). If the wait began when the
+/// stretch did, the thread stayed in the GIL call until it got the CPU: `Take` after `Take`, and
+/// after `Hold` or `Drop` the `drop_gil` it was letting the GIL go in. Returns that state and the last
+/// sample in it; the rest of the stretch, and a stretch whose thread ran first, is released (native
+/// code without the GIL).
+pub fn settle_stretch(
+    before: GilState,
+    first_ns: u64,
+    arrival: Option<Arrival>,
+    period_ns: u64,
+) -> Option<(GilState, u64)> {
+    let state = match before {
+        GilState::Take => GilState::Take,
+        GilState::Hold | GilState::Drop => GilState::Drop,
+        GilState::Released | GilState::Unknown => return None,
+    };
+    let arrival = arrival?;
+    let got_cpu = arrival.before_ns + arrival.seen_ns.saturating_sub(arrival.before_ns) / 2;
+    let began_waiting = got_cpu.saturating_sub(arrival.queued_ns);
+    (began_waiting <= first_ns + period_ns / 2).then_some((state, arrival.before_ns))
 }
 
 #[cfg(test)]
@@ -150,6 +216,7 @@ mod tests {
             kernel,
             previous: None,
             handoffs_since_previous: None,
+            census: Census::Unknown,
         }
     }
 
@@ -281,55 +348,131 @@ mod tests {
         );
     }
 
-    fn spent(cpu_us: u64, run_queue_us: u64) -> Option<SchedStat> {
-        Some(SchedStat {
-            cpu_ns: cpu_us * 1000,
-            run_queue_ns: run_queue_us * 1000,
+    const P: u64 = 100_000;
+
+    fn arrival(before_ns: u64, seen_ns: u64, queued_ns: u64) -> Option<Arrival> {
+        Some(Arrival {
+            before_ns,
+            seen_ns,
+            queued_ns,
         })
     }
 
     #[test]
-    fn a_stretch_spent_waiting_for_a_cpu_stays_in_the_gil_call() {
+    fn a_thread_queued_from_the_stretch_start_stays_in_the_gil_call_until_it_runs() {
+        // Stretch from 1.0 ms; the thread got a CPU between 2.0 and 2.1 ms after 1.1 ms queued.
+        let got = arrival(2_000_000, 2_100_000, 1_100_000);
         assert_eq!(
-            settle_stretch(GilState::Take, 3_000_000, spent(10, 2900)),
-            GilState::Take
+            settle_stretch(GilState::Hold, 1_000_000, got, P),
+            Some((GilState::Drop, 2_000_000))
         );
         assert_eq!(
-            settle_stretch(GilState::Hold, 3_000_000, spent(10, 2000)),
-            GilState::Drop
+            settle_stretch(GilState::Take, 1_000_000, got, P),
+            Some((GilState::Take, 2_000_000))
         );
         assert_eq!(
-            settle_stretch(GilState::Drop, 3_000_000, spent(0, 1500)),
-            GilState::Drop
-        );
-    }
-
-    #[test]
-    fn a_stretch_spent_running_is_released() {
-        assert_eq!(
-            settle_stretch(GilState::Hold, 30_000_000, spent(29_000, 100)),
-            GilState::Released
-        );
-        assert_eq!(
-            settle_stretch(GilState::Take, 3_000_000, spent(3000, 0)),
-            GilState::Released
+            settle_stretch(GilState::Drop, 1_000_000, got, P),
+            Some((GilState::Drop, 2_000_000))
         );
     }
 
     #[test]
-    fn a_stretch_that_both_waited_and_ran_is_released() {
-        // Native work on a busy machine: preempted for most of the stretch, but it did run.
+    fn a_thread_that_ran_before_it_was_queued_is_released() {
+        // Queued for only the last 0.3 ms of a stretch that began at 1.0 ms: it ran first.
+        let got = arrival(2_000_000, 2_100_000, 300_000);
+        assert_eq!(settle_stretch(GilState::Hold, 1_000_000, got, P), None);
+    }
+
+    #[test]
+    fn a_thread_never_queued_is_released() {
+        assert_eq!(settle_stretch(GilState::Hold, 1_000_000, None, P), None);
+        assert_eq!(settle_stretch(GilState::Take, 1_000_000, None, P), None);
+    }
+
+    fn counts(take: u32, drop: u32) -> Waiters {
+        Waiters { take, drop }
+    }
+
+    #[test]
+    fn no_waiter_beyond_the_sleepers_means_no_running_thread_waits() {
         assert_eq!(
-            settle_stretch(GilState::Hold, 3_000_000, spent(1000, 2000)),
-            GilState::Released
+            census(counts(2, 0), counts(2, 0), 3, true),
+            Census::NoneWaiting
+        );
+        // Holds even when some thread was not read: it could only add a waiter.
+        assert_eq!(
+            census(counts(1, 0), counts(1, 0), 3, false),
+            Census::NoneWaiting
         );
     }
 
     #[test]
-    fn without_schedstat_a_stretch_is_released() {
+    fn as_many_waiters_as_running_threads_means_all_wait() {
         assert_eq!(
-            settle_stretch(GilState::Hold, 3_000_000, None),
-            GilState::Released
+            census(counts(3, 0), counts(1, 0), 2, true),
+            Census::AllTaking
+        );
+        assert_eq!(
+            census(counts(0, 1), counts(0, 0), 1, true),
+            Census::AllDropping
+        );
+    }
+
+    #[test]
+    fn counts_that_cannot_say_who_are_unknown() {
+        // One waiter among two running threads.
+        assert_eq!(census(counts(1, 0), counts(0, 0), 2, true), Census::Unknown);
+        // An unread thread may be the waiter.
+        assert_eq!(
+            census(counts(1, 0), counts(0, 0), 1, false),
+            Census::Unknown
+        );
+        // More asleep than counted: the reads are from different moments.
+        assert_eq!(census(counts(1, 0), counts(2, 0), 1, true), Census::Unknown);
+        // Waiters in both waits.
+        assert_eq!(census(counts(1, 1), counts(0, 0), 2, true), Census::Unknown);
+    }
+
+    fn counted(previous: GilState, census: Census) -> (GilState, Basis) {
+        classify(
+            &ThreadEvidence {
+                census,
+                ..running(previous, 2, false)
+            },
+            &GIL,
+        )
+    }
+
+    #[test]
+    fn census_decides_running_threads() {
+        assert_eq!(
+            counted(GilState::Take, Census::NoneWaiting),
+            (GilState::Released, Basis::Counted)
+        );
+        assert_eq!(
+            counted(GilState::Released, Census::AllTaking),
+            (GilState::Take, Basis::Counted)
+        );
+        assert_eq!(
+            counted(GilState::Hold, Census::AllDropping),
+            (GilState::Drop, Basis::Counted)
+        );
+        // A former holder may be preempted inside drop_gil outside its wait.
+        assert_eq!(
+            counted(GilState::Hold, Census::NoneWaiting).1,
+            Basis::Ambiguous
+        );
+    }
+
+    #[test]
+    fn proof_from_the_switch_number_comes_before_the_census() {
+        let e = ThreadEvidence {
+            census: Census::NoneWaiting,
+            ..running(GilState::Take, 0, false)
+        };
+        assert_eq!(
+            classify(&e, &GIL),
+            (GilState::Take, Basis::RunningStillWaiting)
         );
     }
 }

@@ -1,7 +1,9 @@
 //! The sampling loop of one target.
 //!
 //! Each tick, at an absolute CLOCK_MONOTONIC deadline: one read of the GIL words from target memory,
-//! one `pread` of each Python thread's syscall file, classification, and the per-thread state machines. The thread list is re-walked every
+//! one of glibc's waiter counts of the GIL's condition variables (again after the kernel readings when
+//! a thread runs without the GIL), one `pread` of each Python thread's syscall file, classification,
+//! and the per-thread state machines. The thread list is re-walked every
 //! `refresh_ns` and whenever the GIL holder is not a known thread, so threads that start or exit are
 //! picked up within that time. Nothing on the per-tick path allocates once the thread table is built.
 
@@ -14,9 +16,12 @@ use crate::infer::intervals::{GilState, Interval, ThreadTimeline, TimelineParams
 use crate::process::kernel::{KernelState, SchedStat, ThreadFiles};
 use crate::process::memory::ReadError;
 use crate::process::tasks::TidMap;
-use crate::python::attach::Target;
+use crate::python::attach::{GilWaitRanges, Target, WaiterCounts, Waiters};
+use crate::python::runtime::GilWord;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
-use crate::sample::classify::{Basis, ThreadEvidence, asleep_elsewhere, classify, settle_stretch};
+use crate::sample::classify::{
+    Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify, settle_stretch,
+};
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 
@@ -83,6 +88,8 @@ pub struct SamplerReport {
     pub thread_samples: u64,
     pub running_still_waiting: u64,
     pub running_released: u64,
+    /// Running threads the GIL's waiter counts decided.
+    pub running_counted: u64,
     /// Ambiguous stretches decided as still inside `take_gil`/`drop_gil`, and as released.
     pub stretches_in_gil_call: u64,
     pub stretches_released: u64,
@@ -139,6 +146,26 @@ struct Stretch {
     last_ns: u64,
     /// schedstat at the stretch's first sample.
     at_start: Option<SchedStat>,
+    /// When the thread got a CPU, once a sample has seen it.
+    arrival: Option<Arrival>,
+}
+
+impl Stretch {
+    /// Looks at schedstat (`now`, read at sample `t`) for the thread getting a CPU.
+    fn watch(&mut self, now: Option<SchedStat>, t: u64) {
+        if self.arrival.is_some() {
+            return;
+        }
+        if let (Some(start), Some(now)) = (self.at_start, now)
+            && now.run_queue_ns > start.run_queue_ns
+        {
+            self.arrival = Some(Arrival {
+                before_ns: self.last_ns,
+                seen_ns: t,
+                queued_ns: now.run_queue_ns - start.run_queue_ns,
+            });
+        }
+    }
 }
 
 /// A stretch still undecided after this long is settled with what is known; a thread waiting for a CPU
@@ -146,34 +173,44 @@ struct Stretch {
 const MAX_STRETCH_NS: u64 = 50_000_000;
 
 impl Tracked {
-    /// Decides the pending stretch from the run-queue time since it began and feeds it to the timeline.
+    /// Decides the pending stretch and feeds it to the timeline. `now` is schedstat at sample `t`, the
+    /// first one after the stretch (`None` when the thread is gone or the recording ends).
     fn settle(
         &mut self,
-        now: Option<SchedStat>,
+        now: Option<(SchedStat, u64)>,
         params: &TimelineParams,
         report: &mut SamplerReport,
         sink: &mut dyn FnMut(Record),
     ) {
-        let Some(stretch) = self.pending.take() else {
+        let Some(mut stretch) = self.pending.take() else {
             return;
         };
-        let spent = match (stretch.at_start, now) {
-            (Some(start), Some(now)) => Some(SchedStat {
-                cpu_ns: now.cpu_ns.saturating_sub(start.cpu_ns),
-                run_queue_ns: now.run_queue_ns.saturating_sub(start.run_queue_ns),
-            }),
-            _ => None,
-        };
-        let length = stretch.last_ns.saturating_sub(stretch.first_ns) + params.period_ns;
-        let state = settle_stretch(stretch.before, length, spent);
-        if state == GilState::Released {
-            report.stretches_released += 1;
-        } else {
-            report.stretches_in_gil_call += 1;
+        if let Some((stat, t)) = now {
+            stretch.watch(Some(stat), t);
         }
         let emit = &mut |iv| sink(Record::Interval(iv));
-        self.timeline
-            .observe_run(stretch.first_ns, stretch.last_ns, state, params, emit);
+        let in_call = settle_stretch(
+            stretch.before,
+            stretch.first_ns,
+            stretch.arrival,
+            params.period_ns,
+        );
+        let released_from = match in_call {
+            Some((state, until)) => {
+                report.stretches_in_gil_call += 1;
+                self.timeline
+                    .observe_run(stretch.first_ns, until, state, params, emit);
+                stretch.arrival.map(|a| a.seen_ns)
+            }
+            None => {
+                report.stretches_released += 1;
+                Some(stretch.first_ns)
+            }
+        };
+        if let Some(from) = released_from.filter(|&from| from <= stretch.last_ns) {
+            self.timeline
+                .observe_run(from, stretch.last_ns, GilState::Released, params, emit);
+        }
     }
 }
 
@@ -214,6 +251,7 @@ pub fn run_sampler(
             thread_samples: 0,
             running_still_waiting: 0,
             running_released: 0,
+            running_counted: 0,
             stretches_in_gil_call: 0,
             stretches_released: 0,
             handoffs_seen: 0,
@@ -261,6 +299,7 @@ impl Loop<'_> {
         let mut states: Vec<GilState> = Vec::with_capacity(64);
         let mut kernel: Vec<Option<KernelState>> = Vec::with_capacity(64);
         let ranges = self.target.gil_wait_ranges();
+        let counts = self.target.waiter_counts.as_ref().ok();
         let mut faulting_since: Option<u64> = None;
         // For engineers tuning classification: every thread of every sample, as text.
         let mut dump = std::env::var_os("GILSAMPLE_DUMP_SAMPLES")
@@ -318,6 +357,8 @@ impl Loop<'_> {
             faulting_since = None;
             kernel.clear();
             let tick = self.report.samples;
+            let skipped_before = self.report.kernel_reads_skipped;
+            let counts_before = counts.and_then(|c| self.target.read_waiters(c).ok());
             for tracked in self.threads.iter_mut() {
                 let idle = tracked
                     .idle_since
@@ -347,6 +388,17 @@ impl Loop<'_> {
                 tracked.last_kernel = state;
                 kernel.push(state);
             }
+            let census = match (counts, counts_before) {
+                (Some(at), Some(before)) => self.census(
+                    &word,
+                    &kernel,
+                    &ranges,
+                    at,
+                    before,
+                    self.report.kernel_reads_skipped == skipped_before,
+                ),
+                _ => Census::Unknown,
+            };
             let t1 = monotonic_ns();
             let t = t0 + (t1 - t0) / 2;
 
@@ -366,6 +418,7 @@ impl Loop<'_> {
                     handoffs_since_previous: tracked
                         .definite_switch
                         .map(|p| word.switch_number.wrapping_sub(p)),
+                    census,
                 };
                 let (state, basis) = classify(&evidence, &ranges);
                 if let Some(dump) = dump.as_mut() {
@@ -388,15 +441,19 @@ impl Loop<'_> {
                             first_ns: t,
                             last_ns: t,
                             at_start: tracked.files.read_schedstat(),
+                            arrival: None,
                         });
                         // A stretch is a run of consecutive samples: where the sampler fell behind it
                         // is settled at the gap (this sample is dropped; the next starts afresh).
                         let broken = t - stretch.last_ns > params.max_gap_ns;
-                        if !broken {
+                        if !broken && stretch.last_ns != t {
+                            if stretch.arrival.is_none() {
+                                stretch.watch(tracked.files.read_schedstat(), t);
+                            }
                             stretch.last_ns = t;
                         }
                         if broken || t - stretch.first_ns > MAX_STRETCH_NS {
-                            let now = tracked.files.read_schedstat();
+                            let now = tracked.files.read_schedstat().map(|s| (s, t));
                             tracked.settle(now, &params, &mut self.report, sink);
                         }
                         states.push(GilState::Released);
@@ -405,9 +462,10 @@ impl Loop<'_> {
                     Basis::Direct => {}
                     Basis::RunningStillWaiting => self.report.running_still_waiting += 1,
                     Basis::RunningReleased => self.report.running_released += 1,
+                    Basis::Counted => self.report.running_counted += 1,
                 }
                 if tracked.pending.is_some() {
-                    let now = tracked.files.read_schedstat();
+                    let now = tracked.files.read_schedstat().map(|s| (s, t));
                     tracked.settle(now, &params, &mut self.report, sink);
                 }
                 tracked.definite_switch = Some(word.switch_number);
@@ -438,6 +496,44 @@ impl Loop<'_> {
             // never monopolises a CPU.
             deadline = deadline.max(monotonic_ns() + period / 4);
         }
+    }
+
+    /// What the waiter counts say at this sample. They are read again after the kernel readings, only
+    /// when some thread runs without the GIL (otherwise nothing is left to decide), and count only when
+    /// both reads agree: a thread that entered or left a wait meanwhile would be counted at one moment
+    /// and read by the kernel at another.
+    fn census(
+        &self,
+        word: &GilWord,
+        kernel: &[Option<KernelState>],
+        ranges: &GilWaitRanges,
+        at: &WaiterCounts,
+        before: Waiters,
+        all_read: bool,
+    ) -> Census {
+        let running = self
+            .threads
+            .iter()
+            .zip(kernel)
+            .filter(|(t, k)| {
+                **k == Some(KernelState::Running) && !(word.locked && t.tstate == word.last_holder)
+            })
+            .count();
+        if running == 0 || self.target.read_waiters(at).ok() != Some(before) {
+            return Census::Unknown;
+        }
+        let asleep_in = |range: Option<(u64, u64)>| {
+            kernel
+                .iter()
+                .filter_map(|k| k.and_then(|k| k.futex_addr()))
+                .filter(|&a| range.is_some_and(|(start, end)| a >= start && a < end))
+                .count() as u32
+        };
+        let asleep = Waiters {
+            take: asleep_in(ranges.take[0]),
+            drop: asleep_in(ranges.drop[0]),
+        };
+        census(before, asleep, running, all_read)
     }
 
     /// After a failed read: once reads have failed for a while, checks whether the target exec'd (its

@@ -1,0 +1,138 @@
+//! The target's glibc, as far as the GIL's condition variables need it.
+//!
+//! CPython's GIL waits on a `pthread_cond_t` (`gil->cond` in `take_gil`, `gil->switch_cond` in
+//! `drop_gil`'s forced switch). glibc keeps, in the condition variable's `__wrefs` word, how many
+//! threads are inside `pthread_cond_wait` on it, eight per waiter. A waiter leaves that count only
+//! when it runs again after its wake-up, so the count includes threads that were woken and still wait
+//! for a CPU, which the kernel reports as running like any thread running native code. That word's
+//! place depends on the glibc release: 2.25 introduced it (at byte 36), 2.41 dropped `__g_refs` before
+//! it (byte 28). Other C libraries (musl) keep no such count.
+
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use crate::process::maps::{Mapping, open_mapped_file, read_file_mappings};
+
+/// glibc's condition variable as gilsample reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CondvarLayout {
+    /// The glibc release, from its banner.
+    pub release: (u32, u32),
+    /// Where `__wrefs` lies in `pthread_cond_t`.
+    pub wrefs_offset: u64,
+}
+
+/// The size of glibc's `pthread_cond_t` on every 64-bit architecture.
+pub const PTHREAD_COND_SIZE: u64 = 48;
+
+/// `__wrefs` counts waiters in its upper bits; the low three are flags (shared, clock, destroy).
+pub fn waiters_in(wrefs: u32) -> u32 {
+    wrefs >> 3
+}
+
+/// Where `__wrefs` is for a glibc release; `None` before 2.25, whose condition variables differ, and
+/// for a major release gilsample does not know.
+pub fn wrefs_offset(release: (u32, u32)) -> Option<u64> {
+    match release {
+        (2, minor) if minor >= 41 => Some(28),
+        (2, minor) if minor >= 25 => Some(36),
+        _ => None,
+    }
+}
+
+/// The release in glibc's banner ("GNU C Library (…) stable release version 2.36."), which every
+/// `libc.so.6` carries because it is also an executable that prints it.
+pub fn parse_release_banner(bytes: &[u8]) -> Option<(u32, u32)> {
+    const MARK: &[u8] = b"release version ";
+    let banner = memchr::memmem::find(bytes, b"GNU C Library")?;
+    let rest = &bytes[banner..bytes.len().min(banner + 512)];
+    let at = memchr::memmem::find(rest, MARK)? + MARK.len();
+    let text: Vec<u8> = rest[at..]
+        .iter()
+        .copied()
+        .take_while(|c| c.is_ascii_digit() || *c == b'.')
+        .collect();
+    let text = std::str::from_utf8(&text).ok()?;
+    let mut parts = text.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+fn is_glibc(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name == "libc.so.6" || (name.starts_with("libc-2.") && name.ends_with(".so"))
+}
+
+/// Finds the glibc the target runs on and where its condition variables count waiters. `Err` says why
+/// not (another C library, an old glibc, an unreadable file): the sampler then does without the count.
+pub fn detect(pid: u32) -> Result<CondvarLayout, String> {
+    let mappings = read_file_mappings(pid).map_err(|e| e.to_string())?;
+    let libc: &Mapping = mappings
+        .iter()
+        .find(|m| is_glibc(&m.path))
+        .ok_or("no glibc mapped (another C library, or linked statically)")?;
+    let opened = open_mapped_file(pid, libc).map_err(|e| e.to_string())?;
+    // SAFETY: a read-only private mapping of a file; its bytes are only searched, never trusted.
+    let map = unsafe { Mmap::map(&opened.file) }
+        .map_err(|e| format!("cannot map {}: {e}", libc.path.display()))?;
+    let release = parse_release_banner(&map)
+        .ok_or_else(|| format!("{} has no glibc release banner", libc.path.display()))?;
+    let wrefs_offset = wrefs_offset(release).ok_or_else(|| {
+        format!(
+            "glibc {}.{} predates the condition variables whose waiters can be counted (2.25)",
+            release.0, release.1
+        )
+    })?;
+    Ok(CondvarLayout {
+        release,
+        wrefs_offset,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn banner_release_is_parsed() {
+        let bytes = b"\0\0GNU C Library (Debian GLIBC 2.36-9+deb12u14) stable release version 2.36.\nCopyright";
+        assert_eq!(parse_release_banner(bytes), Some((2, 36)));
+        let dev = b"GNU C Library (GNU libc) development release version 2.43.9000.\n";
+        assert_eq!(parse_release_banner(dev), Some((2, 43)));
+    }
+
+    #[test]
+    fn no_banner_no_release() {
+        assert_eq!(parse_release_banner(b"musl libc (x86_64)"), None);
+        assert_eq!(
+            parse_release_banner(b"GNU C Library release version x"),
+            None
+        );
+    }
+
+    #[test]
+    fn wrefs_moved_in_2_41() {
+        assert_eq!(wrefs_offset((2, 24)), None);
+        assert_eq!(wrefs_offset((2, 25)), Some(36));
+        assert_eq!(wrefs_offset((2, 40)), Some(36));
+        assert_eq!(wrefs_offset((2, 41)), Some(28));
+        assert_eq!(wrefs_offset((2, 43)), Some(28));
+    }
+
+    #[test]
+    fn waiters_are_the_upper_bits() {
+        // CPython's condition variables use CLOCK_MONOTONIC: flag bit 1.
+        assert_eq!(waiters_in(2), 0);
+        assert_eq!(waiters_in(18), 2);
+    }
+
+    #[test]
+    fn glibc_file_names() {
+        assert!(is_glibc(Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6")));
+        assert!(is_glibc(Path::new("/usr/lib64/libc-2.17.so")));
+        assert!(!is_glibc(Path::new("/lib/ld-musl-x86_64.so.1")));
+        assert!(!is_glibc(Path::new("/usr/lib/libcrypto.so.3")));
+    }
+}

@@ -8,7 +8,11 @@ exits. `giltruth compare` then scores the trace with the trace's own clock metad
 (otherData.trace_to_monotonic_offset_ns), so a lag is not hidden by alignment. One gilsample run per rate.
 
 Reported per run: overall timeline agreement; the worst per-thread state-fraction error (pp) over
-hold/take/drop; hold recall (> 1 ms); hand-offs seen/counted; achieved rate.
+hold/take/drop; hold recall (> 1 ms); hand-offs seen/counted; achieved rate; and the agreement an
+oracle sampler would reach at the same rate (`oracle`): one that knows every thread's exact state at
+each tick (taken from the truth itself) and draws boundaries at midpoints like gilsample, written as a
+trace and scored by the same `giltruth compare`. The gap between the two is what classification
+loses; the oracle's own shortfall is what any sampler at that rate loses.
 
 Needs root, bpftrace, pyenv builds with shared libpython, and a release build of gilsample.
 Usage: scripts/bench_accuracy.py [--versions 3.9,3.11,3.12,3.13] [--rates 1khz,5khz,10khz,20khz]
@@ -17,6 +21,8 @@ Usage: scripts/bench_accuracy.py [--versions 3.9,3.11,3.12,3.13] [--rates 1khz,5
 """
 
 import argparse
+import bisect
+import collections
 import glob
 import json
 import os
@@ -46,6 +52,47 @@ def pyenv_build(version):
         sys.exit("no pyenv build of %s" % version)
     lib = glob.glob(os.path.join(dirs[-1], "lib", "libpython%s*.so.1.0" % version))[0]
     return os.path.join(dirs[-1], "bin", "python" + version), lib
+
+
+def write_oracle_trace(truth, period_ns, start_ns, end_ns, path):
+    """What a sampler that knew each thread's exact state at every tick from start_ns to end_ns would
+    write: each tick's state stands for half a period on either side, runs of one state merged."""
+    by_tid = collections.defaultdict(list)
+    for line in open(truth):
+        r = json.loads(line)
+        by_tid[r["tid"]].append((r["start_ns"], r["end_ns"], r["state"]))
+    pid = json.load(open(truth + ".meta.json"))["pid"]
+    events = []
+    half = period_ns // 2
+    for tid, intervals in by_tid.items():
+        intervals.sort()
+        starts = [iv[0] for iv in intervals]
+        run_state, run_start = None, None
+        for tick in range(start_ns, end_ns + 1, period_ns):
+            i = bisect.bisect_right(starts, tick) - 1
+            state = intervals[i][2] if i >= 0 and intervals[i][0] <= tick < intervals[i][1] else None
+            if state != run_state:
+                if run_state is not None:
+                    events.append((tid, run_state, run_start, tick - half))
+                run_state, run_start = state, tick - half
+        if run_state is not None:
+            events.append((tid, run_state, run_start, end_ns + half))
+    with open(path, "w") as f:
+        json.dump({"traceEvents": [{"ph": "X", "name": state, "pid": pid, "tid": tid,
+                                    "ts": (start - start_ns) / 1000, "dur": (end - start) / 1000}
+                                   for tid, state, start, end in events],
+                   "otherData": {"trace_to_monotonic_offset_ns": start_ns}}, f)
+
+
+def oracle_agreement(truth, trace, rate_hz, work_dir):
+    meta = json.load(open(trace))["otherData"]
+    oracle = os.path.join(work_dir, "oracle.json")
+    summary = os.path.join(work_dir, "oracle-summary.json")
+    write_oracle_trace(truth, int(1e9 / rate_hz), meta["recording_start_monotonic_ns"],
+                       meta["recording_end_monotonic_ns"], oracle)
+    subprocess.run([GILTRUTH, "compare", truth, oracle, "--align", "meta", "--json", summary],
+                   check=True, stdout=subprocess.DEVNULL)
+    return json.load(open(summary))["overall"]["agreement"]
 
 
 def run_one(version, workload, rate, seconds, work_dir, extra=()):
@@ -86,6 +133,7 @@ def run_one(version, workload, rate, seconds, work_dir, extra=()):
         "handoffs_seen": meta["handoffs_seen"], "handoffs_counted": meta["handoffs_counted"],
         "achieved_hz": meta["rate_achieved_hz"], "late_samples": meta["late_samples"],
         "scheduling": meta.get("sampler_scheduling"),
+        "oracle_agreement": oracle_agreement(truth, trace, meta["rate_requested_hz"], work_dir),
     }
 
 
@@ -103,8 +151,8 @@ def main():
         sys.exit("build first: cargo build --release")
     results = []
     work_dir = tempfile.mkdtemp(prefix="gilsample-accuracy-")
-    print("| python | workload | rate | agreement | worst thread err (pp) | hold recall >1ms | hand-offs seen/counted | achieved |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| python | workload | rate | agreement | oracle | worst thread err (pp) | hold recall >1ms | hand-offs seen/counted | achieved |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for version in args.versions.split(","):
         for workload in args.workloads.split(","):
             for rate, extra in [(r, e) for r in args.rates.split(",")
@@ -112,8 +160,9 @@ def main():
                 r = run_one(version, workload, rate, args.seconds, work_dir, extra)
                 r["flags"] = " ".join(extra)
                 results.append(r)
-                print("| %s | %s | %s | %.2f%% | %.2f | %.1f%% | %d / %d | %.0f Hz |" % (
-                    version, workload, (rate + " " + r["flags"]).strip(), 100 * r["agreement"], r["worst_thread_err_pp"],
+                print("| %s | %s | %s | %.2f%% | %.2f%% | %.2f | %.1f%% | %d / %d | %.0f Hz |" % (
+                    version, workload, (rate + " " + r["flags"]).strip(), 100 * r["agreement"],
+                    100 * r["oracle_agreement"], r["worst_thread_err_pp"],
                     100 * r["hold_recall"], r["handoffs_seen"], r["handoffs_counted"], r["achieved_hz"]), flush=True)
                 if args.json:
                     with open(args.json, "w") as f:

@@ -425,7 +425,7 @@ impl Loop<'_> {
                     let stat = tracked.files.read_schedstat();
                     let _ = writeln!(
                         dump,
-                        "{t} {} {:?} holds={} last={} switch={} -> {state:?} {basis:?} {:?}",
+                        "{t} {} {:?} holds={} last={} switch={} -> {state:?} {basis:?} {:?} {census:?}",
                         tracked.tid,
                         evidence.kernel,
                         evidence.holds,

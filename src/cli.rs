@@ -138,6 +138,12 @@ pub struct RecordArgs {
     #[arg(long, hide_short_help = true)]
     pub no_idle_backoff: bool,
 
+    /// Do not read glibc's count of threads waiting on the GIL's condition variables. Without it, a
+    /// thread woken inside take_gil that waits for a CPU is told from one running native code only
+    /// by what the kernel says afterwards (measured: `dispatch` 92% vs 87% agreement with it).
+    #[arg(long, hide_short_help = true)]
+    pub no_waiter_counts: bool,
+
     /// For programs that drive gilsample (the Python API): an inherited socket. gilsample waits for a
     /// byte on it before attaching, reports progress on it as JSON lines, and stops when it reads
     /// another byte or the other end closes.

@@ -169,6 +169,7 @@ fn run_record(
         priority: args.priority,
         cpus: args.cpus.map(|c| c.0),
         idle_backoff: !args.no_idle_backoff,
+        waiter_counts: !args.no_waiter_counts,
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());

@@ -58,6 +58,8 @@ pub struct RecordOptions {
     pub cpus: Option<Vec<usize>>,
     /// Read idle threads' kernel state less often (off only to measure what it saves).
     pub idle_backoff: bool,
+    /// Read glibc's GIL waiter counts where the target has them (off only to measure them).
+    pub waiter_counts: bool,
 }
 
 /// One finished target.
@@ -167,6 +169,7 @@ pub fn record(
             refresh_ns: SamplerConfig::DEFAULT_REFRESH_NS,
             priority: opts.priority,
             idle_backoff: opts.idle_backoff,
+            waiter_counts: opts.waiter_counts,
         },
         offset_ns: match opts.clock {
             TraceClock::Wall => monotonic_to_wall_offset_ns(),
@@ -645,7 +648,11 @@ fn metadata(
         "running_classified_take": report.running_still_waiting,
         "running_classified_released": report.running_released,
         "running_classified_by_waiter_counts": report.running_counted,
-        "gil_waiter_counts": crate::info::describe_waiter_counts(target),
+        "gil_waiter_counts": if opts.waiter_counts {
+            crate::info::describe_waiter_counts(target)
+        } else {
+            "not counted: --no-waiter-counts".to_string()
+        },
         "ambiguous_stretches_in_gil_call": report.stretches_in_gil_call,
         "ambiguous_stretches_released": report.stretches_released,
         "handoffs_seen": report.handoffs_seen,

@@ -36,6 +36,8 @@ pub struct SamplerConfig {
     pub priority: Priority,
     /// Read threads idle in a non-GIL wait only every few samples (see `IDLE_READ_EVERY`).
     pub idle_backoff: bool,
+    /// Use the GIL's waiter counts where the target has them (classify.rs, rule 7).
+    pub waiter_counts: bool,
 }
 
 impl SamplerConfig {
@@ -299,7 +301,12 @@ impl Loop<'_> {
         let mut states: Vec<GilState> = Vec::with_capacity(64);
         let mut kernel: Vec<Option<KernelState>> = Vec::with_capacity(64);
         let ranges = self.target.gil_wait_ranges();
-        let counts = self.target.waiter_counts.as_ref().ok();
+        let counts = self
+            .target
+            .waiter_counts
+            .as_ref()
+            .ok()
+            .filter(|_| config.waiter_counts);
         let mut faulting_since: Option<u64> = None;
         // For engineers tuning classification: every thread of every sample, as text.
         let mut dump = std::env::var_os("GILSAMPLE_DUMP_SAMPLES")

@@ -116,6 +116,12 @@ impl Target {
         GilWaitRanges {
             take: [range("gil.cond"), range("gil.mutex")],
             drop: [range("gil.switch_cond"), range("gil.switch_mutex")],
+            // glibc's `__g_signals[2]` follows `__wrefs` in every layout that has it.
+            cond_waiter_words: self
+                .waiter_counts
+                .as_ref()
+                .ok()
+                .map(|c| (c.take_wrefs.0 + 4, c.take_wrefs.0 + 12)),
         }
     }
 }
@@ -146,7 +152,7 @@ impl Target {
 pub struct WaiterCounts {
     pub glibc: (u32, u32),
     /// `gil.cond`'s `__wrefs`: threads in `take_gil`'s wait.
-    take_wrefs: RemoteAddr,
+    pub take_wrefs: RemoteAddr,
     /// `gil.switch_cond`'s `__wrefs`: threads in `drop_gil`'s forced-switch wait; after `take_wrefs`,
     /// so that one read covers both.
     drop_wrefs: Option<RemoteAddr>,
@@ -229,6 +235,9 @@ fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, Stri
 pub struct GilWaitRanges {
     pub take: [Option<(u64, u64)>; 2],
     pub drop: [Option<(u64, u64)>; 2],
+    /// The words of `gil.cond` its waiters sleep on (glibc's `__g_signals`), where the C library is
+    /// known: a thread asleep on another word of it is signalling it.
+    pub cond_waiter_words: Option<(u64, u64)>,
 }
 
 impl GilWaitRanges {

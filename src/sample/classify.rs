@@ -5,7 +5,9 @@
 //! 1. No kernel reading → `Unknown`.
 //! 2. The holder (`gil.locked` and `last_holder` is this thread) → `Hold`, unless it sleeps on the GIL's
 //!    own mutex, which the holder only does inside `drop_gil` → `Drop`.
-//! 3. Asleep in futex on the GIL's `cond` or `mutex` → `Take` (waiting in `take_gil`).
+//! 3. Asleep in futex on the GIL's `cond` or `mutex` → `Take` (waiting in `take_gil`), except asleep
+//!    on a word of `cond` that is not its waiters' (glibc's internal lock, or `__g_refs` where a
+//!    signaller waits for woken waiters to leave): signalling it, which `drop_gil` does → `Drop`.
 //! 4. Asleep in futex on `switch_cond` or `switch_mutex` → `Drop` (FORCE_SWITCHING hand-off in `drop_gil`).
 //! 5. Asleep anywhere else (another futex, I/O, sleep) or stopped → `Released`.
 //! 6. Running (on a CPU or runnable) and not the holder. CPython increments `switch_number` on every
@@ -101,13 +103,19 @@ fn inside(addr: u64, ranges: &[Option<(u64, u64)>]) -> bool {
         .any(|&(start, end)| addr >= start && addr < end)
 }
 
+/// Asleep on `gil.cond` but not where its waiters sleep: inside `pthread_cond_signal`.
+fn signalling(addr: u64, gil: &GilWaitRanges) -> bool {
+    gil.cond_waiter_words
+        .is_some_and(|(start, end)| inside(addr, &gil.take[..1]) && !(addr >= start && addr < end))
+}
+
 pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Basis) {
     let Some(kernel) = evidence.kernel else {
         return (GilState::Unknown, Basis::Direct);
     };
     let futex = kernel.futex_addr();
     if evidence.holds {
-        let on_mutex = futex.is_some_and(|a| inside(a, &gil.take[1..]));
+        let on_mutex = futex.is_some_and(|a| inside(a, &gil.take[1..]) || signalling(a, gil));
         let state = if on_mutex {
             GilState::Drop
         } else {
@@ -116,6 +124,9 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
         return (state, Basis::Direct);
     }
     if let Some(addr) = futex {
+        if signalling(addr, gil) {
+            return (GilState::Drop, Basis::Direct);
+        }
         if inside(addr, &gil.take) {
             return (GilState::Take, Basis::Direct);
         }
@@ -199,7 +210,42 @@ mod tests {
     const GIL: GilWaitRanges = GilWaitRanges {
         take: [Some((1032, 1080)), Some((1080, 1120))],
         drop: [Some((1120, 1168)), Some((1168, 1208))],
+        cond_waiter_words: None,
     };
+
+    /// The same GIL with glibc 2.25–2.40's condition variable: waiters on bytes 40–47 of `cond`.
+    const GLIBC_GIL: GilWaitRanges = GilWaitRanges {
+        cond_waiter_words: Some((1072, 1080)),
+        ..GIL
+    };
+
+    #[test]
+    fn asleep_on_the_cond_outside_its_waiter_words_is_signalling_it() {
+        // __g_refs (byte 16): a signaller waiting for woken waiters to leave the old group.
+        assert_eq!(
+            classify(&evidence(futex(1032 + 16)), &GLIBC_GIL).0,
+            GilState::Drop
+        );
+        let holder = ThreadEvidence {
+            holds: true,
+            ..evidence(futex(1032 + 16))
+        };
+        assert_eq!(classify(&holder, &GLIBC_GIL).0, GilState::Drop);
+        // Its waiters' words and the mutex stay take_gil.
+        assert_eq!(
+            classify(&evidence(futex(1032 + 40)), &GLIBC_GIL).0,
+            GilState::Take
+        );
+        assert_eq!(
+            classify(&evidence(futex(1080)), &GLIBC_GIL).0,
+            GilState::Take
+        );
+        // Without knowing the C library, all of the cond is take_gil.
+        assert_eq!(
+            classify(&evidence(futex(1032 + 16)), &GIL).0,
+            GilState::Take
+        );
+    }
 
     fn futex(addr: u64) -> Option<KernelState> {
         Some(KernelState::InSyscall {

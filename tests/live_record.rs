@@ -323,6 +323,43 @@ fn every_expected_interpreter_is_covered() {
     }
 }
 
+/// The trace says whether the waiter counts were used; `--no-waiter-counts` turns them off and then
+/// nothing is decided by them.
+#[test]
+fn waiter_counts_are_recorded_and_can_be_turned_off() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let pid = workload.pid.to_string();
+    for (flag, used) in [(None, true), (Some("--no-waiter-counts"), false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["--pid", &pid, "--duration", "0.3"];
+        args.extend(flag);
+        let (status, stderr) = run(&args, dir.path());
+        assert!(status.success(), "{flag:?}: {stderr}");
+        let trace = Trace::load_single(dir.path());
+        let said = trace
+            .other("gil_waiter_counts")
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            said.starts_with("counted by glibc 2."),
+            used,
+            "{flag:?}: {said}"
+        );
+        let decided = trace
+            .other("running_classified_by_waiter_counts")
+            .as_u64()
+            .unwrap();
+        if !used {
+            assert_eq!(
+                decided, 0,
+                "--no-waiter-counts still decided {decided} samples"
+            );
+        }
+    }
+}
+
 /// `--cpus`: every gilsample thread is kept on the chosen CPU while it records; the trace says so.
 #[test]
 fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {

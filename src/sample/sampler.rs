@@ -3,9 +3,9 @@
 //! Each tick, at an absolute CLOCK_MONOTONIC deadline: one read of the GIL words from target memory,
 //! one of glibc's waiter counts of the GIL's condition variables (again after the kernel readings when
 //! a thread runs without the GIL), one `pread` of each Python thread's syscall file, classification,
-//! and the per-thread state machines. The thread list is re-walked every
-//! `refresh_ns` and whenever the GIL holder is not a known thread, so threads that start or exit are
-//! picked up within that time. Nothing on the per-tick path allocates once the thread table is built.
+//! and the per-thread state machines. The thread list is re-walked every `refresh_ns` and whenever the
+//! GIL holder is not a known thread, so threads that start or exit are picked up within that time.
+//! Nothing on the per-tick path allocates once the thread table is built.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,8 +17,7 @@ use crate::process::kernel::{KernelState, SchedStat, ThreadFiles};
 use crate::process::memory::ReadError;
 use crate::process::tasks::TidMap;
 use crate::python::attach::{GilWaitRanges, Target, WaiterCounts, Waiters};
-use crate::python::runtime::GilWord;
-use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
+use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{
     Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify, settle_stretch,
 };

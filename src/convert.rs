@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
-use crate::merge::document::{field_error, for_each_event};
+use crate::merge::document::{event_object, field_error, for_each_event, string_field};
 use crate::trace::chrome::span_micros;
-use crate::trace::output::{check_not_exists, create_partial};
+use crate::trace::output::{check_not_exists, create_partial, end_trace};
 
 /// What a conversion saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -81,14 +81,8 @@ struct RawEvent {
 }
 
 fn validate(index: u64, event: &Value) -> std::result::Result<Option<RawEvent>, String> {
-    let Some(object) = event.as_object() else {
-        return Err(format!("event {index}: not a JSON object"));
-    };
-    let name = match object.get("name") {
-        Some(Value::String(name)) => name.as_str(),
-        Some(_) => return Err(field_error(index, "name", "not a string")),
-        None => return Err(field_error(index, "name", "missing")),
-    };
+    let object = event_object(index, event)?;
+    let name = string_field(index, object, "name")?;
     let take = match name {
         "take_gil" => true,
         "drop_gil" => false,
@@ -251,13 +245,7 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         serde_json::to_writer(&mut converter.out, &event).map_err(|e| fail(e.into()))?;
     }
     let other = json!({"converted_from": input.display().to_string(), "producer": format!("gilsample {} convert", env!("CARGO_PKG_VERSION"))});
-    write!(
-        converter.out,
-        "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{other}}}\n"
-    )
-    .map_err(fail)?;
-    converter.out.flush().map_err(fail)?;
-    converter.out.get_ref().sync_all().map_err(fail)?;
+    end_trace(&mut converter.out, &other).map_err(fail)?;
     std::fs::rename(&partial, &output).map_err(fail)?;
     Ok((output, converter.report))
 }

@@ -71,6 +71,26 @@ pub fn field_error(index: u64, field: &str, why: impl fmt::Display) -> String {
     format!("event {index}: field `{field}`: {why}")
 }
 
+/// Input event `index` as a JSON object, or why it is not one.
+pub fn event_object(index: u64, event: &Value) -> std::result::Result<&Map<String, Value>, String> {
+    event
+        .as_object()
+        .ok_or_else(|| format!("event {index}: not a JSON object"))
+}
+
+/// The required string field `name` of input event `index`, or why it is not there.
+pub fn string_field<'e>(
+    index: u64,
+    object: &'e Map<String, Value>,
+    name: &str,
+) -> std::result::Result<&'e str, String> {
+    match object.get(name) {
+        Some(Value::String(text)) => Ok(text),
+        Some(_) => Err(field_error(index, name, "not a string")),
+        None => Err(field_error(index, name, "missing")),
+    }
+}
+
 /// A JSON error in words a user can act on.
 pub fn describe_json_error(e: &serde_json::Error) -> String {
     match e.classify() {

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::merge::document::for_each_event;
 use crate::merge::probe::{Kind, Probe, alignment, check_event, probe};
 use crate::trace::chrome::micros;
-use crate::trace::output::{check_not_exists, create_partial};
+use crate::trace::output::{check_not_exists, create_partial, end_trace};
 
 /// A manual clock correction: `--offset [INPUT=]MICROSECONDS`.
 #[derive(Clone, Debug, PartialEq)]
@@ -164,13 +164,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
             "inputs": reports.iter().zip(&probes).map(|(r, p)| describe(r, p)).collect::<Vec<_>>(),
         },
     });
-    write!(
-        writer.out,
-        "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{other}}}\n"
-    )
-    .map_err(fail)?;
-    writer.out.flush().map_err(fail)?;
-    writer.out.get_ref().sync_all().map_err(fail)?;
+    end_trace(&mut writer.out, &other).map_err(fail)?;
     check_not_exists(output, opts.force)?;
     std::fs::rename(&partial, output).map_err(fail)?;
     Ok(MergeReport {

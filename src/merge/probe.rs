@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::convert::parse_micros;
 use crate::error::Result;
-use crate::merge::document::{Header, field_error, for_each_event};
+use crate::merge::document::{Header, event_object, field_error, for_each_event, string_field};
 
 /// Process names that only Ascend msprof / torch_npu timelines use.
 const MSPROF_PROCESSES: &[&str] = &[
@@ -66,14 +66,8 @@ pub struct Checked {
 /// decimal string of µs) unless it is metadata; `dur` likewise when present; `pid`/`tid` numbers or
 /// strings when present.
 pub fn check_event(index: u64, event: &Value) -> std::result::Result<Checked, String> {
-    let Some(object) = event.as_object() else {
-        return Err(format!("event {index}: not a JSON object"));
-    };
-    let ph = match object.get("ph") {
-        Some(Value::String(ph)) => ph.as_str(),
-        Some(_) => return Err(field_error(index, "ph", "not a string")),
-        None => return Err(field_error(index, "ph", "missing")),
-    };
+    let object = event_object(index, event)?;
+    let ph = string_field(index, object, "ph")?;
     for field in ["pid", "tid"] {
         match object.get(field) {
             None | Some(Value::String(_)) => {}

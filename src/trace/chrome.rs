@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
 use crate::infer::intervals::Interval;
-use crate::trace::output::{check_not_exists, create_partial};
+use crate::trace::output::{check_not_exists, create_partial, end_trace};
 
 /// Which clock trace timestamps use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -161,16 +161,7 @@ impl ChromeWriter {
             self.write_value(&json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}))?;
             self.write_value(&json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": index}}))?;
         }
-        let tail = format!(
-            "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{}}}\n",
-            Value::Object(other)
-        );
-        self.put(&tail)?;
-        self.out.flush().map_err(|e| self.output_error(e))?;
-        self.out
-            .get_ref()
-            .sync_all()
-            .map_err(|e| self.output_error(e))?;
+        end_trace(&mut self.out, &Value::Object(other)).map_err(|e| self.output_error(e))?;
         check_not_exists(&self.final_path, force).map_err(|e| Error::Output {
             path: self.final_path.clone(),
             why: format!(

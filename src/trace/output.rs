@@ -2,6 +2,7 @@
 //! following symlinks, never overwriting unless asked.
 
 use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -91,6 +92,17 @@ impl OutputSpec {
 }
 
 /// Refuses an existing output unless `force`.
+/// Ends a streamed trace file: closes its event array, appends `otherData`, and makes the file durable
+/// before the caller renames it into place.
+pub fn end_trace(out: &mut BufWriter<File>, other: &serde_json::Value) -> std::io::Result<()> {
+    write!(
+        out,
+        "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{other}}}\n"
+    )?;
+    out.flush()?;
+    out.get_ref().sync_all()
+}
+
 pub fn check_not_exists(path: &Path, force: bool) -> Result<()> {
     if !force && fs::symlink_metadata(path).is_ok() {
         return Err(Error::Output {

@@ -409,12 +409,7 @@ fn idle_threads_are_read_less_often_without_losing_the_busy_ones() {
         let trace = Trace::load_single(dir.path());
         let skipped = trace.other("kernel_reads_skipped_idle").as_u64().unwrap();
         assert_eq!(skipped > 0, expect_skips, "{flags:?}: {skipped} skipped");
-        let spinners: Vec<u32> = workload
-            .threads
-            .iter()
-            .filter(|(name, _)| name.starts_with("spinner"))
-            .map(|(_, &tid)| tid)
-            .collect();
+        let spinners = workload.tids_named("spinner");
         assert_eq!(spinners.len(), 2);
         for tid in spinners {
             let has = |name: &str| {
@@ -428,12 +423,7 @@ fn idle_threads_are_read_less_often_without_losing_the_busy_ones() {
                 "{flags:?}: spinner {tid}"
             );
         }
-        let idle: Vec<u32> = workload
-            .threads
-            .iter()
-            .filter(|(name, _)| name.starts_with("idle"))
-            .map(|(_, &tid)| tid)
-            .collect();
+        let idle = workload.tids_named("idle");
         assert!(
             trace.events().iter().all(|e| !idle.contains(&e.tid)),
             "idle threads never wait for or hold the GIL"

@@ -180,6 +180,15 @@ impl Workload {
     pub fn tid(&self, name: &str) -> u32 {
         self.threads[name]
     }
+
+    /// The ids of the threads whose names start with `prefix`.
+    pub fn tids_named(&self, prefix: &str) -> Vec<u32> {
+        self.threads
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(_, &tid)| tid)
+            .collect()
+    }
 }
 
 impl Drop for Workload {

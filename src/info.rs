@@ -105,11 +105,13 @@ pub fn describe_waiter_counts(target: &crate::python::attach::Target) -> String 
     match &target.waiter_counts {
         Ok(at) => {
             let (major, minor) = at.glibc;
-            match target.read_waiters(at) {
-                Ok(w) => format!(
+            // The sampler's own read (GIL words and counts at once), so what this says is what it sees.
+            match target.read_gil_and_waiters(Some(at)) {
+                Ok((_, Some(w))) => format!(
                     "counted by glibc {major}.{minor} (now {} in take_gil's wait, {} in drop_gil's)",
                     w.take, w.drop
                 ),
+                Ok((_, None)) => format!("counted by glibc {major}.{minor} (invalid now)"),
                 Err(e) => format!("counted by glibc {major}.{minor} (unreadable now: {e:?})"),
             }
         }

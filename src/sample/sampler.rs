@@ -63,6 +63,16 @@ pub enum Record {
     },
 }
 
+impl Record {
+    /// When it happened: an interval's end, a count's change.
+    pub fn time_ns(&self) -> u64 {
+        match self {
+            Record::Interval(interval) => interval.end_ns,
+            Record::Waiters { t_ns, .. } => *t_ns,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EndReason {
     Duration,
@@ -293,7 +303,6 @@ impl Loop<'_> {
         let end_at = config.end_at_ns;
         let mut deadline = start;
         let mut last_refresh = 0u64;
-        let mut buf = [0u8; 64];
         let mut first_switch: Option<u64> = None;
         let mut last_holder_tid: Option<u32> = None;
         let mut waiters: Option<u32> = None;
@@ -327,8 +336,8 @@ impl Loop<'_> {
             }
             deadline += period;
 
-            let word = match self.target.read_gil_word(&mut buf) {
-                Ok(word) => word,
+            let (word, counts_before) = match self.target.read_gil_and_waiters(counts) {
+                Ok(read) => read,
                 Err(ReadError::Gone) => return EndReason::TargetExited,
                 Err(ReadError::Permission) => {
                     return EndReason::Failed("permission to read the target was lost".into());
@@ -364,7 +373,6 @@ impl Loop<'_> {
             kernel.clear();
             let tick = self.report.samples;
             let skipped_before = self.report.kernel_reads_skipped;
-            let counts_before = counts.and_then(|c| self.target.read_waiters(c).ok());
             for tracked in self.threads.iter_mut() {
                 let idle = tracked
                     .idle_since

@@ -119,22 +119,25 @@ impl ChromeWriter {
             interval.start_ns as i128 + offset,
             interval.end_ns as i128 + offset,
         );
-        let line = format!(
+        // Straight into the buffered file: a String per event was a twentieth of gilsample's CPU.
+        write!(
+            self.out,
             "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}",
             self.pid, interval.tid
-        );
-        self.put(&line)
+        )
+        .map_err(|e| self.output_error(e))
     }
 
     /// Writes a counter sample on the process's "GIL waiters" track.
     pub fn write_waiters(&mut self, t_ns: u64, count: u32) -> Result<()> {
         self.separator()?;
         let ts = whole_micros(t_ns as i128 + self.offset_ns as i128);
-        let line = format!(
+        write!(
+            self.out,
             "{{\"name\":\"GIL waiters\",\"ph\":\"C\",\"ts\":{ts},\"pid\":{},\"args\":{{\"take_gil\":{count}}}}}",
             self.pid
-        );
-        self.put(&line)
+        )
+        .map_err(|e| self.output_error(e))
     }
 
     /// Writes a metadata or other pre-built event.

@@ -9,12 +9,13 @@ so the drift of a shared machine hits all alike:
   - under giltruth's eBPF uprobes on take_gil/drop_gil (the reference tool's method; needs bpftrace).
 The workload's timed window starts only once the observer says it is attached (a line on the workload's
 stdin), so attach cost is not counted. Reported per observer (medians): the target's work rate, the
-slowdown ratio against the alone runs of the same rounds, the observer's own CPU seconds per second
+slowdown ratio (the median over rounds of the alone run's work rate over the observed one's, with the
+rounds' range: the alone row's range is the machine's own noise), the observer's own CPU seconds per second
 (user + system from wait4, its children included), and its achieved sample or event rate.
 
 Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--seconds 3] [--reps 3]
                                  [--rate 10khz] [--priority realtime] [--pin] [--release-every N]
-                                 [--json out.json]
+                                 [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--json out.json]
 Needs root, a release build (cargo build --release), py-spy on PATH, bpftrace, and a Python built with
 --enable-shared (giltruth probes its libpython): the pyenv builds are.
 """
@@ -100,9 +101,9 @@ def run_alone(args, _):
     return {"ops_per_s": finish_workload(proc)}
 
 
-def run_gilsample(args, out):
+def run_gilsample(args, out, binary=BINARY):
     ops, cpu, _, status = observe(
-        args, [BINARY, "--pid", "{pid}", "--rate", args.rate, "--priority", args.priority, "-o", out,
+        args, [binary, "--pid", "{pid}", "--rate", args.rate, "--priority", args.priority, "-o", out,
                "--force"], r"recording process")
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit("gilsample failed")
@@ -136,6 +137,12 @@ OBSERVERS = [("alone", run_alone), ("gilsample", run_gilsample), ("py-spy --gil 
              ("giltruth eBPF uprobes", run_giltruth)]
 
 
+def paired_slowdowns(alone_runs, runs):
+    """Per round: the alone run's work rate over this observer's. A round's runs are seconds apart, so
+    the machine's drift (other tenants of a shared host) cancels in the ratio more than across rounds."""
+    return [a["ops_per_s"] / r["ops_per_s"] for a, r in zip(alone_runs, runs)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=sys.executable)
@@ -150,18 +157,25 @@ def main():
     parser.add_argument("--pin", action="store_true",
                         help="target on all CPUs but the last, observers on the last (a spare core; "
                              "for gilsample the same as --cpus)")
+    parser.add_argument("--baseline", metavar="BINARY",
+                        help="another gilsample build to run side by side with this one (A/B of a change)")
+    parser.add_argument("--only-gilsample", action="store_true",
+                        help="leave out py-spy and the eBPF probes (quicker A/B with --baseline)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    observers = [o for o in OBSERVERS if not (args.only_gilsample and o[0] not in ("alone", "gilsample"))]
+    if args.baseline:
+        observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
     for need, why in [(BINARY, "cargo build --release"), (GILTRUTH, "GILTRUTH=path/to/giltruth")]:
         if not os.path.exists(need):
             sys.exit("missing %s (%s)" % (need, why))
-    if not shutil.which("py-spy") or not shutil.which("bpftrace"):
+    if not args.only_gilsample and (not shutil.which("py-spy") or not shutil.which("bpftrace")):
         sys.exit("needs py-spy (pip install py-spy) and bpftrace on PATH")
     out = tempfile.mkdtemp(prefix="gilsample-overhead-")
-    runs = {name: [] for name, _ in OBSERVERS}
+    runs = {name: [] for name, _ in observers}
     for rep in range(args.reps):
         # Rotate the order each round so no observer always runs first after a pause.
-        order = OBSERVERS[rep % len(OBSERVERS):] + OBSERVERS[:rep % len(OBSERVERS)]
+        order = observers[rep % len(observers):] + observers[:rep % len(observers)]
         for name, run in order:
             runs[name].append(run(args, out))
     alone = statistics.median(r["ops_per_s"] for r in runs["alone"])
@@ -170,20 +184,24 @@ def main():
              ", GIL released every %d counts" % args.release_every if args.release_every else "",
              args.reps, args.seconds, args.rate, args.priority,
              "; observers pinned to a spare CPU" if args.pin else ""))
-    print("| observer | target work | slowdown ratio | observer CPU s/s | achieved rate |")
-    print("|---|---|---|---|---|")
+    print("| observer | target work | slowdown ratio | per round (min–max) | observer CPU s/s | achieved rate |")
+    print("|---|---|---|---|---|---|")
     summary = {}
-    for name, _ in OBSERVERS:
+    for name, _ in observers:
         med = lambda key: statistics.median(r.get(key, float("nan")) for r in runs[name])
-        summary[name] = {"ops_per_s": med("ops_per_s"), "slowdown_ratio": alone / med("ops_per_s"),
-                         "cpu_s_per_s": med("cpu_s_per_s"), "rate_hz": med("rate_hz"), "runs": runs[name]}
+        paired = paired_slowdowns(runs["alone"], runs[name])
+        summary[name] = {"ops_per_s": med("ops_per_s"), "slowdown_ratio": statistics.median(paired),
+                         "slowdown_per_round": paired, "cpu_s_per_s": med("cpu_s_per_s"),
+                         "rate_hz": med("rate_hz"), "runs": runs[name]}
         s = summary[name]
         if name == "alone":
-            print("| alone | %.3g ops/s | 1.000 | — | — |" % s["ops_per_s"])
+            spread = [r["ops_per_s"] / alone for r in runs[name]]
+            print("| alone | %.3g ops/s | 1.000 | %.3f–%.3f | — | — |" % (s["ops_per_s"], min(spread), max(spread)))
         else:
             unit = "events/s" if "giltruth" in name else "Hz"
-            print("| %s | %.3g ops/s | %.3f | %.3f | %.0f %s |" % (
-                name, s["ops_per_s"], s["slowdown_ratio"], s["cpu_s_per_s"], s["rate_hz"], unit))
+            print("| %s | %.3g ops/s | %.3f | %.3f–%.3f | %.3f | %.0f %s |" % (
+                name, s["ops_per_s"], s["slowdown_ratio"], min(paired), max(paired), s["cpu_s_per_s"],
+                s["rate_hz"], unit))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

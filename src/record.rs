@@ -612,7 +612,7 @@ fn record_one(
 
 /// The sampler's records on their way to the writer thread, sent in batches: one send per record woke
 /// the writer on nearly every tick, and those wake-ups were a tenth of the sampler's CPU at ~45k GIL
-/// releases/s (scripts/bench_overhead.py; README "Tuning").
+/// releases/s (scripts/bench_overhead.py; README "Tuning the sampler's own cost").
 struct Batch<'a> {
     tx: mpsc::Sender<Vec<Record>>,
     records: Vec<Record>,

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, string_field};
 use crate::trace::chrome::span_micros;
-use crate::trace::output::{check_not_exists, create_partial, end_trace};
+use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 
 /// What a conversion saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -246,7 +246,7 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
     }
     let other = json!({"converted_from": input.display().to_string(), "producer": format!("gilsample {} convert", env!("CARGO_PKG_VERSION"))});
     end_trace(&mut converter.out, &other).map_err(fail)?;
-    std::fs::rename(&partial, &output).map_err(fail)?;
+    publish(&partial, &output, force)?;
     Ok((output, converter.report))
 }
 

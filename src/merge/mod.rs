@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::merge::document::for_each_event;
 use crate::merge::probe::{Kind, Probe, alignment, check_event, probe};
 use crate::trace::chrome::micros;
-use crate::trace::output::{check_not_exists, create_partial, end_trace};
+use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 
 /// A manual clock correction: `--offset [INPUT=]MICROSECONDS`.
 #[derive(Clone, Debug, PartialEq)]
@@ -165,8 +165,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
         },
     });
     end_trace(&mut writer.out, &other).map_err(fail)?;
-    check_not_exists(output, opts.force)?;
-    std::fs::rename(&partial, output).map_err(fail)?;
+    publish(&partial, output, opts.force)?;
     Ok(MergeReport {
         output: output.to_path_buf(),
         inputs: reports,

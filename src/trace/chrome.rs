@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
 use crate::infer::intervals::Interval;
-use crate::trace::output::{check_not_exists, create_partial, end_trace};
+use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 
 /// Which clock trace timestamps use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -165,14 +165,7 @@ impl ChromeWriter {
             self.write_value(&json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": index}}))?;
         }
         end_trace(&mut self.out, &Value::Object(other)).map_err(|e| self.output_error(e))?;
-        check_not_exists(&self.final_path, force).map_err(|e| Error::Output {
-            path: self.final_path.clone(),
-            why: format!(
-                "{e}; the complete trace was left in {}",
-                self.partial.display()
-            ),
-        })?;
-        std::fs::rename(&self.partial, &self.final_path).map_err(|e| self.output_error(e))?;
+        publish(&self.partial, &self.final_path, force)?;
         Ok(self.final_path)
     }
 }

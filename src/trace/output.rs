@@ -91,7 +91,6 @@ impl OutputSpec {
     }
 }
 
-/// Refuses an existing output unless `force`.
 /// Ends a streamed trace file: closes its event array, appends `otherData`, and makes the file durable
 /// before the caller renames it into place.
 pub fn end_trace(out: &mut BufWriter<File>, other: &serde_json::Value) -> std::io::Result<()> {
@@ -103,6 +102,7 @@ pub fn end_trace(out: &mut BufWriter<File>, other: &serde_json::Value) -> std::i
     out.get_ref().sync_all()
 }
 
+/// Refuses an existing output unless `force`.
 pub fn check_not_exists(path: &Path, force: bool) -> Result<()> {
     if !force && fs::symlink_metadata(path).is_ok() {
         return Err(Error::Output {
@@ -111,6 +111,41 @@ pub fn check_not_exists(path: &Path, force: bool) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Renames a finished trace from `partial` into place. Without `force` an existing file is never
+/// replaced, also one that appeared while the trace was being written (another recording, another
+/// convert): the rename itself refuses (`RENAME_NOREPLACE`; where the file system lacks it, a check
+/// just before), and the error names `partial`, which then holds the complete trace.
+pub fn publish(partial: &Path, final_path: &Path, force: bool) -> Result<()> {
+    let kept = |why: String| Error::Output {
+        path: final_path.to_path_buf(),
+        why: format!(
+            "{why}; the complete trace was left in {}",
+            partial.display()
+        ),
+    };
+    if !force {
+        use nix::errno::Errno;
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        match renameat2(
+            AT_FDCWD,
+            partial,
+            AT_FDCWD,
+            final_path,
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => return Ok(()),
+            Err(Errno::EEXIST) => {
+                return Err(kept("it already exists (use --force to overwrite)".into()));
+            }
+            Err(Errno::EINVAL | Errno::ENOSYS) => {
+                check_not_exists(final_path, false).map_err(|e| kept(e.to_string()))?
+            }
+            Err(e) => return Err(kept(e.desc().into())),
+        }
+    }
+    fs::rename(partial, final_path).map_err(|e| kept(e.to_string()))
 }
 
 /// Creates the temporary file beside `final_path`: exclusive, no symlink followed, mode 0644.
@@ -136,6 +171,35 @@ pub fn create_partial(final_path: &Path) -> Result<(File, PathBuf)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn publish_never_replaces_a_file_that_appeared_meanwhile_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let final_path = dir.path().join("GIL_1_rank_0.json");
+        let (_, partial) = create_partial(&final_path).unwrap();
+        fs::write(&partial, "new").unwrap();
+        // Another writer got there after our check at start.
+        fs::write(&final_path, "theirs").unwrap();
+        let err = publish(&partial, &final_path, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("already exists"), "{err}");
+        assert!(err.contains(&partial.display().to_string()), "{err}");
+        assert_eq!(fs::read_to_string(&final_path).unwrap(), "theirs");
+        assert_eq!(fs::read_to_string(&partial).unwrap(), "new");
+        publish(&partial, &final_path, true).unwrap();
+        assert_eq!(fs::read_to_string(&final_path).unwrap(), "new");
+        assert!(!partial.exists());
+    }
+
+    #[test]
+    fn publish_moves_a_trace_into_a_free_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let final_path = dir.path().join("out.json");
+        let (_, partial) = create_partial(&final_path).unwrap();
+        publish(&partial, &final_path, false).unwrap();
+        assert!(final_path.exists() && !partial.exists());
+    }
 
     #[test]
     fn names_files_like_the_reference() {

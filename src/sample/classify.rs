@@ -24,8 +24,9 @@
 //!    *ambiguous*: a thread preempted inside `take_gil`/`drop_gil` (a hand-off wakes another thread,
 //!    which often takes the CPU) waits on a run queue, for milliseconds on a busy machine, and looks
 //!    exactly like a thread running native code without the GIL. The sampler holds such a stretch
-//!    back and `settle_stretch` decides it once the thread gets a CPU, from when schedstat's
-//!    run-queue time says its wait began.
+//!    back and decides it at the next definite sample: from the hand-off count where that leaves one
+//!    answer (`settle_in_hindsight`), else from when schedstat's run-queue time says its wait began
+//!    (`settle_stretch`).
 //! 9. Any other running thread → `Released`.
 
 use crate::infer::intervals::GilState;
@@ -166,6 +167,24 @@ pub fn asleep_elsewhere(kernel: &KernelState, gil: &GilWaitRanges) -> bool {
             .futex_addr()
             .is_some_and(|a| inside(a, &gil.take) || inside(a, &gil.drop)),
         _ => false,
+    }
+}
+
+/// Decides an ambiguous stretch from the first definite sample after it, where the GIL's hand-off count
+/// leaves one answer (rule 8, before the CPU arrival is consulted). `before` and `next` are the definite
+/// states either side; `handoffs` is how far `switch_number` moved from the sample before the stretch
+/// to the one after. `switch_number` moves only when a thread other than the last holder takes the GIL.
+/// - `Hold` or `Drop`, then `Drop`, one hand-off: the hand-off was this thread's own (another took the
+///   GIL it let go), and it cannot have entered another `drop_gil` without holding again, which takes a
+///   second hand-off: it was inside the same `drop_gil` throughout.
+/// - `Hold`, then `Hold`, no hand-off: nobody else took the GIL in between, so the thread never waited
+///   in `take_gil` (the GIL was free whenever it asked) and its `drop_gil` had no hand-off to wait for:
+///   released throughout, but for microseconds.
+pub fn settle_in_hindsight(before: GilState, next: GilState, handoffs: u64) -> Option<GilState> {
+    match (before, next, handoffs) {
+        (GilState::Hold | GilState::Drop, GilState::Drop, 1) => Some(GilState::Drop),
+        (GilState::Hold, GilState::Hold, 0) => Some(GilState::Released),
+        _ => None,
     }
 }
 
@@ -520,5 +539,23 @@ mod tests {
             classify(&e, &GIL),
             (GilState::Take, Basis::RunningStillWaiting)
         );
+    }
+
+    #[test]
+    fn the_handoff_count_settles_a_stretch_where_it_leaves_one_answer() {
+        use GilState::*;
+        // Let go, another took it, still in drop_gil: the same drop_gil throughout.
+        assert_eq!(settle_in_hindsight(Hold, Drop, 1), Some(Drop));
+        assert_eq!(settle_in_hindsight(Drop, Drop, 1), Some(Drop));
+        // Let go and took back with nobody in between: never waited.
+        assert_eq!(settle_in_hindsight(Hold, Hold, 0), Some(Released));
+        // Two hand-offs: it may have held again in between.
+        assert_eq!(settle_in_hindsight(Hold, Drop, 2), None);
+        // No hand-off yet still dropping: it may have taken the GIL back and be in a second drop_gil.
+        assert_eq!(settle_in_hindsight(Hold, Drop, 0), None);
+        // drop_gil then take_gil, with native work or not in between: the count cannot split it.
+        assert_eq!(settle_in_hindsight(Hold, Take, 1), None);
+        assert_eq!(settle_in_hindsight(Take, Take, 1), None);
+        assert_eq!(settle_in_hindsight(Take, Hold, 1), None);
     }
 }

@@ -19,7 +19,8 @@ use crate::process::tasks::TidMap;
 use crate::python::attach::{GilWaitRanges, Target, WaiterCounts, Waiters};
 use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{
-    Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify, settle_stretch,
+    Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify,
+    settle_in_hindsight, settle_stretch,
 };
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
@@ -104,6 +105,8 @@ pub struct SamplerReport {
     /// Ambiguous stretches decided as still inside `take_gil`/`drop_gil`, and as released.
     pub stretches_in_gil_call: u64,
     pub stretches_released: u64,
+    /// Of those, the ones the hand-off count decided (`settle_in_hindsight`).
+    pub stretches_by_handoffs: u64,
     pub handoffs_seen: u64,
     /// `switch_number` advanced by this much over the recording: the interpreter's own count.
     pub handoffs_counted: u64,
@@ -185,10 +188,13 @@ const MAX_STRETCH_NS: u64 = 50_000_000;
 
 impl Tracked {
     /// Decides the pending stretch and feeds it to the timeline. `now` is schedstat at sample `t`, the
-    /// first one after the stretch (`None` when the thread is gone or the recording ends).
+    /// first one after the stretch (`None` when the thread is gone or the recording ends); `next` is
+    /// that sample's definite state and the hand-offs since the definite sample before the stretch,
+    /// when it has one.
     fn settle(
         &mut self,
         now: Option<(SchedStat, u64)>,
+        next: Option<(GilState, u64)>,
         params: &TimelineParams,
         report: &mut SamplerReport,
         sink: &mut dyn FnMut(Record),
@@ -196,10 +202,23 @@ impl Tracked {
         let Some(mut stretch) = self.pending.take() else {
             return;
         };
+        let emit = &mut |iv| sink(Record::Interval(iv));
+        if let Some(state) =
+            next.and_then(|(next, handoffs)| settle_in_hindsight(stretch.before, next, handoffs))
+        {
+            report.stretches_by_handoffs += 1;
+            if state == GilState::Released {
+                report.stretches_released += 1;
+            } else {
+                report.stretches_in_gil_call += 1;
+            }
+            self.timeline
+                .observe_run(stretch.first_ns, stretch.last_ns, state, params, emit);
+            return;
+        }
         if let Some((stat, t)) = now {
             stretch.watch(Some(stat), t);
         }
-        let emit = &mut |iv| sink(Record::Interval(iv));
         let in_call = settle_stretch(
             stretch.before,
             stretch.first_ns,
@@ -265,6 +284,7 @@ pub fn run_sampler(
             running_counted: 0,
             stretches_in_gil_call: 0,
             stretches_released: 0,
+            stretches_by_handoffs: 0,
             handoffs_seen: 0,
             handoffs_counted: 0,
             kernel_reads_skipped: 0,
@@ -278,7 +298,7 @@ pub fn run_sampler(
     let end = state.run(config, stop, live, sink, start);
     let last = state.report.end_ns;
     for tracked in &mut state.threads {
-        tracked.settle(None, &state.params, &mut state.report, sink);
+        tracked.settle(None, None, &state.params, &mut state.report, sink);
         tracked
             .timeline
             .close(None, &state.params, &mut |iv| sink(Record::Interval(iv)));
@@ -468,7 +488,7 @@ impl Loop<'_> {
                         }
                         if broken || t - stretch.first_ns > MAX_STRETCH_NS {
                             let now = tracked.files.read_schedstat().map(|s| (s, t));
-                            tracked.settle(now, &params, &mut self.report, sink);
+                            tracked.settle(now, None, &params, &mut self.report, sink);
                         }
                         states.push(GilState::Released);
                         continue;
@@ -480,7 +500,10 @@ impl Loop<'_> {
                 }
                 if tracked.pending.is_some() {
                     let now = tracked.files.read_schedstat().map(|s| (s, t));
-                    tracked.settle(now, &params, &mut self.report, sink);
+                    let next = tracked
+                        .definite_switch
+                        .map(|before| (state, word.switch_number.wrapping_sub(before)));
+                    tracked.settle(now, next, &params, &mut self.report, sink);
                 }
                 tracked.definite_switch = Some(word.switch_number);
                 tracked
@@ -588,7 +611,7 @@ impl Loop<'_> {
             if refs.iter().any(|r| r.tid == tracked.tid) {
                 return true;
             }
-            tracked.settle(None, &params, report, sink);
+            tracked.settle(None, None, &params, report, sink);
             tracked
                 .timeline
                 .close(Some(now), &params, &mut |iv| sink(Record::Interval(iv)));

@@ -694,6 +694,8 @@ fn metadata(
         "rate_achieved_hz": (report.achieved_rate_hz() * 10.0).round() / 10.0,
         "samples": report.samples,
         "late_samples": report.late_samples,
+        "stalled_reads": report.stalled_reads,
+        "longest_stall_us": report.longest_stall_ns / 1000,
         "faulted_samples": report.faulted_samples,
         "thread_samples": report.thread_samples,
         "running_classified_take": report.running_still_waiting,

@@ -65,6 +65,15 @@ fn format_target(out: &mut String, t: &TargetReport) {
         s.faulted_samples,
         s.end
     );
+    if s.stalled_reads > 0 {
+        let _ = writeln!(
+            out,
+            "  {} reads of the GIL took longer than a period (longest {:.1} ms; usually the target's \
+             memory-map lock, held by a thread in mmap/munmap that lost its CPU): no samples meanwhile",
+            s.stalled_reads,
+            s.longest_stall_ns as f64 / 1e6
+        );
+    }
     let _ = writeln!(
         out,
         "  GIL hand-offs: {} seen, {} counted by the interpreter ({} happened between samples)",

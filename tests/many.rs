@@ -177,6 +177,19 @@ fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
         );
         assert!(trace.other("rate_achieved_hz").as_f64().unwrap() > 0.0);
         assert!(trace.other("sampler_cpu_seconds").as_f64().unwrap() > 0.0);
+        // A stall is a read that took longer than a period: counted iff its length is.
+        let period_us = (1e6 / trace.other("rate_requested_hz").as_f64().unwrap()) as u64;
+        let stalls = trace.other("stalled_reads").as_u64().unwrap();
+        let longest_us = trace.other("longest_stall_us").as_u64().unwrap();
+        assert_eq!(
+            stalls == 0,
+            longest_us == 0,
+            "pid {pid}: {stalls} stalls, longest {longest_us} µs"
+        );
+        assert!(
+            stalls == 0 || longest_us >= period_us,
+            "pid {pid}: longest stall {longest_us} µs, period {period_us} µs"
+        );
     }
     let merged = Trace::load(&dir.path().join("GIL_merged.json"));
     let named: HashSet<u64> = merged.value["traceEvents"]

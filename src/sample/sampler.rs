@@ -95,6 +95,11 @@ pub struct SamplerReport {
     pub samples: u64,
     /// Ticks that started more than one period after their deadline.
     pub late_samples: u64,
+    /// Reads of the GIL that took longer than a period, and the longest: the target's memory map
+    /// lock is held for writing (mmap, munmap, mprotect) by a thread that lost its CPU, and the read
+    /// waits for it.
+    pub stalled_reads: u64,
+    pub longest_stall_ns: u64,
     /// Ticks skipped because a read was torn or the thread list was inconsistent.
     pub faulted_samples: u64,
     pub thread_samples: u64,
@@ -277,6 +282,8 @@ pub fn run_sampler(
             end_ns: start,
             samples: 0,
             late_samples: 0,
+            stalled_reads: 0,
+            longest_stall_ns: 0,
             faulted_samples: 0,
             thread_samples: 0,
             running_still_waiting: 0,
@@ -370,6 +377,13 @@ impl Loop<'_> {
                     continue;
                 }
             };
+            // The sample is of the target as it was when the read returned, however long it waited.
+            let woke = t0;
+            let t0 = monotonic_ns();
+            if t0 - woke > period {
+                self.report.stalled_reads += 1;
+                self.report.longest_stall_ns = self.report.longest_stall_ns.max(t0 - woke);
+            }
             let holder_unknown =
                 word.locked && !self.threads.iter().any(|t| t.tstate == word.last_holder);
             if t0 - last_refresh >= config.refresh_ns || holder_unknown {

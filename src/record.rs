@@ -712,6 +712,7 @@ fn metadata(
         "handoffs_seen": report.handoffs_seen,
         "handoffs_counted": report.handoffs_counted,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
+        "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
         "recording_start_monotonic_ns": report.start_ns,
         "recording_end_monotonic_ns": report.end_ns,
         "end_reason": format!("{:?}", report.end),

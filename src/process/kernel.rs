@@ -56,23 +56,49 @@ fn parse_hex(field: &str) -> Option<u64> {
     u64::from_str_radix(field.strip_prefix("0x")?, 16).ok()
 }
 
-/// What `schedstat` says: nanoseconds on a CPU and nanoseconds waiting on a run queue. The kernel adds
-/// to the first when the thread leaves a CPU and at scheduler ticks, and to the second when a waiting
-/// thread gets a CPU, so after a thread has run again both are exact for the time before.
+/// What `schedstat` says: nanoseconds on a CPU, nanoseconds waiting on a run queue, and how many times
+/// the thread got a CPU. The kernel adds to the first when the thread leaves a CPU and at scheduler
+/// ticks, and to the other two when a waiting thread gets a CPU, so after a thread has run again all
+/// are exact for the time before. All three read 0 where the kernel keeps no such statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedStat {
     pub cpu_ns: u64,
     pub run_queue_ns: u64,
+    pub timeslices: u64,
 }
 
 pub fn parse_schedstat(text: &[u8]) -> Option<SchedStat> {
     let mut fields = std::str::from_utf8(text).ok()?.split_whitespace();
     let cpu_ns = fields.next()?.parse().ok()?;
     let run_queue_ns = fields.next()?.parse().ok()?;
+    let timeslices = fields.next()?.parse().ok()?;
     Some(SchedStat {
         cpu_ns,
         run_queue_ns,
+        timeslices,
     })
+}
+
+/// A thread's kernel state at one sample, and whether its syscall file had to be read for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelReading {
+    Read(Option<KernelState>),
+    Unchanged(Option<KernelState>),
+}
+
+/// What `ThreadFiles::read_state_since` keeps between samples for one thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SleepProof {
+    /// schedstat's timeslices, read just before the last syscall-file reading that said asleep.
+    timeslices: Option<u64>,
+    /// Syscall-file readings in a row that found the same wait.
+    same: u8,
+    /// The last sample was proven unchanged.
+    held: bool,
+}
+
+impl SleepProof {
+    pub const SAME_BEFORE_PROVING: u8 = 8;
 }
 
 /// The open /proc files of one thread.
@@ -101,6 +127,53 @@ impl ThreadFiles {
             return Err(ReadError::Gone);
         }
         parse_syscall(&buf[..n]).ok_or(ReadError::Fault)
+    }
+
+    /// The thread's kernel state: read from its syscall file, or proven unchanged since `last`. A thread
+    /// asleep in a syscall cannot leave it without getting a CPU, and every time a thread gets a CPU
+    /// the kernel counts a timeslice in schedstat. So when that count, read just before the syscall
+    /// file said "asleep", has not moved, the thread is still inside the same call (woken perhaps,
+    /// not yet run) and `last` stands. A schedstat read is cheaper than a syscall-file read, which
+    /// takes the runqueue lock of the thread's CPU; but a thread that runs between most samples would
+    /// pay for both, so the proof is tried only for a thread found in the same wait
+    /// `SAME_BEFORE_PROVING` times in a row, and for as long as it keeps holding (README "Tuning the
+    /// sampler's own cost").
+    pub fn read_state_since(
+        &self,
+        last: Option<KernelState>,
+        proof: &mut SleepProof,
+    ) -> KernelReading {
+        let asleep = |k: &Option<KernelState>| {
+            matches!(
+                k,
+                Some(KernelState::InSyscall { .. } | KernelState::Blocked)
+            )
+        };
+        let worth_it = proof.held || proof.same >= SleepProof::SAME_BEFORE_PROVING;
+        let before = if asleep(&last) && worth_it {
+            self.read_schedstat()
+        } else {
+            None
+        };
+        if let (Some(now), Some(then)) = (before, proof.timeslices)
+            && now.timeslices == then
+        {
+            proof.held = true;
+            return KernelReading::Unchanged(last);
+        }
+        let failed = before.is_some() && proof.timeslices.is_some();
+        let state = self.read_state().ok();
+        proof.held = false;
+        proof.same = if !failed && asleep(&state) && state == last {
+            proof.same.saturating_add(1)
+        } else {
+            0
+        };
+        // A count of 0 means the kernel keeps none, and proves nothing.
+        proof.timeslices = before
+            .map(|s| s.timeslices)
+            .filter(|&n| n > 0 && asleep(&state));
+        KernelReading::Read(state)
     }
 
     /// The thread's scheduler statistics, when the kernel exposes them.
@@ -167,10 +240,72 @@ mod tests {
             parse_schedstat(b"692248 17 2\n"),
             Some(SchedStat {
                 cpu_ns: 692248,
-                run_queue_ns: 17
+                run_queue_ns: 17,
+                timeslices: 2
             })
         );
+        assert_eq!(parse_schedstat(b"692248 17\n"), None);
         assert!(files.read_schedstat().is_some());
+    }
+
+    #[test]
+    fn a_sleeper_that_has_not_run_is_proven_unchanged_and_reread_once_it_has() {
+        let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+            let mut byte = [0u8; 1];
+            // Two reads: woken by the first byte, it runs and blocks again.
+            for _ in 0..2 {
+                std::io::Read::read(&mut &reader, &mut byte).unwrap();
+                done_tx.send(()).unwrap();
+            }
+        });
+        let files = ThreadFiles::open(std::process::id(), tid_rx.recv().unwrap()).unwrap();
+        let blocked = |files: &ThreadFiles| {
+            (0..100_000).any(|_| {
+                let in_read = matches!(files.read_state(),
+                    Ok(KernelState::InSyscall { nr, .. }) if nr == libc::SYS_read || nr == libc::SYS_recvfrom);
+                if !in_read {
+                    std::thread::yield_now();
+                }
+                in_read
+            })
+        };
+        assert!(blocked(&files), "never saw the thread blocked in read");
+        let mut last = None;
+        let mut proof = SleepProof::default();
+        let next = |last: &mut Option<KernelState>, proof: &mut SleepProof| {
+            let reading = files.read_state_since(*last, proof);
+            let (KernelReading::Read(state) | KernelReading::Unchanged(state)) = reading;
+            *last = state;
+            reading
+        };
+        // Read until found in the same wait often enough to be worth proving, and once more to learn
+        // the count from before a reading; from then on it is proven.
+        let reads = (0..20)
+            .take_while(|_| matches!(next(&mut last, &mut proof), KernelReading::Read(Some(_))))
+            .count();
+        assert_eq!(reads, usize::from(SleepProof::SAME_BEFORE_PROVING) + 2);
+        assert!(matches!(last, Some(KernelState::InSyscall { .. })));
+        assert_eq!(
+            next(&mut last, &mut proof),
+            KernelReading::Unchanged(last),
+            "asleep and not run since: no syscall-file read needed"
+        );
+        std::io::Write::write_all(&mut &writer, b"x").unwrap();
+        done_rx.recv().unwrap();
+        assert!(
+            blocked(&files),
+            "never saw the thread blocked in read again"
+        );
+        assert!(
+            matches!(next(&mut last, &mut proof), KernelReading::Read(_)),
+            "it ran: read again"
+        );
+        std::io::Write::write_all(&mut &writer, b"x").unwrap();
+        sleeper.join().unwrap();
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::addr::RemoteAddr;
 use crate::infer::intervals::{GilState, Interval, ThreadTimeline, TimelineParams};
-use crate::process::kernel::{KernelState, SchedStat, ThreadFiles};
+use crate::process::kernel::{KernelReading, KernelState, SchedStat, SleepProof, ThreadFiles};
 use crate::process::memory::ReadError;
 use crate::process::tasks::TidMap;
 use crate::python::attach::{GilWaitRanges, Target, WaiterCounts, Waiters};
@@ -115,6 +115,8 @@ pub struct SamplerReport {
     pub handoffs_seen: u64,
     /// `switch_number` advanced by this much over the recording: the interpreter's own count.
     pub handoffs_counted: u64,
+    /// Kernel readings that schedstat proved unchanged (`ThreadFiles::read_state_since`).
+    pub kernel_reads_unchanged: u64,
     /// Kernel readings not taken because the thread was idle in a non-GIL wait.
     pub kernel_reads_skipped: u64,
     pub thread_names: BTreeMap<u32, String>,
@@ -148,6 +150,8 @@ struct Tracked {
     /// The last kernel reading, and since when the thread has been asleep in that same non-GIL wait.
     last_kernel: Option<KernelState>,
     idle_since: Option<u64>,
+    /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
+    sleep_proof: SleepProof,
 }
 
 /// A thread asleep in the same non-GIL wait (a queue, a socket, `time.sleep`) for this long is read
@@ -295,6 +299,7 @@ pub fn run_sampler(
             handoffs_seen: 0,
             handoffs_counted: 0,
             kernel_reads_skipped: 0,
+            kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
             max_threads: 0,
             scheduling: apply_to_current_thread(config.priority),
@@ -421,7 +426,16 @@ impl Loop<'_> {
                     kernel.push(tracked.last_kernel);
                     continue;
                 }
-                let state = tracked.files.read_state().ok();
+                let reading = tracked
+                    .files
+                    .read_state_since(tracked.last_kernel, &mut tracked.sleep_proof);
+                let state = match reading {
+                    KernelReading::Unchanged(state) => {
+                        self.report.kernel_reads_unchanged += 1;
+                        state
+                    }
+                    KernelReading::Read(state) => state,
+                };
                 let same_wait = state.is_some() && state == tracked.last_kernel;
                 tracked.idle_since = match state {
                     Some(k) if asleep_elsewhere(&k, &ranges) => {
@@ -653,6 +667,7 @@ impl Loop<'_> {
                 pending: None,
                 last_kernel: None,
                 idle_since: None,
+                sleep_proof: SleepProof::default(),
             });
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());

@@ -151,7 +151,8 @@ pub struct RecordArgs {
     pub control_fd: Option<i32>,
 
     /// Run gilsample's threads only on these CPUs, e.g. a housekeeping core (3, or 0,2-3), so the
-    /// sampler never takes a core from the target. A launched command is not restricted.
+    /// sampler never takes a core from the target. A launched command is not restricted. Without it,
+    /// a real-time sampler moves off whichever CPU the GIL holder runs on.
     #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
     pub cpus: Option<CpuList>,
 

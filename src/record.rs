@@ -170,6 +170,7 @@ pub fn record(
             priority: opts.priority,
             idle_backoff: opts.idle_backoff,
             waiter_counts: opts.waiter_counts,
+            dodge_holder: opts.cpus.is_none(),
         },
         offset_ns: match opts.clock {
             TraceClock::Wall => monotonic_to_wall_offset_ns(),
@@ -720,8 +721,13 @@ fn metadata(
         "sampler_cpus": opts.cpus,
         "sampler_cpu_seconds": report.cpu_ns as f64 / 1e9,
     });
-    match value {
-        Value::Object(map) => map,
-        _ => unreachable!("json! of an object literal is an object"),
-    }
+    let Value::Object(mut map) = value else {
+        unreachable!("json! of an object literal is an object")
+    };
+    // Beyond what one json! literal can hold.
+    map.insert(
+        "sampler_moved_off_holder_cpu".into(),
+        report.cpu_moves.into(),
+    );
+    map
 }

@@ -177,6 +177,13 @@ fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
         );
         assert!(trace.other("rate_achieved_hz").as_f64().unwrap() > 0.0);
         assert!(trace.other("sampler_cpu_seconds").as_f64().unwrap() > 0.0);
+        assert!(
+            trace
+                .other("sampler_moved_off_holder_cpu")
+                .as_u64()
+                .is_some(),
+            "pid {pid}: no count of moves off the holder's CPU"
+        );
         // A stall is a read that took longer than a period: counted iff its length is.
         let period_us = (1e6 / trace.other("rate_requested_hz").as_f64().unwrap()) as u64;
         let stalls = trace.other("stalled_reads").as_u64().unwrap();

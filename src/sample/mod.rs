@@ -4,5 +4,6 @@
 pub mod affinity;
 pub mod classify;
 pub mod clock;
+pub mod dodge;
 pub mod priority;
 pub mod sampler;

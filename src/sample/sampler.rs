@@ -23,6 +23,7 @@ use crate::sample::classify::{
     settle_in_hindsight, settle_stretch,
 };
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
+use crate::sample::dodge::CpuDodge;
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +39,8 @@ pub struct SamplerConfig {
     pub idle_backoff: bool,
     /// Use the GIL's waiter counts where the target has them (classify.rs, rule 7).
     pub waiter_counts: bool,
+    /// Keep a real-time sampler off the GIL holder's CPU (dodge.rs); off when `--cpus` chose.
+    pub dodge_holder: bool,
 }
 
 impl SamplerConfig {
@@ -122,6 +125,8 @@ pub struct SamplerReport {
     pub thread_names: BTreeMap<u32, String>,
     pub max_threads: usize,
     pub scheduling: Scheduling,
+    /// Times the sampler left the GIL holder's CPU (dodge.rs).
+    pub cpu_moves: u64,
     /// CPU time the sampler thread used.
     pub cpu_ns: u64,
     pub end: EndReason,
@@ -303,6 +308,7 @@ pub fn run_sampler(
             thread_names: BTreeMap::new(),
             max_threads: 0,
             scheduling: apply_to_current_thread(config.priority),
+            cpu_moves: 0,
             cpu_ns: 0,
             end: EndReason::Stopped,
         },
@@ -337,6 +343,11 @@ impl Loop<'_> {
         let mut last_refresh = 0u64;
         let mut first_switch: Option<u64> = None;
         let mut last_holder_tid: Option<u32> = None;
+        let mut dodge = if config.dodge_holder && self.report.scheduling == Scheduling::Fifo {
+            CpuDodge::new(self.target.pid)
+        } else {
+            None
+        };
         let mut waiters: Option<u32> = None;
         let mut states: Vec<GilState> = Vec::with_capacity(64);
         let mut kernel: Vec<Option<KernelState>> = Vec::with_capacity(64);
@@ -551,6 +562,10 @@ impl Loop<'_> {
                     self.report.handoffs_seen += 1;
                 }
                 last_holder_tid = Some(tid);
+            }
+            if let Some(dodge) = dodge.as_mut() {
+                dodge.check(t, holder_tid);
+                self.report.cpu_moves = dodge.moves;
             }
             let first = *first_switch.get_or_insert(word.switch_number);
             self.report.handoffs_counted = word.switch_number.wrapping_sub(first);

@@ -68,9 +68,13 @@ fn format_target(out: &mut String, t: &TargetReport) {
     if s.stalled_reads > 0 {
         let _ = writeln!(
             out,
-            "  {} reads of the GIL took longer than a period (longest {:.1} ms; usually the target's \
+            "  {} of the GIL took longer than a period (longest {:.1} ms; usually the target's \
              memory-map lock, held by a thread in mmap/munmap that lost its CPU): no samples meanwhile",
-            s.stalled_reads,
+            if s.stalled_reads == 1 {
+                "1 read".to_string()
+            } else {
+                format!("{} reads", s.stalled_reads)
+            },
             s.longest_stall_ns as f64 / 1e6
         );
     }

@@ -97,7 +97,8 @@ pub enum Basis {
     RunningReleased,
 }
 
-fn inside(addr: u64, ranges: &[Option<(u64, u64)>]) -> bool {
+/// Whether `addr` lies in one of `ranges`.
+pub fn inside(addr: u64, ranges: &[Option<(u64, u64)>]) -> bool {
     ranges
         .iter()
         .flatten()

@@ -25,7 +25,6 @@ pub struct CpuDodge {
     holder: Option<(u32, File)>,
     /// The CPU currently left out of the sampler's affinity.
     avoiding: Option<usize>,
-    pub moves: u64,
 }
 
 impl CpuDodge {
@@ -41,37 +40,38 @@ impl CpuDodge {
             next_check_ns: 0,
             holder: None,
             avoiding: None,
-            moves: 0,
         })
     }
 
-    /// Called once per sample with the holder's tid (ours, not the target namespace's).
-    pub fn check(&mut self, now_ns: u64, holder_tid: Option<u32>) {
+    /// Called once per sample with the holder's tid (ours, not the target namespace's); true when the
+    /// sampler moved off the holder's CPU.
+    pub fn check(&mut self, now_ns: u64, holder_tid: Option<u32>) -> bool {
         if now_ns < self.next_check_ns {
-            return;
+            return false;
         }
         self.next_check_ns = now_ns + CHECK_EVERY_NS;
         let Some(tid) = holder_tid else {
-            return;
+            return false;
         };
         if self.holder.as_ref().is_none_or(|(t, _)| *t != tid) {
             let path = format!("/proc/{}/task/{tid}/stat", self.pid);
             self.holder = File::open(path).ok().map(|f| (tid, f));
         }
         let Some(holder_cpu) = self.holder.as_ref().and_then(|(_, f)| read_cpu(f)) else {
-            return;
+            return false;
         };
         if self.avoiding == Some(holder_cpu) || sched_getcpu().ok() != Some(holder_cpu) {
-            return;
+            return false;
         }
         let mut set = CpuSet::new();
         for &cpu in self.allowed.iter().filter(|&&c| c != holder_cpu) {
             let _ = set.set(cpu);
         }
-        if sched_setaffinity(Pid::from_raw(0), &set).is_ok() {
+        let moved = sched_setaffinity(Pid::from_raw(0), &set).is_ok();
+        if moved {
             self.avoiding = Some(holder_cpu);
-            self.moves += 1;
         }
+        moved
     }
 }
 
@@ -131,19 +131,19 @@ mod tests {
         let holder_tid = tid_rx.recv().unwrap();
         let before = sched_getaffinity(Pid::from_raw(0)).unwrap();
         pin(cpu);
-        dodge.check(1, Some(holder_tid));
+        let moved = dodge.check(1, Some(holder_tid));
         let now = sched_getcpu().unwrap();
         let still_allowed = sched_getaffinity(Pid::from_raw(0))
             .unwrap()
             .is_set(cpu)
             .unwrap();
         // Looked at again within CHECK_EVERY_NS: nothing happens.
-        dodge.check(2, Some(holder_tid));
-        let moves = dodge.moves;
+        let moved_again = dodge.check(2, Some(holder_tid));
         sched_setaffinity(Pid::from_raw(0), &before).unwrap();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         holder.join().unwrap();
-        assert_eq!(moves, 1);
+        assert!(moved, "did not move off the holder's CPU");
+        assert!(!moved_again, "moved again within CHECK_EVERY_NS");
         assert_ne!(now, cpu, "still on the holder's CPU");
         assert!(!still_allowed, "the holder's CPU is still in the affinity");
     }

@@ -19,7 +19,7 @@ use crate::process::tasks::TidMap;
 use crate::python::attach::{GilWaitRanges, Target, WaiterCounts, Waiters};
 use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{
-    Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify,
+    Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify, inside,
     settle_in_hindsight, settle_stretch,
 };
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
@@ -201,13 +201,13 @@ impl Stretch {
 const MAX_STRETCH_NS: u64 = 50_000_000;
 
 impl Tracked {
-    /// Decides the pending stretch and feeds it to the timeline. `now` is schedstat at sample `t`, the
-    /// first one after the stretch (`None` when the thread is gone or the recording ends); `next` is
-    /// that sample's definite state and the hand-offs since the definite sample before the stretch,
-    /// when it has one.
+    /// Decides the pending stretch and feeds it to the timeline. `t` is the first sample after the
+    /// stretch (`None` when the thread is gone or the recording ends), whose schedstat may still show
+    /// the thread's CPU arrival; `next` is that sample's definite state and the hand-offs since the
+    /// definite sample before the stretch, when it has one.
     fn settle(
         &mut self,
-        now: Option<(SchedStat, u64)>,
+        t: Option<u64>,
         next: Option<(GilState, u64)>,
         params: &TimelineParams,
         report: &mut SamplerReport,
@@ -230,8 +230,10 @@ impl Tracked {
                 .observe_run(stretch.first_ns, stretch.last_ns, state, params, emit);
             return;
         }
-        if let Some((stat, t)) = now {
-            stretch.watch(Some(stat), t);
+        if let Some(t) = t
+            && stretch.arrival.is_none()
+        {
+            stretch.watch(self.files.read_schedstat(), t);
         }
         let in_call = settle_stretch(
             stretch.before,
@@ -526,8 +528,7 @@ impl Loop<'_> {
                             stretch.last_ns = t;
                         }
                         if broken || t - stretch.first_ns > MAX_STRETCH_NS {
-                            let now = tracked.files.read_schedstat().map(|s| (s, t));
-                            tracked.settle(now, None, &params, &mut self.report, sink);
+                            tracked.settle(Some(t), None, &params, &mut self.report, sink);
                         }
                         states.push(GilState::Released);
                         continue;
@@ -538,11 +539,10 @@ impl Loop<'_> {
                     Basis::Counted => self.report.running_counted += 1,
                 }
                 if tracked.pending.is_some() {
-                    let now = tracked.files.read_schedstat().map(|s| (s, t));
                     let next = tracked
                         .definite_switch
                         .map(|before| (state, word.switch_number.wrapping_sub(before)));
-                    tracked.settle(now, next, &params, &mut self.report, sink);
+                    tracked.settle(Some(t), next, &params, &mut self.report, sink);
                 }
                 tracked.definite_switch = Some(word.switch_number);
                 tracked
@@ -563,9 +563,8 @@ impl Loop<'_> {
                 }
                 last_holder_tid = Some(tid);
             }
-            if let Some(dodge) = dodge.as_mut() {
-                dodge.check(t, holder_tid);
-                self.report.cpu_moves = dodge.moves;
+            if dodge.as_mut().is_some_and(|d| d.check(t, holder_tid)) {
+                self.report.cpu_moves += 1;
             }
             let first = *first_switch.get_or_insert(word.switch_number);
             self.report.handoffs_counted = word.switch_number.wrapping_sub(first);
@@ -606,7 +605,7 @@ impl Loop<'_> {
             kernel
                 .iter()
                 .filter_map(|k| k.and_then(|k| k.futex_addr()))
-                .filter(|&a| range.is_some_and(|(start, end)| a >= start && a < end))
+                .filter(|&a| inside(a, &[range]))
                 .count() as u32
         };
         let asleep = Waiters {

@@ -102,12 +102,14 @@ pub fn end_trace(out: &mut BufWriter<File>, other: &serde_json::Value) -> std::i
     out.get_ref().sync_all()
 }
 
+const ALREADY_EXISTS: &str = "it already exists (use --force to overwrite)";
+
 /// Refuses an existing output unless `force`.
 pub fn check_not_exists(path: &Path, force: bool) -> Result<()> {
     if !force && fs::symlink_metadata(path).is_ok() {
         return Err(Error::Output {
             path: path.to_path_buf(),
-            why: "it already exists (use --force to overwrite)".into(),
+            why: ALREADY_EXISTS.into(),
         });
     }
     Ok(())
@@ -136,11 +138,12 @@ pub fn publish(partial: &Path, final_path: &Path, force: bool) -> Result<()> {
             RenameFlags::RENAME_NOREPLACE,
         ) {
             Ok(()) => return Ok(()),
-            Err(Errno::EEXIST) => {
-                return Err(kept("it already exists (use --force to overwrite)".into()));
-            }
+            Err(Errno::EEXIST) => return Err(kept(ALREADY_EXISTS.into())),
+            // A file system without RENAME_NOREPLACE: check just before the plain rename.
             Err(Errno::EINVAL | Errno::ENOSYS) => {
-                check_not_exists(final_path, false).map_err(|e| kept(e.to_string()))?
+                if fs::symlink_metadata(final_path).is_ok() {
+                    return Err(kept(ALREADY_EXISTS.into()));
+                }
             }
             Err(e) => return Err(kept(e.desc().into())),
         }

@@ -6,7 +6,9 @@ so the drift of a shared machine hits all alike:
   - alone;
   - under gilsample at --rate (default 10 kHz);
   - under `py-spy record --rate 10000 --nonblocking --gil` (py-spy from PyPI);
-  - under giltruth's eBPF uprobes on take_gil/drop_gil (the reference tool's method; needs bpftrace).
+  - under giltruth's eBPF uprobes on take_gil/drop_gil (the reference tool's method; needs bpftrace);
+  - with --floor, also under a thread that only wakes on gilsample's schedule (same rate, same priority)
+    and reads nothing (examples/wake_floor.rs): the part of gilsample's cost no cheaper tick removes.
 The workload's timed window starts only once the observer says it is attached (a line on the workload's
 stdin), so attach cost is not counted. Reported per observer (medians): the target's work rate, the
 slowdown ratio (the median over rounds of the alone run's work rate over the observed one's, with the
@@ -15,9 +17,9 @@ rounds' range: the alone row's range is the machine's own noise), the observer's
 
 Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--seconds 3] [--reps 3]
                                  [--rate 10khz] [--priority realtime] [--pin] [--release-every N]
-                                 [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--json out.json]
-Needs root, a release build (cargo build --release), py-spy on PATH, bpftrace, and a Python built with
---enable-shared (giltruth probes its libpython): the pyenv builds are.
+                                 [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--floor] [--json out.json]
+Needs root, a release build (cargo build --release; for --floor also --example wake_floor), py-spy on
+PATH, bpftrace, and a Python built with --enable-shared (giltruth probes its libpython): the pyenv builds are.
 """
 
 import argparse
@@ -33,6 +35,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD = os.path.join(ROOT, "fixtures", "workloads", "gil_workload.py")
 BINARY = os.path.join(ROOT, "target", "release", "gilsample")
+WAKE_FLOOR = os.path.join(ROOT, "target", "release", "examples", "wake_floor")
 GILTRUTH = os.environ.get("GILTRUTH", os.path.join(ROOT, "..", "shared", "tools", "giltruth", "giltruth"))
 
 
@@ -133,6 +136,14 @@ def run_giltruth(args, out):
             "rate_hz": float(events.group(1)) if events else float("nan")}
 
 
+def run_wake_floor(args, out):
+    ops, cpu, text, _ = observe(
+        args, [WAKE_FLOOR, "--pid", "{pid}", "--rate", args.rate, "--priority", args.priority],
+        r"waking for process")
+    rate = re.search(r"\((\d+) Hz\)", text)
+    return {"ops_per_s": ops, "cpu_s_per_s": cpu, "rate_hz": float(rate.group(1)) if rate else float("nan")}
+
+
 OBSERVERS = [("alone", run_alone), ("gilsample", run_gilsample), ("py-spy --gil --nonblocking", run_pyspy),
              ("giltruth eBPF uprobes", run_giltruth)]
 
@@ -161,12 +172,20 @@ def main():
                         help="another gilsample build to run side by side with this one (A/B of a change)")
     parser.add_argument("--only-gilsample", action="store_true",
                         help="leave out py-spy and the eBPF probes (quicker A/B with --baseline)")
+    parser.add_argument("--floor", action="store_true",
+                        help="add a thread that only wakes on gilsample's schedule and reads nothing "
+                             "(examples/wake_floor.rs)")
     parser.add_argument("--json")
     args = parser.parse_args()
     observers = [o for o in OBSERVERS if not (args.only_gilsample and o[0] not in ("alone", "gilsample"))]
     if args.baseline:
         observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
-    for need, why in [(BINARY, "cargo build --release"), (GILTRUTH, "GILTRUTH=path/to/giltruth")]:
+    if args.floor:
+        observers.append(("wake only, no reads", run_wake_floor))
+    needs = [(BINARY, "cargo build --release"), (GILTRUTH, "GILTRUTH=path/to/giltruth")]
+    if args.floor:
+        needs.append((WAKE_FLOOR, "cargo build --release --example wake_floor"))
+    for need, why in needs:
         if not os.path.exists(need):
             sys.exit("missing %s (%s)" % (need, why))
     if not args.only_gilsample and (not shutil.which("py-spy") or not shutil.which("bpftrace")):

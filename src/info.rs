@@ -43,8 +43,7 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     );
     let _ = writeln!(out, "GIL:            {}", target.gil);
     let _ = writeln!(out, "thread ids via: {:?}", target.tids);
-    let mut buf = [0u8; 64];
-    let word = target.read_gil_word(&mut buf).ok();
+    let word = target.read_gil_word().ok();
     if let Some(w) = word {
         let _ = writeln!(
             out,

@@ -88,14 +88,8 @@ pub struct Target {
 
 impl Target {
     /// Reads the GIL words in one read.
-    pub fn read_gil_word(&self, buf: &mut [u8; 64]) -> std::result::Result<GilWord, ReadError> {
-        let fields = &self.gil_word;
-        let span = buf
-            .get_mut(..(fields.end - fields.start) as usize)
-            .ok_or(ReadError::Fault)?;
-        self.memory
-            .read_into(RemoteAddr(self.gil.0 + fields.start), span)?;
-        fields.decode(span)
+    pub fn read_gil_word(&self) -> std::result::Result<GilWord, ReadError> {
+        self.read_gil_and_waiters(None).map(|(word, _)| word)
     }
 
     /// Reads the GIL words and, where `counts` is given, the waiter counts at the same moment, in one
@@ -816,7 +810,6 @@ fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
     let mut walker = ThreadWalker::default();
     let mut threads: Vec<ThreadRef> = Vec::new();
     let mut last_problem = String::new();
-    let mut buf = [0u8; 64];
     // Threads start and exit while we look (some programs churn hundreds a second), so each attempt
     // brackets the walk with two reads of the GIL words, and a tid counts as real when the process has
     // it now or had it a moment ago; the holder is checked only when no hand-off happened during the
@@ -824,13 +817,13 @@ fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
     let mut before = tid_map.their_tids()?;
     for _ in 0..10 {
         let word_before = target
-            .read_gil_word(&mut buf)
+            .read_gil_word()
             .map_err(|e| read_error(pid, e, "the GIL"))?;
         target
             .walk_threads(&mut walker, &mut threads)
             .map_err(|e| walk_error(pid, e))?;
         let word_after = target
-            .read_gil_word(&mut buf)
+            .read_gil_word()
             .map_err(|e| read_error(pid, e, "the GIL"))?;
         let after = tid_map.their_tids()?;
         if threads.is_empty() {

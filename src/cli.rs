@@ -152,7 +152,10 @@ pub struct RecordArgs {
 
     /// Run gilsample's threads only on these CPUs, e.g. a housekeeping core (3, or 0,2-3), so the
     /// sampler never takes a core from the target. A launched command is not restricted. Without it,
-    /// a real-time sampler moves off whichever CPU the GIL holder runs on.
+    /// a real-time sampler moves off whichever CPU the GIL holder runs on; that is enough while the
+    /// target leaves a core mostly idle, but a target that keeps every core busy handing the GIL
+    /// around is preempted on each tick (measured 1.2-1.3x slower at 10 kHz on 2 cores; README
+    /// "What it costs").
     #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
     pub cpus: Option<CpuList>,
 

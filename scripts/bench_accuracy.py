@@ -84,7 +84,7 @@ def write_oracle_trace(truth, period_ns, start_ns, end_ns, path):
                    "otherData": {"trace_to_monotonic_offset_ns": start_ns}}, f)
 
 
-def oracle_agreement(truth, trace, rate_hz, work_dir):
+def oracle_scores(truth, trace, rate_hz, work_dir):
     meta = json.load(open(trace))["otherData"]
     oracle = os.path.join(work_dir, "oracle.json")
     summary = os.path.join(work_dir, "oracle-summary.json")
@@ -128,7 +128,7 @@ def run_one(version, workload, rate, seconds, work_dir, extra=()):
     result = json.load(open(summary))
     meta = json.load(open(trace))["otherData"]
     overall = result["overall"]
-    oracle, oracle_worst = oracle_agreement(truth, trace, meta["rate_requested_hz"], work_dir)
+    oracle, oracle_worst = oracle_scores(truth, trace, meta["rate_requested_hz"], work_dir)
     return {
         "version": version, "workload": workload, "rate": rate,
         "agreement": overall["agreement"],

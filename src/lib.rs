@@ -1,6 +1,9 @@
 //! gilsample: per-thread GIL wait/hold/release timelines of running CPython processes, sampled from
 //! outside without BPF. See README.md for the design; each module's header says what it owns.
 
+// The trace metadata is one `json!` literal with more keys than serde_json's macro expands by default.
+#![recursion_limit = "256"]
+
 pub mod addr;
 pub mod cli;
 pub mod control;

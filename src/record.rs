@@ -710,6 +710,7 @@ fn metadata(
         "ambiguous_stretches_in_gil_call": report.stretches_in_gil_call,
         "ambiguous_stretches_released": report.stretches_released,
         "ambiguous_stretches_decided_by_handoffs": report.stretches_by_handoffs,
+        "ambiguous_stretches_in_take_after_two_wakeups": report.stretches_woken_twice,
         "handoffs_seen": report.handoffs_seen,
         "handoffs_counted": report.handoffs_counted,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,

@@ -88,14 +88,16 @@ fn format_target(out: &mut String, t: &TargetReport) {
             out,
             "  running-but-not-holding thread samples: {} proven still in take/drop, {} decided by the GIL's \
              waiter counts, {} released (of {}); stretches after a GIL state: {} waited for a CPU inside the \
-             call, {} ran without the GIL ({} of them decided by the hand-off count)",
+             call, {} ran without the GIL ({} decided by the hand-off count, {} found in take_gil by two \
+             wake-ups since holding)",
             s.running_still_waiting,
             s.running_counted,
             s.running_released,
             s.thread_samples,
             s.stretches_in_gil_call,
             s.stretches_released,
-            s.stretches_by_handoffs
+            s.stretches_by_handoffs,
+            s.stretches_woken_twice
         );
     }
     let _ = writeln!(

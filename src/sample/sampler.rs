@@ -20,7 +20,7 @@ use crate::python::attach::{GilWaitRanges, Target, WaiterCounts, Waiters};
 use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{
     Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify, inside,
-    settle_in_hindsight, settle_stretch,
+    settle_in_hindsight, settle_stretch, woke_twice_since_holding,
 };
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
@@ -115,6 +115,9 @@ pub struct SamplerReport {
     pub stretches_released: u64,
     /// Of those, the ones the hand-off count decided (`settle_in_hindsight`).
     pub stretches_by_handoffs: u64,
+    /// Stretches after `Hold` taken as `take_gil` because the thread had since woken twice straight
+    /// onto a CPU (`woke_twice_since_holding`).
+    pub stretches_woken_twice: u64,
     pub handoffs_seen: u64,
     /// `switch_number` advanced by this much over the recording: the interpreter's own count.
     pub handoffs_counted: u64,
@@ -133,6 +136,37 @@ pub struct SamplerReport {
 }
 
 impl SamplerReport {
+    /// All counts zero, for a loop that starts at `start_ns` with `scheduling`.
+    pub fn new(start_ns: u64, scheduling: Scheduling) -> SamplerReport {
+        SamplerReport {
+            start_ns,
+            end_ns: start_ns,
+            samples: 0,
+            late_samples: 0,
+            stalled_reads: 0,
+            longest_stall_ns: 0,
+            faulted_samples: 0,
+            thread_samples: 0,
+            running_still_waiting: 0,
+            running_released: 0,
+            running_counted: 0,
+            stretches_in_gil_call: 0,
+            stretches_released: 0,
+            stretches_by_handoffs: 0,
+            stretches_woken_twice: 0,
+            handoffs_seen: 0,
+            handoffs_counted: 0,
+            kernel_reads_skipped: 0,
+            kernel_reads_unchanged: 0,
+            thread_names: BTreeMap::new(),
+            max_threads: 0,
+            scheduling,
+            cpu_moves: 0,
+            cpu_ns: 0,
+            end: EndReason::Stopped,
+        }
+    }
+
     pub fn achieved_rate_hz(&self) -> f64 {
         let secs = (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9;
         if secs > 0.0 {
@@ -157,6 +191,8 @@ struct Tracked {
     idle_since: Option<u64>,
     /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
     sleep_proof: SleepProof,
+    /// schedstat at the thread's last sample as the GIL holder.
+    at_hold: Option<SchedStat>,
 }
 
 /// A thread asleep in the same non-GIL wait (a queue, a socket, `time.sleep`) for this long is read
@@ -172,8 +208,9 @@ struct Stretch {
     before: GilState,
     first_ns: u64,
     last_ns: u64,
-    /// schedstat at the stretch's first sample.
+    /// schedstat at the stretch's first sample, and at the `Hold` sample before it (if `before` is `Hold`).
     at_start: Option<SchedStat>,
+    at_hold: Option<SchedStat>,
     /// When the thread got a CPU, once a sample has seen it.
     arrival: Option<Arrival>,
 }
@@ -235,12 +272,14 @@ impl Tracked {
         {
             stretch.watch(self.files.read_schedstat(), t);
         }
-        let in_call = settle_stretch(
-            stretch.before,
-            stretch.first_ns,
-            stretch.arrival,
-            params.period_ns,
-        );
+        let before = match (stretch.at_hold, stretch.at_start) {
+            (Some(at_hold), Some(at_start)) if woke_twice_since_holding(at_hold, at_start) => {
+                report.stretches_woken_twice += 1;
+                GilState::Take
+            }
+            _ => stretch.before,
+        };
+        let in_call = settle_stretch(before, stretch.first_ns, stretch.arrival, params.period_ns);
         let released_from = match in_call {
             Some((state, until)) => {
                 report.stretches_in_gil_call += 1;
@@ -288,32 +327,7 @@ pub fn run_sampler(
         threads: Vec::with_capacity(64),
         refs: Vec::with_capacity(64),
         walker: ThreadWalker::default(),
-        report: SamplerReport {
-            start_ns: start,
-            end_ns: start,
-            samples: 0,
-            late_samples: 0,
-            stalled_reads: 0,
-            longest_stall_ns: 0,
-            faulted_samples: 0,
-            thread_samples: 0,
-            running_still_waiting: 0,
-            running_released: 0,
-            running_counted: 0,
-            stretches_in_gil_call: 0,
-            stretches_released: 0,
-            stretches_by_handoffs: 0,
-            handoffs_seen: 0,
-            handoffs_counted: 0,
-            kernel_reads_skipped: 0,
-            kernel_reads_unchanged: 0,
-            thread_names: BTreeMap::new(),
-            max_threads: 0,
-            scheduling: apply_to_current_thread(config.priority),
-            cpu_moves: 0,
-            cpu_ns: 0,
-            end: EndReason::Stopped,
-        },
+        report: SamplerReport::new(start, apply_to_current_thread(config.priority)),
     };
     let end = state.run(config, stop, live, sink, start);
     let last = state.report.end_ns;
@@ -511,11 +525,13 @@ impl Loop<'_> {
                 }
                 match basis {
                     Basis::Ambiguous => {
+                        let before = evidence.previous.unwrap_or(GilState::Released);
                         let stretch = tracked.pending.get_or_insert_with(|| Stretch {
-                            before: evidence.previous.unwrap_or(GilState::Released),
+                            before,
                             first_ns: t,
                             last_ns: t,
                             at_start: tracked.files.read_schedstat(),
+                            at_hold: tracked.at_hold.filter(|_| before == GilState::Hold),
                             arrival: None,
                         });
                         // A stretch is a run of consecutive samples: where the sampler fell behind it
@@ -545,6 +561,9 @@ impl Loop<'_> {
                     tracked.settle(Some(t), next, &params, &mut self.report, sink);
                 }
                 tracked.definite_switch = Some(word.switch_number);
+                if state == GilState::Hold {
+                    tracked.at_hold = tracked.files.read_schedstat();
+                }
                 tracked
                     .timeline
                     .observe(t, state, &params, &mut |iv| sink(Record::Interval(iv)));
@@ -682,6 +701,7 @@ impl Loop<'_> {
                 last_kernel: None,
                 idle_since: None,
                 sleep_proof: SleepProof::default(),
+                at_hold: None,
             });
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
@@ -697,5 +717,105 @@ fn thread_name(pid: u32, tid: u32) -> String {
         format!("MainThread ({comm})")
     } else {
         comm.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn this_thread() -> Tracked {
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        Tracked {
+            tid,
+            tstate: RemoteAddr(0x1000),
+            files: ThreadFiles::open(std::process::id(), tid).unwrap(),
+            timeline: ThreadTimeline::new(tid),
+            definite_switch: None,
+            pending: None,
+            last_kernel: None,
+            idle_since: None,
+            sleep_proof: SleepProof::default(),
+            at_hold: None,
+        }
+    }
+
+    fn stat(timeslices: u64, run_queue_ns: u64) -> SchedStat {
+        SchedStat {
+            cpu_ns: 1_000_000,
+            run_queue_ns,
+            timeslices,
+        }
+    }
+
+    /// What a former holder is taken to be during a stretch, given schedstat at its hold sample and at
+    /// the stretch's first sample. The stretch: held at 1.0 ms, running at 1.1–1.3 ms while waiting
+    /// for a CPU since before 1.1 ms, got it by 1.4 ms, seen in `take_gil` there (one hand-off).
+    fn stretch_state(at_hold: SchedStat, at_start: SchedStat) -> (GilState, SamplerReport) {
+        let params = TimelineParams::for_period(100_000);
+        let mut report = SamplerReport::new(0, Scheduling::Inherited);
+        let mut intervals = Vec::new();
+        let mut sink = |record| {
+            if let Record::Interval(iv) = record {
+                intervals.push(iv)
+            }
+        };
+        let mut tracked = this_thread();
+        tracked
+            .timeline
+            .observe(1_000_000, GilState::Hold, &params, &mut |iv| {
+                sink(Record::Interval(iv))
+            });
+        tracked.pending = Some(Stretch {
+            before: GilState::Hold,
+            first_ns: 1_100_000,
+            last_ns: 1_300_000,
+            at_start: Some(at_start),
+            at_hold: Some(at_hold),
+            arrival: Some(Arrival {
+                before_ns: 1_300_000,
+                seen_ns: 1_400_000,
+                queued_ns: 350_000,
+            }),
+        });
+        tracked.settle(
+            Some(1_400_000),
+            Some((GilState::Take, 1)),
+            &params,
+            &mut report,
+            &mut sink,
+        );
+        tracked
+            .timeline
+            .observe(1_400_000, GilState::Take, &params, &mut |iv| {
+                sink(Record::Interval(iv))
+            });
+        tracked
+            .timeline
+            .close(None, &params, &mut |iv| sink(Record::Interval(iv)));
+        let at = |t: u64| {
+            intervals
+                .iter()
+                .find(|iv| iv.start_ns <= t && t < iv.end_ns)
+                .map(|iv| iv.state)
+        };
+        (at(1_200_000).unwrap(), report)
+    }
+
+    #[test]
+    fn a_former_holder_woken_twice_onto_a_cpu_is_in_take_gil() {
+        let (state, report) = stretch_state(stat(10, 500), stat(12, 500));
+        assert_eq!(state, GilState::Take);
+        assert_eq!(report.stretches_woken_twice, 1);
+        assert_eq!(report.stretches_in_gil_call, 1);
+    }
+
+    #[test]
+    fn a_former_holder_that_waited_on_a_run_queue_is_still_in_drop_gil() {
+        for at_start in [stat(12, 900), stat(11, 500)] {
+            let (state, report) = stretch_state(stat(10, 500), at_start);
+            assert_eq!(state, GilState::Drop, "{at_start:?}");
+            assert_eq!(report.stretches_woken_twice, 0);
+        }
     }
 }

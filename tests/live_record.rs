@@ -62,6 +62,19 @@ fn contention(label: &str) {
         "{label}: the trace says Python {version}"
     );
     assert!(trace.other("samples").as_u64().unwrap() > 0);
+    // Stretches taken as take_gil after two wake-ups are some of those settled inside a GIL call.
+    let woke_twice = trace
+        .other("ambiguous_stretches_in_take_after_two_wakeups")
+        .as_u64()
+        .unwrap();
+    let in_call = trace
+        .other("ambiguous_stretches_in_gil_call")
+        .as_u64()
+        .unwrap();
+    assert!(
+        woke_twice <= in_call,
+        "{woke_twice} stretches after two wake-ups, {in_call} in a GIL call"
+    );
 }
 
 fn lone_sleeper_never_waits(label: &str) {

@@ -272,17 +272,22 @@ impl Tracked {
         {
             stretch.watch(self.files.read_schedstat(), t);
         }
-        let before = match (stretch.at_hold, stretch.at_start) {
-            (Some(at_hold), Some(at_start)) if woke_twice_since_holding(at_hold, at_start) => {
-                report.stretches_woken_twice += 1;
-                GilState::Take
-            }
-            _ => stretch.before,
+        let woke_twice = matches!(
+            (stretch.at_hold, stretch.at_start),
+            (Some(at_hold), Some(at_start)) if woke_twice_since_holding(at_hold, at_start)
+        );
+        let before = if woke_twice {
+            GilState::Take
+        } else {
+            stretch.before
         };
         let in_call = settle_stretch(before, stretch.first_ns, stretch.arrival, params.period_ns);
         let released_from = match in_call {
             Some((state, until)) => {
                 report.stretches_in_gil_call += 1;
+                if woke_twice {
+                    report.stretches_woken_twice += 1;
+                }
                 self.timeline
                     .observe_run(stretch.first_ns, until, state, params, emit);
                 stretch.arrival.map(|a| a.seen_ns)

@@ -238,6 +238,22 @@ impl Stretch {
 const MAX_STRETCH_NS: u64 = 50_000_000;
 
 impl Tracked {
+    /// A thread seen for the first time: nothing known yet.
+    fn new(tid: u32, tstate: RemoteAddr, files: ThreadFiles) -> Tracked {
+        Tracked {
+            tid,
+            tstate,
+            files,
+            timeline: ThreadTimeline::new(tid),
+            definite_switch: None,
+            pending: None,
+            last_kernel: None,
+            idle_since: None,
+            sleep_proof: SleepProof::default(),
+            at_hold: None,
+        }
+    }
+
     /// Decides the pending stretch and feeds it to the timeline. `t` is the first sample after the
     /// stretch (`None` when the thread is gone or the recording ends), whose schedstat may still show
     /// the thread's CPU arrival; `next` is that sample's definite state and the hand-offs since the
@@ -696,18 +712,7 @@ impl Loop<'_> {
                 .thread_names
                 .entry(r.tid)
                 .or_insert_with(|| thread_name(target.pid, r.tid));
-            self.threads.push(Tracked {
-                tid: r.tid,
-                tstate: r.tstate,
-                files,
-                timeline: ThreadTimeline::new(r.tid),
-                definite_switch: None,
-                pending: None,
-                last_kernel: None,
-                idle_since: None,
-                sleep_proof: SleepProof::default(),
-                at_hold: None,
-            });
+            self.threads.push(Tracked::new(r.tid, r.tstate, files));
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
         Ok(())
@@ -731,18 +736,11 @@ mod tests {
 
     fn this_thread() -> Tracked {
         let tid = nix::unistd::gettid().as_raw() as u32;
-        Tracked {
+        Tracked::new(
             tid,
-            tstate: RemoteAddr(0x1000),
-            files: ThreadFiles::open(std::process::id(), tid).unwrap(),
-            timeline: ThreadTimeline::new(tid),
-            definite_switch: None,
-            pending: None,
-            last_kernel: None,
-            idle_since: None,
-            sleep_proof: SleepProof::default(),
-            at_hold: None,
-        }
+            RemoteAddr(0x1000),
+            ThreadFiles::open(std::process::id(), tid).unwrap(),
+        )
     }
 
     fn stat(timeslices: u64, run_queue_ns: u64) -> SchedStat {

@@ -191,7 +191,8 @@ struct Tracked {
     idle_since: Option<u64>,
     /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
     sleep_proof: SleepProof,
-    /// schedstat at the thread's last sample as the GIL holder.
+    /// schedstat at the thread's last sample as the GIL holder: the one before a stretch after `Hold`,
+    /// since a stretch ends before the thread can hold again.
     at_hold: Option<SchedStat>,
 }
 
@@ -208,9 +209,8 @@ struct Stretch {
     before: GilState,
     first_ns: u64,
     last_ns: u64,
-    /// schedstat at the stretch's first sample, and at the `Hold` sample before it (if `before` is `Hold`).
+    /// schedstat at the stretch's first sample.
     at_start: Option<SchedStat>,
-    at_hold: Option<SchedStat>,
     /// When the thread got a CPU, once a sample has seen it.
     arrival: Option<Arrival>,
 }
@@ -288,10 +288,11 @@ impl Tracked {
         {
             stretch.watch(self.files.read_schedstat(), t);
         }
-        let woke_twice = matches!(
-            (stretch.at_hold, stretch.at_start),
-            (Some(at_hold), Some(at_start)) if woke_twice_since_holding(at_hold, at_start)
-        );
+        let woke_twice = stretch.before == GilState::Hold
+            && matches!(
+                (self.at_hold, stretch.at_start),
+                (Some(at_hold), Some(at_start)) if woke_twice_since_holding(at_hold, at_start)
+            );
         let before = if woke_twice {
             GilState::Take
         } else {
@@ -546,13 +547,11 @@ impl Loop<'_> {
                 }
                 match basis {
                     Basis::Ambiguous => {
-                        let before = evidence.previous.unwrap_or(GilState::Released);
                         let stretch = tracked.pending.get_or_insert_with(|| Stretch {
-                            before,
+                            before: evidence.previous.unwrap_or(GilState::Released),
                             first_ns: t,
                             last_ns: t,
                             at_start: tracked.files.read_schedstat(),
-                            at_hold: tracked.at_hold.filter(|_| before == GilState::Hold),
                             arrival: None,
                         });
                         // A stretch is a run of consecutive samples: where the sampler fell behind it
@@ -764,6 +763,7 @@ mod tests {
             }
         };
         let mut tracked = this_thread();
+        tracked.at_hold = Some(at_hold);
         tracked
             .timeline
             .observe(1_000_000, GilState::Hold, &params, &mut |iv| {
@@ -774,7 +774,6 @@ mod tests {
             first_ns: 1_100_000,
             last_ns: 1_300_000,
             at_start: Some(at_start),
-            at_hold: Some(at_hold),
             arrival: Some(Arrival {
                 before_ns: 1_300_000,
                 seen_ns: 1_400_000,

@@ -721,14 +721,10 @@ fn metadata(
         "sampler_scheduling": report.scheduling.to_string(),
         "sampler_cpus": opts.cpus,
         "sampler_cpu_seconds": report.cpu_ns as f64 / 1e9,
+        "sampler_moved_off_holder_cpu": report.cpu_moves,
     });
-    let Value::Object(mut map) = value else {
+    let Value::Object(map) = value else {
         unreachable!("json! of an object literal is an object")
     };
-    // Beyond what one json! literal can hold.
-    map.insert(
-        "sampler_moved_off_holder_cpu".into(),
-        report.cpu_moves.into(),
-    );
     map
 }

@@ -180,10 +180,9 @@ def main():
     observers = [o for o in OBSERVERS if not (args.only_gilsample and o[0] not in ("alone", "gilsample"))]
     if args.baseline:
         observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
-    if args.floor:
-        observers.append(("wake only, no reads", run_wake_floor))
     needs = [(BINARY, "cargo build --release"), (GILTRUTH, "GILTRUTH=path/to/giltruth")]
     if args.floor:
+        observers.append(("wake only, no reads", run_wake_floor))
         needs.append((WAKE_FLOOR, "cargo build --release --example wake_floor"))
     for need, why in needs:
         if not os.path.exists(need):

@@ -43,7 +43,9 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     );
     let _ = writeln!(out, "GIL:            {}", target.gil);
     let _ = writeln!(out, "thread ids via: {:?}", target.tids);
-    let word = target.read_gil_word().ok();
+    let reading = target.read_gil(target.waiter_counts.as_ref().ok()).ok();
+    let word = reading.map(|r| r.word);
+    let mutex_owner = reading.and_then(|r| r.mutex_owner);
     if let Some(w) = word {
         let _ = writeln!(
             out,
@@ -52,6 +54,11 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
         );
     }
     let _ = writeln!(out, "GIL waiters:    {}", describe_waiter_counts(&target));
+    let _ = writeln!(
+        out,
+        "GIL mutex:      {}",
+        describe_mutex_owner(&target, mutex_owner)
+    );
     let mut threads = Vec::new();
     target
         .walk_threads(&mut ThreadWalker::default(), &mut threads)
@@ -85,6 +92,9 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             previous: None,
             handoffs_since_previous: None,
             census: Census::Unknown,
+            owns_gil_mutex: mutex_owner.map(|owner| owner == t.their_tid),
+            left_gil_mutex: false,
+            no_switch_request: false,
         };
         let (state, _) = classify(&evidence, &ranges);
         let _ = writeln!(
@@ -99,18 +109,37 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     Ok(out)
 }
 
+/// Who holds the GIL's mutex, as one read found it (`owner`), or why that is not known.
+fn describe_mutex_owner(target: &crate::python::attach::Target, owner: Option<u32>) -> String {
+    match (&target.waiter_counts, owner) {
+        (Err(why), _) => format!("not read: {why}"),
+        (Ok(at), owner) => {
+            let Some(place) = at.mutex() else {
+                return "not read: the layout's gil.mutex is not a glibc pthread_mutex_t"
+                    .to_string();
+            };
+            let state = match owner {
+                Some(0) => "free".to_string(),
+                Some(tid) => format!("held by thread {tid} (as the target numbers it)"),
+                None => "unreadable now (its lock and owner words disagree)".to_string(),
+            };
+            format!("{state}; glibc pthread_mutex_t at {place}")
+        }
+    }
+}
+
 /// The waiter counts' source, with what they read now, or why there are none.
 pub fn describe_waiter_counts(target: &crate::python::attach::Target) -> String {
     match &target.waiter_counts {
         Ok(at) => {
             let (major, minor) = at.glibc;
             // The sampler's own read (GIL words and counts at once), so what this says is what it sees.
-            match target.read_gil_and_waiters(Some(at)) {
-                Ok((_, Some(w))) => format!(
+            match target.read_gil(Some(at)).map(|reading| reading.waiters) {
+                Ok(Some(w)) => format!(
                     "counted by glibc {major}.{minor} (now {} in take_gil's wait, {} in drop_gil's)",
                     w.take, w.drop
                 ),
-                Ok((_, None)) => format!("counted by glibc {major}.{minor} (invalid now)"),
+                Ok(None) => format!("counted by glibc {major}.{minor} (invalid now)"),
                 Err(e) => format!("counted by glibc {major}.{minor} (unreadable now: {e:?})"),
             }
         }

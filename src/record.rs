@@ -702,6 +702,7 @@ fn metadata(
         "running_classified_take": report.running_still_waiting,
         "running_classified_released": report.running_released,
         "running_classified_by_waiter_counts": report.running_counted,
+        "running_classified_by_gil_mutex_owner": report.running_by_gil_mutex,
         "gil_waiter_counts": if opts.waiter_counts {
             crate::info::describe_waiter_counts(target)
         } else {

@@ -253,7 +253,9 @@ fn every_layout_source_records(label: &str) {
 
 /// The GIL's waiter counts are found at the place this interpreter's own glibc keeps them (the release
 /// as its libc reports it: 2.36 on the host, 2.41+ in the sid root, where the word moved), and count
-/// the threads stuck behind a main thread that keeps the GIL in one endless C call.
+/// the threads stuck behind a main thread that keeps the GIL in one endless C call. The GIL's mutex,
+/// read in the same span, is free then (the waiters hold it only for microseconds, when their timed
+/// wait ends): an owner word read from the wrong place disagrees with the lock word next to it.
 fn waiter_counts_see_threads_behind_a_hog(label: &str) {
     let python = interpreter(label);
     let libc = Command::new(&python.command[0])
@@ -265,7 +267,10 @@ fn waiter_counts_see_threads_behind_a_hog(label: &str) {
     let libc = String::from_utf8(libc.stdout).unwrap().trim().to_string();
     assert!(libc.starts_with("glibc 2."), "confstr says {libc:?}");
     let workload = Workload::start(&python, &["hog", "--threads", "3"]);
-    let want = format!("counted by {libc} (now 3 in take_gil's wait, 0 in drop_gil's)");
+    let want = (
+        format!("counted by {libc} (now 3 in take_gil's wait, 0 in drop_gil's)"),
+        "free".to_string(),
+    );
     // The main thread reaches its endless call only after it wins the GIL back from the waiters.
     let mut seen = Vec::new();
     for _ in 0..300 {
@@ -275,18 +280,80 @@ fn waiter_counts_see_threads_behind_a_hog(label: &str) {
             .unwrap();
         assert!(out.status.success());
         let text = String::from_utf8(out.stdout).unwrap();
-        let line = text
-            .lines()
-            .find_map(|l| l.strip_prefix("GIL waiters:"))
-            .expect("info prints the waiter counts")
-            .trim()
-            .to_string();
-        if line == want {
+        let line = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap_or_else(|| panic!("info prints {name}"))
+                .trim()
+                .to_string()
+        };
+        let mutex = line("GIL mutex:");
+        let lines = (
+            line("GIL waiters:"),
+            mutex.split(';').next().unwrap().to_string(),
+        );
+        if lines == want {
             return;
         }
-        seen.push(line);
+        seen.push(lines);
     }
     panic!("never saw {want:?}; saw {:?}", &seen[seen.len() - 5..]);
+}
+
+/// A thread that locks the GIL's own mutex (the `squatter` workload) owns it for good: `info` names
+/// that thread as the owner, which only the right words at the right place of the right glibc can say.
+fn gil_mutex_owner_is_named(label: &str) {
+    let python = interpreter(label);
+    let mut child = python
+        .workload_command(&["squatter"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let ready: serde_json::Value =
+        serde_json::from_str(line.strip_prefix("READY ").unwrap()).unwrap();
+    let pid = ready["pid"].as_u64().unwrap().to_string();
+    let squatter = ready["threads"]["squatter"].as_u64().unwrap();
+    let info = || {
+        let out = gilsample().args(["info", "--pid", &pid]).output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("GIL mutex:"))
+            .expect("info prints the GIL's mutex")
+            .trim()
+            .to_string()
+    };
+    let before = info();
+    let address = before
+        .rsplit("at ")
+        .next()
+        .unwrap_or_else(|| panic!("no address in {before:?}"));
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        format!("{address}\n").as_bytes(),
+    )
+    .unwrap();
+    let want = format!("held by thread {squatter} (as the target numbers it)");
+    let mut seen = Vec::new();
+    for _ in 0..300 {
+        let now = info();
+        if now.starts_with(&want) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        seen.push(now);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("never saw {want:?}; saw {:?}", &seen[seen.len() - 3..]);
 }
 
 macro_rules! interpreter_tests {
@@ -309,6 +376,8 @@ macro_rules! interpreter_tests {
                 fn every_layout_source_records() { super::every_layout_source_records($label) }
                 #[test]
                 fn waiter_counts_see_threads_behind_a_hog() { super::waiter_counts_see_threads_behind_a_hog($label) }
+                #[test]
+                fn gil_mutex_owner_is_named() { super::gil_mutex_owner_is_named($label) }
             }
         )*
     };

@@ -1,4 +1,4 @@
-//! The target's glibc, as far as the GIL's condition variables need it.
+//! The target's glibc, as far as the GIL's condition variables and mutex need it.
 //!
 //! CPython's GIL waits on a `pthread_cond_t` (`gil->cond` in `take_gil`, `gil->switch_cond` in
 //! `drop_gil`'s forced switch). glibc keeps, in the condition variable's `__wrefs` word, how many
@@ -6,7 +6,9 @@
 //! when it runs again after its wake-up, so the count includes threads that were woken and still wait
 //! for a CPU, which the kernel reports as running like any thread running native code. That word's
 //! place depends on the glibc release: 2.25 introduced it (at byte 36), 2.41 dropped `__g_refs` before
-//! it (byte 28). Other C libraries (musl) keep no such count.
+//! it (byte 28). The GIL's mutex records which thread holds it; `take_gil` and `drop_gil` hold it for
+//! microseconds unless a wake-up they cause preempts them there. Other C libraries (musl) keep no
+//! such count, and gilsample reads neither there.
 
 use std::path::Path;
 
@@ -25,6 +27,26 @@ pub struct CondvarLayout {
 
 /// The size of glibc's `pthread_cond_t` on every 64-bit architecture.
 pub const PTHREAD_COND_SIZE: u64 = 48;
+
+/// The size of glibc's `pthread_mutex_t` on every 64-bit architecture.
+pub const PTHREAD_MUTEX_SIZE: u64 = 40;
+
+/// Where `pthread_mutex_t` keeps `__lock` (0 free, 1 locked, 2 locked with sleepers) and `__owner`, the
+/// id of the thread that holds it: glibc records the owner for every mutex type, the default one
+/// included, after it takes the lock and clears it before it lets the lock go.
+pub const MUTEX_LOCK_OFFSET: u64 = 0;
+pub const MUTEX_OWNER_OFFSET: u64 = 8;
+
+/// The thread holding a mutex, from its `__lock` and `__owner` words read at once: `Some(0)` when it is
+/// free (or between taking the lock and recording the owner), `None` when the two words contradict
+/// each other (an owner on a free lock, a lock value glibc never stores), as a torn or a wrong read would.
+pub fn mutex_owner(lock: u32, owner: u32) -> Option<u32> {
+    match (lock, owner) {
+        (0, 0) => Some(0),
+        (1 | 2, owner) if owner <= i32::MAX as u32 => Some(owner),
+        _ => None,
+    }
+}
 
 /// `__wrefs` counts waiters in its upper bits; the low three are flags (shared, clock, destroy).
 pub fn waiters_in(wrefs: u32) -> u32 {
@@ -126,6 +148,17 @@ mod tests {
         // CPython's condition variables use CLOCK_MONOTONIC: flag bit 1.
         assert_eq!(waiters_in(2), 0);
         assert_eq!(waiters_in(18), 2);
+    }
+
+    #[test]
+    fn mutex_owner_needs_a_lock_that_agrees() {
+        assert_eq!(mutex_owner(0, 0), Some(0));
+        assert_eq!(mutex_owner(1, 0), Some(0));
+        assert_eq!(mutex_owner(1, 4242), Some(4242));
+        assert_eq!(mutex_owner(2, 4242), Some(4242));
+        assert_eq!(mutex_owner(0, 4242), None);
+        assert_eq!(mutex_owner(3, 4242), None);
+        assert_eq!(mutex_owner(1, u32::MAX), None);
     }
 
     #[test]

@@ -89,17 +89,16 @@ pub struct Target {
 impl Target {
     /// Reads the GIL words in one read.
     pub fn read_gil_word(&self) -> std::result::Result<GilWord, ReadError> {
-        self.read_gil_and_waiters(None).map(|(word, _)| word)
+        self.read_gil(None).map(|reading| reading.word)
     }
 
-    /// Reads the GIL words and, where `counts` is given, the waiter counts at the same moment, in one
-    /// read of the GIL structure that holds them all: a read costs the same for 24 bytes as for 200
-    /// (a syscall each), and the sampler does this on every tick. The counts are `None` where they
-    /// read as something no live GIL holds.
-    pub fn read_gil_and_waiters(
+    /// Reads the GIL words and, where `counts` is given, the waiter counts and the mutex's owner at the
+    /// same moment, in one read of the GIL structure that holds them all: a read costs the same for
+    /// 24 bytes as for 200 (a syscall each), and the sampler does this on every tick.
+    pub fn read_gil(
         &self,
         counts: Option<&WaiterCounts>,
-    ) -> std::result::Result<(GilWord, Option<Waiters>), ReadError> {
+    ) -> std::result::Result<GilReading, ReadError> {
         let (word_start, word_end) = (
             self.gil.0 + self.gil_word.start,
             self.gil.0 + self.gil_word.end,
@@ -115,12 +114,16 @@ impl Target {
         self.memory.read_into(RemoteAddr(start), span)?;
         let word_bytes = &span[(word_start - start) as usize..(word_end - start) as usize];
         let word = self.gil_word.decode(word_bytes)?;
-        let waiters = counts.and_then(|at| {
-            let from = (at.take_wrefs.0 - start) as usize;
-            at.decode(&span[from..(at.span_end() - start) as usize])
-                .ok()
-        });
-        Ok((word, waiters))
+        let counted = counts.map(|at| &span[(at.take_wrefs.0 - start) as usize..]);
+        Ok(GilReading {
+            word,
+            waiters: counts
+                .zip(counted)
+                .and_then(|(at, bytes)| at.decode(bytes).ok()),
+            mutex_owner: counts
+                .zip(counted)
+                .and_then(|(at, bytes)| at.decode_mutex_owner(bytes)),
+        })
     }
 
     /// The target's thread states, walked with `walker` (which keeps what it needs between walks).
@@ -183,6 +186,20 @@ pub struct WaiterCounts {
     /// `gil.switch_cond`'s `__wrefs`: threads in `drop_gil`'s forced-switch wait; after `take_wrefs`,
     /// so that one read covers both.
     drop_wrefs: Option<RemoteAddr>,
+    /// `gil.mutex`'s `__lock`, followed by its `__owner`; after `take_wrefs` too (the mutex follows
+    /// the condition variable in every CPython layout).
+    mutex_lock: Option<RemoteAddr>,
+}
+
+/// The GIL as one read sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GilReading {
+    pub word: GilWord,
+    /// `None` where glibc's counts are not known or read as something no live GIL holds.
+    pub waiters: Option<Waiters>,
+    /// The target's id (in its own PID namespace) of the thread holding the GIL's mutex, `Some(0)` for
+    /// nobody; `None` where not known or the mutex reads inconsistent.
+    pub mutex_owner: Option<u32>,
 }
 
 /// How many threads are inside each GIL wait, including those woken and not yet run.
@@ -197,12 +214,32 @@ pub struct Waiters {
 const GIL_SPAN_MAX: usize = 512;
 
 impl WaiterCounts {
-    /// The end of the bytes that hold both counts, which start at `take_wrefs`.
+    /// The end of the bytes that hold both counts and the mutex's owner, which start at `take_wrefs`.
     fn span_end(&self) -> u64 {
-        self.drop_wrefs.map_or(self.take_wrefs.0, |d| d.0) + 4
+        let counts_end = self.drop_wrefs.map_or(self.take_wrefs.0, |d| d.0) + 4;
+        let owner_end = self
+            .mutex_lock
+            .map_or(0, |m| m.0 + crate::process::glibc::MUTEX_OWNER_OFFSET + 4);
+        counts_end.max(owner_end)
     }
 
-    /// Decodes both counts from the bytes `take_wrefs..span_end()`.
+    /// Where the GIL's mutex is, when located as glibc's (reads then report its owner).
+    pub fn mutex(&self) -> Option<RemoteAddr> {
+        self.mutex_lock
+    }
+
+    /// Decodes the mutex's owner from bytes that start at `take_wrefs`.
+    fn decode_mutex_owner(&self, span: &[u8]) -> Option<u32> {
+        use crate::process::glibc::{MUTEX_LOCK_OFFSET, MUTEX_OWNER_OFFSET, mutex_owner};
+        let at = self.mutex_lock?.0 - self.take_wrefs.0;
+        let word = |offset: u64| -> Option<u32> {
+            let raw = span.get((at + offset) as usize..(at + offset) as usize + 4)?;
+            Some(u32::from_ne_bytes(raw.try_into().unwrap()))
+        };
+        mutex_owner(word(MUTEX_LOCK_OFFSET)?, word(MUTEX_OWNER_OFFSET)?)
+    }
+
+    /// Decodes both counts from bytes that start at `take_wrefs`.
     fn decode(&self, span: &[u8]) -> std::result::Result<Waiters, ReadError> {
         let word = |offset: u64| -> std::result::Result<u32, ReadError> {
             let raw = span
@@ -240,7 +277,7 @@ impl Target {
 
 /// Locates the waiter counts of the target's GIL and reads them once to check them.
 fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, String> {
-    use crate::process::glibc::{self, PTHREAD_COND_SIZE};
+    use crate::process::glibc::{self, PTHREAD_COND_SIZE, PTHREAD_MUTEX_SIZE};
     let condvar = glibc::detect(target.pid)?;
     let wrefs = |name: &str| -> std::result::Result<Option<RemoteAddr>, String> {
         let Some(field) = target.layout.field(name) else {
@@ -259,10 +296,17 @@ fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, Stri
     let take_wrefs = wrefs("gil.cond")?.ok_or("the layout has no gil.cond")?;
     let drop_wrefs = wrefs("gil.switch_cond")?
         .filter(|d| d.0 > take_wrefs.0 && d.0 + 4 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
+    let mutex_lock = target
+        .layout
+        .field("gil.mutex")
+        .filter(|f| f.size == PTHREAD_MUTEX_SIZE)
+        .map(|f| RemoteAddr(target.gil.0 + f.offset))
+        .filter(|m| m.0 > take_wrefs.0 && m.0 + 12 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
     let counts = WaiterCounts {
         glibc: condvar.release,
         take_wrefs,
         drop_wrefs,
+        mutex_lock,
     };
     let first = (target.gil.0 + target.gil_word.start).min(counts.take_wrefs.0);
     let last = (target.gil.0 + target.gil_word.end).max(counts.span_end());
@@ -860,4 +904,61 @@ fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
         pid,
         why: last_problem,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// glibc 2.36's words in a GIL laid out as on x86_64: `cond` at 0x1000 (`__wrefs` at +36), `mutex`
+    /// after it at +48 (`__owner` at +8), `switch_cond` at +88.
+    const COND: u64 = 0x1000;
+    const MUTEX: u64 = COND + 48;
+
+    fn counts() -> WaiterCounts {
+        WaiterCounts {
+            glibc: (2, 36),
+            take_wrefs: RemoteAddr(COND + 36),
+            drop_wrefs: Some(RemoteAddr(COND + 88 + 36)),
+            mutex_lock: Some(RemoteAddr(MUTEX)),
+        }
+    }
+
+    fn put(span: &mut [u8], counts: &WaiterCounts, addr: u64, value: u32) {
+        let at = (addr - counts.take_wrefs.0) as usize;
+        span[at..at + 4].copy_from_slice(&value.to_ne_bytes());
+    }
+
+    #[test]
+    fn one_span_holds_the_counts_and_the_mutex_owner() {
+        let counts = counts();
+        let mut span = vec![0u8; (counts.span_end() - counts.take_wrefs.0) as usize];
+        // Three waiters on a CLOCK_MONOTONIC condition variable; the mutex locked by thread 4242.
+        put(&mut span, &counts, COND + 36, (3 << 3) | 2);
+        put(&mut span, &counts, MUTEX, 1);
+        put(&mut span, &counts, MUTEX + 8, 4242);
+        assert_eq!(counts.decode(&span), Ok(Waiters { take: 3, drop: 0 }));
+        assert_eq!(counts.decode_mutex_owner(&span), Some(4242));
+        // An owner on a free lock is a torn read, not an owner.
+        put(&mut span, &counts, MUTEX, 0);
+        assert_eq!(counts.decode_mutex_owner(&span), None);
+        put(&mut span, &counts, MUTEX + 8, 0);
+        assert_eq!(counts.decode_mutex_owner(&span), Some(0));
+    }
+
+    #[test]
+    fn the_span_reaches_the_owner_without_a_switch_cond() {
+        let counts = WaiterCounts {
+            drop_wrefs: None,
+            ..counts()
+        };
+        assert_eq!(counts.span_end(), MUTEX + 12);
+        let unlocated = WaiterCounts {
+            mutex_lock: None,
+            ..counts
+        };
+        assert_eq!(unlocated.mutex(), None);
+        assert_eq!(unlocated.span_end(), COND + 40);
+        assert_eq!(unlocated.decode_mutex_owner(&[0u8; 64]), None);
+    }
 }

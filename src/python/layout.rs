@@ -121,6 +121,13 @@ pub const FIELD_QUERIES: &[FieldSpec] = &[
         paths: &[""],
         required: true,
     },
+    // The switch interval in µs: a holder is asked to let go only after a waiter waited this long.
+    FieldSpec {
+        name: "gil.interval",
+        root: GIL,
+        paths: &["interval"],
+        required: false,
+    },
     FieldSpec {
         name: "gil.last_holder",
         root: GIL,

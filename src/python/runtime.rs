@@ -47,7 +47,11 @@ pub enum TidSource {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadRef {
     pub tstate: RemoteAddr,
+    /// The id as this process sees it (/proc, the trace); the walk reads the target's own.
     pub tid: u32,
+    /// The id as the target's PID namespace numbers it, which is what its C library records (a
+    /// mutex's owner).
+    pub their_tid: u32,
 }
 
 /// The GIL as one sample sees it.
@@ -58,9 +62,11 @@ pub struct GilWord {
     pub last_holder: RemoteAddr,
     /// Counts hand-offs since start; its change between two samples is how many the sampler missed.
     pub switch_number: u64,
+    /// The switch interval (`sys.setswitchinterval`) in µs, where the layout has it.
+    pub interval_us: Option<u64>,
 }
 
-/// Where `last_holder`, `locked` and `switch_number` lie in the GIL struct, looked up in the layout
+/// Where `last_holder`, `locked`, `switch_number` and `interval` lie in the GIL struct, looked up in the layout
 /// once: the sampler decodes them on every tick, and looking them up by name there was a tenth of its
 /// CPU (perf, 10 kHz).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +74,8 @@ pub struct GilWordFields {
     locked: FieldInfo,
     last_holder: FieldInfo,
     switch_number: FieldInfo,
-    /// The byte range `[start, end)` of the GIL struct that holds the three, so one read fetches all.
+    interval: Option<FieldInfo>,
+    /// The byte range `[start, end)` of the GIL struct that holds them, so one read fetches all.
     pub start: u64,
     pub end: u64,
 }
@@ -77,13 +84,21 @@ impl GilWordFields {
     pub fn new(layout: &Layout) -> GilWordFields {
         let [locked, last_holder, switch_number] =
             ["gil.locked", "gil.last_holder", "gil.switch_number"].map(|n| layout.required(n));
-        let fields = [locked, last_holder, switch_number];
+        let interval = layout.field("gil.interval");
+        let fields = [
+            Some(locked),
+            Some(last_holder),
+            Some(switch_number),
+            interval,
+        ];
+        let fields = fields.iter().flatten();
         GilWordFields {
             locked,
             last_holder,
             switch_number,
-            start: fields.iter().map(|f| f.offset).min().unwrap_or(0),
-            end: fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0),
+            interval,
+            start: fields.clone().map(|f| f.offset).min().unwrap_or(0),
+            end: fields.map(|f| f.offset + f.size).max().unwrap_or(0),
         }
     }
 
@@ -110,6 +125,7 @@ impl GilWordFields {
             locked,
             last_holder: RemoteAddr(field(self.last_holder)?),
             switch_number: field(self.switch_number)?,
+            interval_us: self.interval.map(field).transpose()?,
         })
     }
 }
@@ -271,7 +287,11 @@ impl ThreadWalker {
             }
             let tid = u32::try_from(tid)
                 .map_err(|_| WalkError::Corrupt(format!("thread id {tid} is out of range")))?;
-            out.push(ThreadRef { tstate, tid });
+            out.push(ThreadRef {
+                tstate,
+                tid,
+                their_tid: tid,
+            });
         }
         Ok(())
     }

@@ -10,17 +10,28 @@
 //!    signaller waits for woken waiters to leave): signalling it, which `drop_gil` does → `Drop`.
 //! 4. Asleep in futex on `switch_cond` or `switch_mutex` → `Drop` (FORCE_SWITCHING hand-off in `drop_gil`).
 //! 5. Asleep anywhere else (another futex, I/O, sleep) or stopped → `Released`.
-//! 6. Running (on a CPU or runnable) and not the holder. CPython increments `switch_number` on every
+//! 6. Running (on a CPU or runnable) where glibc's record of who owns the GIL's mutex decides it.
+//!    Holding it: inside the mutex section of `drop_gil` after letting the GIL go (it is `last_holder`)
+//!    or of `take_gil`. Both last microseconds unless the thread is preempted there, and a wake-up it
+//!    causes there (signalling the GIL to a waiter, which then takes its CPU) is where it is. Not
+//!    holding it after letting the GIL go that nobody has taken since (`last_holder`, unlocked), when
+//!    the last hand-off is younger than the switch interval: past `drop_gil`'s mutex section, and
+//!    never in its forced-switch wait, since no waiter can have asked for the switch yet (a waiter
+//!    asks only after waiting a whole interval without a hand-off) → `Released`. Past the interval,
+//!    a thread preempted on its way into that wait (the waiter its signal woke is often what takes its
+//!    CPU) stays queued inside `drop_gil` for a scheduler slice, so it is left to rule 9.
+//! 7. Running and not the holder. CPython increments `switch_number` on every
 //!    change of holder, and a thread leaves `take_gil` only by taking the GIL, so a thread last seen
 //!    `Take` is still `Take` if no hand-off happened since, or exactly one that went to another thread
 //!    (it is not `last_holder`); the FORCE_SWITCHING wait in `drop_gil` ends only on a hand-off, so a
-//!    thread last seen `Drop` is still `Drop` if none happened.
-//! 7. Other running threads, when glibc's waiter counts of the GIL's condition variables settle it
+//!    thread last seen `Drop` is still `Drop` if none happened (unless it was last seen in the mutex
+//!    section, rule 6, and has left it since: that `drop_gil` may have returned).
+//! 8. Other running threads, when glibc's waiter counts of the GIL's condition variables settle it
 //!    (`census`): the counts include threads woken from the wait that still wait for a CPU, which the
 //!    kernel shows as running. When no running thread can be in a wait, one last seen `Take` has left
 //!    `take_gil` → `Released`; when every running thread must be in `take_gil`'s (or `drop_gil`'s)
 //!    wait → `Take` (`Drop`).
-//! 8. Other running threads that were last seen in a GIL state (`Take`, `Hold`, `Drop`) are
+//! 9. Other running threads that were last seen in a GIL state (`Take`, `Hold`, `Drop`) are
 //!    *ambiguous*: a thread preempted inside `take_gil`/`drop_gil` (a hand-off wakes another thread,
 //!    which often takes the CPU) waits on a run queue, for milliseconds on a busy machine, and looks
 //!    exactly like a thread running native code without the GIL. The sampler holds such a stretch
@@ -28,7 +39,7 @@
 //!    answer (`settle_in_hindsight`), else, after `Hold`, from whether it has since slept twice and
 //!    woken straight onto a CPU each time (`woke_twice_since_holding`: then it is past `drop_gil`, in
 //!    `take_gil`), else from when schedstat's run-queue time says its wait began (`settle_stretch`).
-//! 9. Any other running thread → `Released`.
+//! 10. Any other running thread → `Released`.
 
 use crate::infer::intervals::GilState;
 use crate::process::kernel::{KernelState, SchedStat};
@@ -48,6 +59,13 @@ pub struct ThreadEvidence {
     pub handoffs_since_previous: Option<u64>,
     /// What the waiter counts say about the threads running without the GIL at this sample.
     pub census: Census,
+    /// Whether glibc records this thread as the owner of the GIL's mutex (`None`: not known).
+    pub owns_gil_mutex: Option<bool>,
+    /// It was the owner at its previous sample and is not now.
+    pub left_gil_mutex: bool,
+    /// The last hand-off is younger than the switch interval: no thread can have asked the holder
+    /// to switch since, so `drop_gil` has no forced-switch wait to be in.
+    pub no_switch_request: bool,
 }
 
 /// What the GIL's waiter counts say about the threads that run, or wait for a CPU, without holding it.
@@ -88,13 +106,15 @@ pub fn census(waiters: Waiters, asleep: Waiters, running: usize, all_read: bool)
 pub enum Basis {
     /// Memory or the kernel said so directly (rules 1–5).
     Direct,
-    /// Running, and `switch_number` proves it is still inside `take_gil`/`drop_gil` (rule 6).
+    /// Running, and who owns the GIL's mutex decided it (rule 6).
+    GilMutex,
+    /// Running, and `switch_number` proves it is still inside `take_gil`/`drop_gil` (rule 7).
     RunningStillWaiting,
-    /// Running, and the waiter counts decided it (rule 7).
+    /// Running, and the waiter counts decided it (rule 8).
     Counted,
-    /// Running after a GIL state: decided later by `settle_stretch` (rule 8).
+    /// Running after a GIL state: decided later by `settle_stretch` (rule 9).
     Ambiguous,
-    /// Running, and not in a GIL state before (rule 9).
+    /// Running, and not in a GIL state before (rule 10).
     RunningReleased,
 }
 
@@ -140,13 +160,23 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
     if kernel != KernelState::Running {
         return (GilState::Released, Basis::Direct);
     }
+    match (evidence.owns_gil_mutex, evidence.released_last) {
+        (Some(true), true) => return (GilState::Drop, Basis::GilMutex),
+        (Some(true), false) => return (GilState::Take, Basis::GilMutex),
+        (Some(false), true) if evidence.no_switch_request => {
+            return (GilState::Released, Basis::GilMutex);
+        }
+        (Some(false) | None, _) => {}
+    }
     let handoffs = evidence.handoffs_since_previous;
     let one_elsewhere = handoffs == Some(1) && !evidence.released_last;
     match evidence.previous {
         Some(GilState::Take) if handoffs == Some(0) || one_elsewhere => {
             (GilState::Take, Basis::RunningStillWaiting)
         }
-        Some(GilState::Drop) if handoffs == Some(0) => (GilState::Drop, Basis::RunningStillWaiting),
+        Some(GilState::Drop) if handoffs == Some(0) && !evidence.left_gil_mutex => {
+            (GilState::Drop, Basis::RunningStillWaiting)
+        }
         _ if evidence.census == Census::AllTaking => (GilState::Take, Basis::Counted),
         _ if evidence.census == Census::AllDropping => (GilState::Drop, Basis::Counted),
         // A former holder may still be inside `drop_gil` outside its wait, preempted by the thread
@@ -173,7 +203,7 @@ pub fn asleep_elsewhere(kernel: &KernelState, gil: &GilWaitRanges) -> bool {
 }
 
 /// Decides an ambiguous stretch from the first definite sample after it, where the GIL's hand-off count
-/// leaves one answer (rule 8, before the CPU arrival is consulted). `before` and `next` are the definite
+/// leaves one answer (rule 9, before the CPU arrival is consulted). `before` and `next` are the definite
 /// states either side; `handoffs` is how far `switch_number` moved from the sample before the stretch
 /// to the one after. `switch_number` moves only when a thread other than the last holder takes the GIL.
 /// - `Hold` or `Drop`, then `Drop`, one hand-off: the hand-off was this thread's own (another took the
@@ -214,7 +244,7 @@ pub struct Arrival {
     pub queued_ns: u64,
 }
 
-/// Decides an ambiguous stretch (rule 8) that began at sample `first_ns` after definite state `before`.
+/// Decides an ambiguous stretch (rule 9) that began at sample `first_ns` after definite state `before`.
 /// A thread preempted inside `take_gil`/`drop_gil` waits on a run queue from then on, and the kernel
 /// adds that wait to schedstat when the thread gets a CPU (`arrival`). If the wait began when the
 /// stretch did, the thread stayed in the GIL call until it got the CPU: `Take` after `Take`, and
@@ -299,6 +329,9 @@ mod tests {
             previous: None,
             handoffs_since_previous: None,
             census: Census::Unknown,
+            owns_gil_mutex: None,
+            left_gil_mutex: false,
+            no_switch_request: false,
         }
     }
 
@@ -544,6 +577,79 @@ mod tests {
             counted(GilState::Hold, Census::NoneWaiting).1,
             Basis::Ambiguous
         );
+    }
+
+    #[test]
+    fn owning_the_gil_mutex_is_inside_the_call() {
+        let owner = |previous, released_last| ThreadEvidence {
+            owns_gil_mutex: Some(true),
+            ..running(previous, 0, released_last)
+        };
+        // Preempted in drop_gil between letting the GIL go and unlocking its mutex.
+        assert_eq!(
+            classify(&owner(GilState::Hold, true), &GIL),
+            (GilState::Drop, Basis::GilMutex)
+        );
+        // Any other owner is inside take_gil.
+        assert_eq!(
+            classify(&owner(GilState::Released, false), &GIL),
+            (GilState::Take, Basis::GilMutex)
+        );
+        // Asleep elsewhere, the owner word is not believed.
+        let asleep = ThreadEvidence {
+            kernel: Some(KernelState::Blocked),
+            ..owner(GilState::Hold, true)
+        };
+        assert_eq!(classify(&asleep, &GIL), (GilState::Released, Basis::Direct));
+    }
+
+    #[test]
+    fn letting_the_gil_go_and_its_mutex_is_past_drop_gil() {
+        let past = |previous| ThreadEvidence {
+            owns_gil_mutex: Some(false),
+            no_switch_request: true,
+            ..running(previous, 0, true)
+        };
+        for previous in [GilState::Hold, GilState::Drop] {
+            assert_eq!(
+                classify(&past(previous), &GIL),
+                (GilState::Released, Basis::GilMutex)
+            );
+        }
+        // Without the owner, the same thread is ambiguous.
+        let unknown = ThreadEvidence {
+            owns_gil_mutex: None,
+            ..past(GilState::Hold)
+        };
+        assert_eq!(classify(&unknown, &GIL).1, Basis::Ambiguous);
+        // A hold older than the switch interval may have been asked to switch: it may be on its
+        // way into drop_gil's forced-switch wait.
+        let old_hold = ThreadEvidence {
+            no_switch_request: false,
+            ..past(GilState::Hold)
+        };
+        assert_eq!(classify(&old_hold, &GIL).1, Basis::Ambiguous);
+        // Someone took the GIL since: the forced-switch wait may have ended, it stays ambiguous.
+        let handed_off = ThreadEvidence {
+            owns_gil_mutex: Some(false),
+            no_switch_request: true,
+            ..running(GilState::Hold, 1, false)
+        };
+        assert_eq!(classify(&handed_off, &GIL).1, Basis::Ambiguous);
+    }
+
+    #[test]
+    fn a_drop_that_left_the_gil_mutex_is_no_longer_proven() {
+        let still = running(GilState::Drop, 0, false);
+        assert_eq!(
+            classify(&still, &GIL),
+            (GilState::Drop, Basis::RunningStillWaiting)
+        );
+        let left = ThreadEvidence {
+            left_gil_mutex: true,
+            ..still
+        };
+        assert_eq!(classify(&left, &GIL).1, Basis::Ambiguous);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::infer::intervals::{GilState, Interval, ThreadTimeline, TimelineParams
 use crate::process::kernel::{KernelReading, KernelState, SchedStat, SleepProof, ThreadFiles};
 use crate::process::memory::ReadError;
 use crate::process::tasks::TidMap;
-use crate::python::attach::{GilWaitRanges, Target, WaiterCounts, Waiters};
+use crate::python::attach::{GilReading, GilWaitRanges, Target, WaiterCounts, Waiters};
 use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{
     Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify, inside,
@@ -37,7 +37,7 @@ pub struct SamplerConfig {
     pub priority: Priority,
     /// Read threads idle in a non-GIL wait only every few samples (see `IDLE_READ_EVERY`).
     pub idle_backoff: bool,
-    /// Use the GIL's waiter counts where the target has them (classify.rs, rule 7).
+    /// Use the GIL's waiter counts where the target has them (classify.rs, rule 8).
     pub waiter_counts: bool,
     /// Keep a real-time sampler off the GIL holder's CPU (dodge.rs); off when `--cpus` chose.
     pub dodge_holder: bool,
@@ -110,6 +110,8 @@ pub struct SamplerReport {
     pub running_released: u64,
     /// Running threads the GIL's waiter counts decided.
     pub running_counted: u64,
+    /// Running threads that who owns the GIL's mutex decided (classify.rs, rule 6).
+    pub running_by_gil_mutex: u64,
     /// Ambiguous stretches decided as still inside `take_gil`/`drop_gil`, and as released.
     pub stretches_in_gil_call: u64,
     pub stretches_released: u64,
@@ -150,6 +152,7 @@ impl SamplerReport {
             running_still_waiting: 0,
             running_released: 0,
             running_counted: 0,
+            running_by_gil_mutex: 0,
             stretches_in_gil_call: 0,
             stretches_released: 0,
             stretches_by_handoffs: 0,
@@ -179,6 +182,8 @@ impl SamplerReport {
 
 struct Tracked {
     tid: u32,
+    /// The id the target's own PID namespace gives it: what glibc records as a mutex's owner.
+    their_tid: u32,
     tstate: RemoteAddr,
     files: ThreadFiles,
     timeline: ThreadTimeline,
@@ -194,6 +199,8 @@ struct Tracked {
     /// schedstat at the thread's last sample as the GIL holder: the one before a stretch after `Hold`,
     /// since a stretch ends before the thread can hold again.
     at_hold: Option<SchedStat>,
+    /// It held the GIL's mutex at its last sample (classify.rs, rule 6).
+    owned_gil_mutex: bool,
 }
 
 /// A thread asleep in the same non-GIL wait (a queue, a socket, `time.sleep`) for this long is read
@@ -203,7 +210,7 @@ struct Tracked {
 const IDLE_AFTER_NS: u64 = 20_000_000;
 const IDLE_READ_EVERY: u64 = 4;
 
-/// An ambiguous stretch of one thread (classify.rs, rule 7).
+/// An ambiguous stretch of one thread (classify.rs, rule 9).
 #[derive(Clone, Copy, Debug)]
 struct Stretch {
     before: GilState,
@@ -239,18 +246,20 @@ const MAX_STRETCH_NS: u64 = 50_000_000;
 
 impl Tracked {
     /// A thread seen for the first time: nothing known yet.
-    fn new(tid: u32, tstate: RemoteAddr, files: ThreadFiles) -> Tracked {
+    fn new(thread: ThreadRef, files: ThreadFiles) -> Tracked {
         Tracked {
-            tid,
-            tstate,
+            tid: thread.tid,
+            their_tid: thread.their_tid,
+            tstate: thread.tstate,
             files,
-            timeline: ThreadTimeline::new(tid),
+            timeline: ThreadTimeline::new(thread.tid),
             definite_switch: None,
             pending: None,
             last_kernel: None,
             idle_since: None,
             sleep_proof: SleepProof::default(),
             at_hold: None,
+            owned_gil_mutex: false,
         }
     }
 
@@ -397,6 +406,10 @@ impl Loop<'_> {
             .ok()
             .filter(|_| config.waiter_counts);
         let mut faulting_since: Option<u64> = None;
+        // The switch number of the last read and when that read began; and when the read began that
+        // last saw the switch number before the current one (the hand-off came after it).
+        let mut last_switch: Option<(u64, u64)> = None;
+        let mut handoff_after: Option<u64> = None;
         // For engineers tuning classification: every thread of every sample, as text.
         let mut dump = std::env::var_os("GILSAMPLE_DUMP_SAMPLES")
             .and_then(|path| std::fs::File::create(path).ok())
@@ -417,7 +430,7 @@ impl Loop<'_> {
             }
             deadline += period;
 
-            let (word, counts_before) = match self.target.read_gil_and_waiters(counts) {
+            let reading = match self.target.read_gil(counts) {
                 Ok(read) => read,
                 Err(ReadError::Gone) => return EndReason::TargetExited,
                 Err(ReadError::Permission) => {
@@ -431,6 +444,11 @@ impl Loop<'_> {
                     continue;
                 }
             };
+            let GilReading {
+                word,
+                waiters: counts_before,
+                mutex_owner,
+            } = reading;
             // The sample is of the target as it was when the read returned, however long it waited.
             let woke = t0;
             let t0 = monotonic_ns();
@@ -438,6 +456,16 @@ impl Loop<'_> {
                 self.report.stalled_reads += 1;
                 self.report.longest_stall_ns = self.report.longest_stall_ns.max(t0 - woke);
             }
+            if last_switch.is_some_and(|(number, _)| number != word.switch_number) {
+                handoff_after = last_switch.map(|(_, at)| at);
+            }
+            last_switch = Some((word.switch_number, woke));
+            let no_switch_request = match (word.interval_us, handoff_after) {
+                (Some(interval_us), Some(after)) => {
+                    t0 - after < interval_us.max(1).saturating_mul(1000)
+                }
+                _ => false,
+            };
             let holder_unknown =
                 word.locked && !self.threads.iter().any(|t| t.tstate == word.last_holder);
             if t0 - last_refresh >= config.refresh_ns || holder_unknown {
@@ -521,6 +549,7 @@ impl Loop<'_> {
                 if is_last_holder && word.locked {
                     holder_tid = Some(tracked.tid);
                 }
+                let owns_gil_mutex = mutex_owner.map(|owner| owner == tracked.their_tid);
                 let evidence = ThreadEvidence {
                     holds: is_last_holder && word.locked,
                     released_last: is_last_holder && !word.locked,
@@ -530,18 +559,23 @@ impl Loop<'_> {
                         .definite_switch
                         .map(|p| word.switch_number.wrapping_sub(p)),
                     census,
+                    owns_gil_mutex,
+                    left_gil_mutex: tracked.owned_gil_mutex && owns_gil_mutex == Some(false),
+                    no_switch_request,
                 };
+                tracked.owned_gil_mutex = owns_gil_mutex == Some(true);
                 let (state, basis) = classify(&evidence, &ranges);
                 if let Some(dump) = dump.as_mut() {
                     let stat = tracked.files.read_schedstat();
                     let _ = writeln!(
                         dump,
-                        "{t} {} {:?} holds={} last={} switch={} -> {state:?} {basis:?} {:?} {census:?}",
+                        "{t} {} {:?} holds={} last={} switch={} owner={:?} -> {state:?} {basis:?} {:?} {census:?}",
                         tracked.tid,
                         evidence.kernel,
                         evidence.holds,
                         evidence.released_last,
                         word.switch_number,
+                        owns_gil_mutex,
                         stat
                     );
                 }
@@ -570,6 +604,7 @@ impl Loop<'_> {
                         continue;
                     }
                     Basis::Direct => {}
+                    Basis::GilMutex => self.report.running_by_gil_mutex += 1,
                     Basis::RunningStillWaiting => self.report.running_still_waiting += 1,
                     Basis::RunningReleased => self.report.running_released += 1,
                     Basis::Counted => self.report.running_counted += 1,
@@ -711,7 +746,7 @@ impl Loop<'_> {
                 .thread_names
                 .entry(r.tid)
                 .or_insert_with(|| thread_name(target.pid, r.tid));
-            self.threads.push(Tracked::new(r.tid, r.tstate, files));
+            self.threads.push(Tracked::new(*r, files));
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
         Ok(())
@@ -736,8 +771,11 @@ mod tests {
     fn this_thread() -> Tracked {
         let tid = nix::unistd::gettid().as_raw() as u32;
         Tracked::new(
-            tid,
-            RemoteAddr(0x1000),
+            ThreadRef {
+                tstate: RemoteAddr(0x1000),
+                tid,
+                their_tid: tid,
+            },
             ThreadFiles::open(std::process::id(), tid).unwrap(),
         )
     }

@@ -5,5 +5,6 @@ pub mod affinity;
 pub mod classify;
 pub mod clock;
 pub mod dodge;
+pub mod handoff_age;
 pub mod priority;
 pub mod sampler;

@@ -24,6 +24,7 @@ use crate::sample::classify::{
 };
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
+use crate::sample::handoff_age::HandoffAge;
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -406,10 +407,7 @@ impl Loop<'_> {
             .ok()
             .filter(|_| config.waiter_counts);
         let mut faulting_since: Option<u64> = None;
-        // The switch number of the last read and when that read began; and when the read began that
-        // last saw the switch number before the current one (the hand-off came after it).
-        let mut last_switch: Option<(u64, u64)> = None;
-        let mut handoff_after: Option<u64> = None;
+        let mut handoff_age = HandoffAge::default();
         // For engineers tuning classification: every thread of every sample, as text.
         let mut dump = std::env::var_os("GILSAMPLE_DUMP_SAMPLES")
             .and_then(|path| std::fs::File::create(path).ok())
@@ -456,16 +454,10 @@ impl Loop<'_> {
                 self.report.stalled_reads += 1;
                 self.report.longest_stall_ns = self.report.longest_stall_ns.max(t0 - woke);
             }
-            if last_switch.is_some_and(|(number, _)| number != word.switch_number) {
-                handoff_after = last_switch.map(|(_, at)| at);
-            }
-            last_switch = Some((word.switch_number, woke));
-            let no_switch_request = match (word.interval_us, handoff_after) {
-                (Some(interval_us), Some(after)) => {
-                    t0 - after < interval_us.max(1).saturating_mul(1000)
-                }
-                _ => false,
-            };
+            handoff_age.observe(word.switch_number, woke);
+            let no_switch_request = word
+                .interval_us
+                .is_some_and(|interval_us| handoff_age.younger_than(interval_us, t0));
             let holder_unknown =
                 word.locked && !self.threads.iter().any(|t| t.tstate == word.last_holder);
             if t0 - last_refresh >= config.refresh_ns || holder_unknown {

@@ -304,22 +304,8 @@ fn waiter_counts_see_threads_behind_a_hog(label: &str) {
 /// that thread as the owner, which only the right words at the right place of the right glibc can say.
 fn gil_mutex_owner_is_named(label: &str) {
     let python = interpreter(label);
-    let mut child = python
-        .workload_command(&["squatter"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let ready: serde_json::Value =
-        serde_json::from_str(line.strip_prefix("READY ").unwrap()).unwrap();
-    let pid = ready["pid"].as_u64().unwrap().to_string();
-    let squatter = ready["threads"]["squatter"].as_u64().unwrap();
+    let mut workload = Workload::start_with_stdin(&python, &["squatter"], Stdio::piped());
+    let pid = workload.pid.to_string();
     let info = || {
         let out = gilsample().args(["info", "--pid", &pid]).output().unwrap();
         assert!(out.status.success());
@@ -336,23 +322,22 @@ fn gil_mutex_owner_is_named(label: &str) {
         .next()
         .unwrap_or_else(|| panic!("no address in {before:?}"));
     std::io::Write::write_all(
-        child.stdin.as_mut().unwrap(),
+        workload.child.stdin.as_mut().unwrap(),
         format!("{address}\n").as_bytes(),
     )
     .unwrap();
-    let want = format!("held by thread {squatter} (as the target numbers it)");
+    let want = format!(
+        "held by thread {} (as the target numbers it)",
+        workload.tid("squatter")
+    );
     let mut seen = Vec::new();
     for _ in 0..300 {
         let now = info();
         if now.starts_with(&want) {
-            let _ = child.kill();
-            let _ = child.wait();
             return;
         }
         seen.push(now);
     }
-    let _ = child.kill();
-    let _ = child.wait();
     panic!("never saw {want:?}; saw {:?}", &seen[seen.len() - 3..]);
 }
 

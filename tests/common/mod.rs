@@ -150,8 +150,14 @@ pub struct Workload {
 impl Workload {
     /// Starts a scenario and waits for its READY line (the readiness signal; no sleeps).
     pub fn start(python: &Python, args: &[&str]) -> Workload {
+        Workload::start_with_stdin(python, args, Stdio::inherit())
+    }
+
+    /// Like `start`, with the scenario's stdin from `stdin` (`Stdio::piped()` keeps it in `child`).
+    pub fn start_with_stdin(python: &Python, args: &[&str], stdin: Stdio) -> Workload {
         let mut child = python
             .workload_command(args)
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

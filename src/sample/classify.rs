@@ -19,7 +19,9 @@
 //!    never in its forced-switch wait, since no waiter can have asked for the switch yet (a waiter
 //!    asks only after waiting a whole interval without a hand-off) → `Released`. Past the interval,
 //!    a thread preempted on its way into that wait (the waiter its signal woke is often what takes its
-//!    CPU) stays queued inside `drop_gil` for a scheduler slice, so it is left to rule 9.
+//!    CPU) stays queued inside `drop_gil` for a scheduler slice, so it is left to rule 9. Within the
+//!    interval, a thread that lost its CPU at the wake-up its own unlock caused, before anyone took
+//!    the GIL, is the case this gets wrong (README, "What limits it").
 //! 7. Running and not the holder. CPython increments `switch_number` on every
 //!    change of holder, and a thread leaves `take_gil` only by taking the GIL, so a thread last seen
 //!    `Take` is still `Take` if no hand-off happened since, or exactly one that went to another thread

@@ -125,7 +125,8 @@ impl GilWordFields {
             locked,
             last_holder: RemoteAddr(field(self.last_holder)?),
             switch_number: field(self.switch_number)?,
-            interval_us: self.interval.map(field).transpose()?,
+            // Optional: a layout whose interval cannot be decoded still samples, without rule 6's bound.
+            interval_us: self.interval.and_then(|info| field(info).ok()),
         })
     }
 }
@@ -466,5 +467,29 @@ mod tests {
             &mut out,
         );
         assert_eq!(walked, Err(WalkError::Read(ReadError::Fault)));
+    }
+
+    #[test]
+    fn gil_words_include_the_switch_interval() {
+        let layout = find_shipped("3.12", Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap();
+        let fields = GilWordFields::new(&layout);
+        let mut bytes = vec![0u8; (fields.end - fields.start) as usize];
+        let mut put = |name: &str, value: u64| {
+            let info = layout.required(name);
+            let at = (info.offset - fields.start) as usize;
+            bytes[at..at + info.size as usize]
+                .copy_from_slice(&value.to_ne_bytes()[..info.size as usize]);
+        };
+        put("gil.interval", 5000);
+        put("gil.locked", 1);
+        put("gil.last_holder", 0x7000);
+        put("gil.switch_number", 42);
+        let word = fields.decode(&bytes).unwrap();
+        assert_eq!(word.interval_us, Some(5000));
+        assert!(word.locked);
+        assert_eq!(word.last_holder, RemoteAddr(0x7000));
+        assert_eq!(word.switch_number, 42);
     }
 }

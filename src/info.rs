@@ -4,8 +4,9 @@ use std::fmt::Write;
 
 use crate::error::Result;
 use crate::process::kernel::ThreadFiles;
+use crate::process::memory::ReadError;
 use crate::process::tasks::{TidMap, read_namespace_pid};
-use crate::python::attach::{LayoutChoice, attach};
+use crate::python::attach::{GilReading, LayoutChoice, attach};
 use crate::python::runtime::ThreadWalker;
 use crate::sample::classify::{Census, ThreadEvidence, classify};
 
@@ -43,7 +44,9 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     );
     let _ = writeln!(out, "GIL:            {}", target.gil);
     let _ = writeln!(out, "thread ids via: {:?}", target.tids);
-    let reading = target.read_gil(target.waiter_counts.as_ref().ok()).ok();
+    // One read for the words, the counts and the mutex, so that the lines below agree.
+    let read = target.read_gil(target.waiter_counts.as_ref().ok());
+    let reading = read.as_ref().ok();
     let word = reading.map(|r| r.word);
     let mutex_owner = reading.and_then(|r| r.mutex_owner);
     if let Some(w) = word {
@@ -53,7 +56,7 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             w.locked, w.last_holder, w.switch_number
         );
     }
-    let _ = writeln!(out, "GIL waiters:    {}", describe_waiter_counts(&target));
+    let _ = writeln!(out, "GIL waiters:    {}", describe_waiters(&target, read));
     let _ = writeln!(
         out,
         "GIL mutex:      {}",
@@ -130,11 +133,20 @@ fn describe_mutex_owner(target: &crate::python::attach::Target, owner: Option<u3
 
 /// The waiter counts' source, with what they read now, or why there are none.
 pub fn describe_waiter_counts(target: &crate::python::attach::Target) -> String {
+    // The sampler's own read (GIL words and counts at once), so what this says is what it sees.
+    let read = target.read_gil(target.waiter_counts.as_ref().ok());
+    describe_waiters(target, read)
+}
+
+/// The waiter counts' source, with what `read` found, or why there are none.
+fn describe_waiters(
+    target: &crate::python::attach::Target,
+    read: std::result::Result<GilReading, ReadError>,
+) -> String {
     match &target.waiter_counts {
         Ok(at) => {
             let (major, minor) = at.glibc;
-            // The sampler's own read (GIL words and counts at once), so what this says is what it sees.
-            match target.read_gil(Some(at)).map(|reading| reading.waiters) {
+            match read.map(|reading| reading.waiters) {
                 Ok(Some(w)) => format!(
                     "counted by glibc {major}.{minor} (now {} in take_gil's wait, {} in drop_gil's)",
                     w.take, w.drop

@@ -86,10 +86,10 @@ fn format_target(out: &mut String, t: &TargetReport) {
     if s.thread_samples > 0 {
         let _ = writeln!(
             out,
-            "  running-but-not-holding thread samples: {} proven still in take/drop, {} decided by who owns the \
-             GIL's mutex, {} decided by the GIL's waiter counts, {} released (of {}); stretches after a GIL state: {} waited for a CPU inside the \
-             call, {} ran without the GIL ({} decided by the hand-off count, {} found in take_gil by two \
-             wake-ups since holding)",
+            "  running-but-not-holding thread samples: {} proven still in take/drop, {} decided by who \
+             owns the GIL's mutex, {} decided by the GIL's waiter counts, {} released (of {}); stretches \
+             after a GIL state: {} waited for a CPU inside the call, {} ran without the GIL ({} decided \
+             by the hand-off count, {} found in take_gil by two wake-ups since holding)",
             s.running_still_waiting,
             s.running_by_gil_mutex,
             s.running_counted,

@@ -66,9 +66,9 @@ pub struct GilWord {
     pub interval_us: Option<u64>,
 }
 
-/// Where `last_holder`, `locked`, `switch_number` and `interval` lie in the GIL struct, looked up in the layout
-/// once: the sampler decodes them on every tick, and looking them up by name there was a tenth of its
-/// CPU (perf, 10 kHz).
+/// Where `last_holder`, `locked`, `switch_number` and `interval` lie in the GIL struct, looked up in
+/// the layout once: the sampler decodes them on every tick, and looking them up by name there was a
+/// tenth of its CPU (perf, 10 kHz).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GilWordFields {
     locked: FieldInfo,

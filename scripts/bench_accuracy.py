@@ -12,7 +12,11 @@ hold/take/drop; hold recall (> 1 ms); hand-offs seen/counted; achieved rate; and
 oracle sampler would reach at the same rate (`oracle`): one that knows every thread's exact state at
 each tick (taken from the truth itself) and draws boundaries at midpoints like gilsample, written as a
 trace and scored by the same `giltruth compare`. The gap between the two is what classification
-loses; the oracle's own shortfall is what any sampler at that rate loses.
+loses; the oracle's own shortfall is what any sampler at that rate loses. Where the disagreement goes:
+the largest cells of the truth x trace confusion matrix ("take>none 1.2": 1.2% of all thread-time
+was in take_gil by the truth and in no GIL state in the trace), and for the worst thread, which state,
+its signed error (trace minus truth) and that thread's largest cells. `--json` also keeps the oracle's
+cells, the part of each that sampling at that rate loses anyway.
 
 Needs root, bpftrace, pyenv builds with shared libpython, and a release build of gilsample.
 Usage: scripts/bench_accuracy.py [--versions 3.9,3.11,3.12,3.13] [--rates 1khz,5khz,10khz,20khz]
@@ -93,13 +97,44 @@ def oracle_scores(truth, trace, rate_hz, work_dir):
     subprocess.run([GILTRUTH, "compare", truth, oracle, "--align", "meta", "--json", summary],
                    check=True, stdout=subprocess.DEVNULL)
     result = json.load(open(summary))
-    return result["overall"]["agreement"], worst_thread_err_pp(result)
+    overall = result["overall"]
+    return overall["agreement"], worst_thread_err_pp(result), disagreements(overall["confusion_s"])
 
 
 def worst_thread_err_pp(result):
     """The largest state-fraction error of any thread, over hold, take and drop."""
     return max(result["threads"][tid]["abs_err_pp"][state]
                for tid in result["threads"] for state in ("hold_gil", "take_gil", "drop_gil"))
+
+
+SHORT = {"take_gil": "take", "hold_gil": "hold", "drop_gil": "drop", "none": "none"}
+
+
+def disagreements(confusion_s, count=3):
+    """The largest off-diagonal cells of a truth x trace confusion matrix (seconds), in percentage points
+    of all the time it covers, largest first: [("take>none", 1.4), ...] ("truth state>trace state")."""
+    total = sum(s for row in confusion_s.values() for s in row.values())
+    cells = [(seconds, truth, trace) for truth, row in confusion_s.items()
+             for trace, seconds in row.items() if truth != trace and seconds > 0]
+    cells.sort(reverse=True)
+    return [("%s>%s" % (SHORT[truth], SHORT[trace]), 100 * seconds / total)
+            for seconds, truth, trace in cells[:count]] if total else []
+
+
+def worst_thread(result):
+    """Where the worst thread's error comes from: its tid, the state, the signed error (trace minus
+    truth, pp) and that thread's largest disagreements."""
+    tid, state = max(((tid, state) for tid in result["threads"]
+                      for state in ("hold_gil", "take_gil", "drop_gil")),
+                     key=lambda ts: result["threads"][ts[0]]["abs_err_pp"][ts[1]])
+    thread = result["threads"][tid]
+    signed = 100 * (thread["trace"][state] - thread["truth"][state])
+    return {"tid": tid, "state": SHORT[state], "err_pp": signed,
+            "disagreements": disagreements(thread["confusion_s"], 2)}
+
+
+def describe(cells):
+    return ", ".join("%s %.2f" % cell for cell in cells)
 
 
 def run_one(version, workload, rate, seconds, work_dir, extra=()):
@@ -128,7 +163,7 @@ def run_one(version, workload, rate, seconds, work_dir, extra=()):
     result = json.load(open(summary))
     meta = json.load(open(trace))["otherData"]
     overall = result["overall"]
-    oracle, oracle_worst = oracle_scores(truth, trace, meta["rate_requested_hz"], work_dir)
+    oracle, oracle_worst, oracle_cells = oracle_scores(truth, trace, meta["rate_requested_hz"], work_dir)
     return {
         "version": version, "workload": workload, "rate": rate,
         "agreement": overall["agreement"],
@@ -141,6 +176,9 @@ def run_one(version, workload, rate, seconds, work_dir, extra=()):
         "scheduling": meta.get("sampler_scheduling"),
         "oracle_agreement": oracle,
         "oracle_worst_thread_err_pp": oracle_worst,
+        "disagreements_pp": disagreements(overall["confusion_s"]),
+        "oracle_disagreements_pp": oracle_cells,
+        "worst_thread": worst_thread(result),
     }
 
 
@@ -159,8 +197,9 @@ def main():
     results = []
     work_dir = tempfile.mkdtemp(prefix="gilsample-accuracy-")
     print("| python | workload | rate | agreement | oracle | worst thread err (pp) | oracle's worst (pp) "
-          "| hold recall >1ms | hand-offs seen/counted | achieved |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| hold recall >1ms | hand-offs seen/counted | achieved | largest disagreements, truth>trace (pp) "
+          "| worst thread: state, error (pp), its largest disagreements |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for version in args.versions.split(","):
         for workload in args.workloads.split(","):
             for rate, extra in [(r, e) for r in args.rates.split(",")
@@ -168,10 +207,13 @@ def main():
                 r = run_one(version, workload, rate, args.seconds, work_dir, extra)
                 r["flags"] = " ".join(extra)
                 results.append(r)
-                print("| %s | %s | %s | %.2f%% | %.2f%% | %.2f | %.2f | %.1f%% | %d / %d | %.0f Hz |" % (
+                worst = r["worst_thread"]
+                print("| %s | %s | %s | %.2f%% | %.2f%% | %.2f | %.2f | %.1f%% | %d / %d | %.0f Hz | %s | %s %+.2f: %s |" % (
                     version, workload, (rate + " " + r["flags"]).strip(), 100 * r["agreement"],
                     100 * r["oracle_agreement"], r["worst_thread_err_pp"], r["oracle_worst_thread_err_pp"],
-                    100 * r["hold_recall"], r["handoffs_seen"], r["handoffs_counted"], r["achieved_hz"]), flush=True)
+                    100 * r["hold_recall"], r["handoffs_seen"], r["handoffs_counted"], r["achieved_hz"],
+                    describe(r["disagreements_pp"]), worst["state"], worst["err_pp"],
+                    describe(worst["disagreements"])), flush=True)
                 if args.json:
                     with open(args.json, "w") as f:
                         json.dump(results, f, indent=1)

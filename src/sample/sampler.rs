@@ -245,6 +245,9 @@ impl Stretch {
 /// that long is rare, and holding samples back longer would delay the trace.
 const MAX_STRETCH_NS: u64 = 50_000_000;
 
+/// `GILSAMPLE_DUMP_SAMPLES`'s write buffer: ~35 MB is 3 s of `dispatch` at 10 kHz.
+const DUMP_BUFFER_BYTES: usize = 64 << 20;
+
 impl Tracked {
     /// A thread seen for the first time: nothing known yet.
     fn new(thread: ThreadRef, files: ThreadFiles) -> Tracked {
@@ -408,10 +411,12 @@ impl Loop<'_> {
             .filter(|_| config.waiter_counts);
         let mut faulting_since: Option<u64> = None;
         let mut handoff_age = HandoffAge::default();
-        // For engineers tuning classification: every thread of every sample, as text.
+        // For engineers tuning classification: every thread of every sample, as text. The buffer
+        // holds a few seconds of a busy target's lines, so the sampler does not stall on disk
+        // writes in the short runs this is for (a stall is a hole in the very trace being studied).
         let mut dump = std::env::var_os("GILSAMPLE_DUMP_SAMPLES")
             .and_then(|path| std::fs::File::create(path).ok())
-            .map(std::io::BufWriter::new);
+            .map(|file| std::io::BufWriter::with_capacity(DUMP_BUFFER_BYTES, file));
         loop {
             if stop() {
                 return EndReason::Stopped;

@@ -16,7 +16,9 @@ rule change that targets one class shows up here as that class shrinking.
 
 Needs what bench_accuracy.py needs (root, bpftrace, pyenv builds with shared libpython, a release
 build). The dump is written from the sampler's memory buffer at the end, so a short run is not
-disturbed by disk writes; per-line work still makes the sampler a little slower than without it.
+disturbed by disk writes, but each line costs a schedstat read and its formatting: with 5 threads
+the sampler keeps its rate (9,980 Hz at 10 kHz), with `many`'s 34 it does not (6,100 Hz), and the
+breakdown is then of a slower sampler than the benchmark's.
 
 Usage: scripts/accuracy_breakdown.py [--version 3.12] [--workload dispatch] [--rate 10khz]
                                      [--seconds 3] [--top 12] [--keep DIR] [-- extra gilsample flags]

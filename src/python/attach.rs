@@ -108,10 +108,7 @@ impl Target {
             None => (word_start, word_end),
         };
         let mut buf = [0u8; GIL_SPAN_MAX];
-        let span = buf
-            .get_mut(..(end - start) as usize)
-            .ok_or(ReadError::Fault)?;
-        self.memory.read_into(RemoteAddr(start), span)?;
+        let span = self.read_span(start, end, &mut buf)?;
         let word_bytes = &span[(word_start - start) as usize..(word_end - start) as usize];
         let word = self.gil_word.decode(word_bytes)?;
         let counted = counts.map(|at| &span[(at.take_wrefs.0 - start) as usize..]);
@@ -267,11 +264,22 @@ impl Target {
     /// Reads both waiter counts in one read.
     pub fn read_waiters(&self, at: &WaiterCounts) -> std::result::Result<Waiters, ReadError> {
         let mut buf = [0u8; GIL_SPAN_MAX];
+        at.decode(self.read_span(at.take_wrefs.0, at.span_end(), &mut buf)?)
+    }
+
+    /// Target bytes `start..end`, one read into `buf`; a span longer than the buffer is refused as
+    /// a fault (its length comes from the layout's and the C library's offsets, not the target).
+    fn read_span<'b>(
+        &self,
+        start: u64,
+        end: u64,
+        buf: &'b mut [u8; GIL_SPAN_MAX],
+    ) -> std::result::Result<&'b [u8], ReadError> {
         let span = buf
-            .get_mut(..(at.span_end() - at.take_wrefs.0) as usize)
+            .get_mut(..end.saturating_sub(start) as usize)
             .ok_or(ReadError::Fault)?;
-        self.memory.read_into(at.take_wrefs, span)?;
-        at.decode(span)
+        self.memory.read_into(RemoteAddr(start), span)?;
+        Ok(span)
     }
 }
 

@@ -21,7 +21,13 @@ cells, the part of each that sampling at that rate loses anyway.
 Needs root, bpftrace, pyenv builds with shared libpython, and a release build of gilsample.
 Usage: scripts/bench_accuracy.py [--versions 3.9,3.11,3.12,3.13] [--rates 1khz,5khz,10khz,20khz]
                                  [--workloads contention,mixed,many,fastswitch,dispatch] [--seconds 3]
-                                 [--ab FLAG] [--json results.json]
+                                 [--repeat N] [--ab FLAG] [--baseline OTHER_BUILD] [--json results.json]
+
+With --repeat N each configuration runs N times and a row gives the median and range of each score
+(hand-offs, rate and the disagreement cells are those of the median-agreement run). --ab FLAG and
+--baseline BINARY add variants that run alternately with the plain build in every repetition, so a
+change is measured side by side: runs of one build differ by up to about a point on `mixed`'s worst
+thread and on `dispatch`, so a claim smaller than that needs several repetitions.
 """
 
 import argparse
@@ -30,6 +36,7 @@ import collections
 import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,7 +144,7 @@ def describe(cells):
     return ", ".join("%s %.2f" % cell for cell in cells)
 
 
-def run_one(version, workload, rate, seconds, work_dir, extra=()):
+def run_one(version, workload, rate, seconds, work_dir, extra=(), binary=None):
     python, lib = pyenv_build(version)
     truth = os.path.join(work_dir, "truth.jsonl")
     trace = os.path.join(work_dir, "trace.json")
@@ -153,8 +160,8 @@ def run_one(version, workload, rate, seconds, work_dir, extra=()):
     if not line.startswith("READY "):
         sys.exit("workload did not start: %r %s" % (line, recorder.stderr.read()))
     pid = json.loads(line.split(" ", 1)[1])["pid"]
-    sampler = subprocess.run([BINARY, "--pid", str(pid), "--rate", rate, "--quiet", "--force", "-o", trace]
-                             + list(extra))
+    sampler = subprocess.run([binary or BINARY, "--pid", str(pid), "--rate", rate, "--quiet", "--force",
+                              "-o", trace] + list(extra))
     recorder.communicate()
     if sampler.returncode != 0 or recorder.returncode != 0:
         sys.exit("run failed: gilsample %d, giltruth %d" % (sampler.returncode, recorder.returncode))
@@ -182,18 +189,39 @@ def run_one(version, workload, rate, seconds, work_dir, extra=()):
     }
 
 
+def spread(values, fmt):
+    """The median and, over several runs, the range: `99.6% (99.4–99.7)`."""
+    values = sorted(values)
+    text = fmt % statistics.median(values)
+    if len(values) > 1:
+        text += " (%s–%s)" % (fmt % values[0], fmt % values[-1])
+    return text
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--versions", default="3.9,3.11,3.12,3.13")
     parser.add_argument("--rates", default="1khz,5khz,10khz,20khz")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per configuration (and per variant); rows then give median (range)")
     parser.add_argument("--ab", metavar="FLAG",
                         help="run every configuration twice, plain and with this extra gilsample flag")
+    parser.add_argument("--baseline", metavar="BINARY",
+                        help="also run this other gilsample build (e.g. main's) on every configuration, "
+                             "alternating with this one, for side-by-side comparisons")
     parser.add_argument("--json")
     args = parser.parse_args()
     if not os.path.exists(BINARY):
         sys.exit("build first: cargo build --release")
+    if args.baseline and not os.access(args.baseline, os.X_OK):
+        sys.exit("--baseline %s: not an executable" % args.baseline)
+    variants = [("", BINARY, ())]
+    if args.ab:
+        variants.append((args.ab, BINARY, (args.ab,)))
+    if args.baseline:
+        variants.append(("baseline", args.baseline, ()))
     results = []
     work_dir = tempfile.mkdtemp(prefix="gilsample-accuracy-")
     print("| python | workload | rate | agreement | oracle | worst thread err (pp) | oracle's worst (pp) "
@@ -202,21 +230,36 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for version in args.versions.split(","):
         for workload in args.workloads.split(","):
-            for rate, extra in [(r, e) for r in args.rates.split(",")
-                                for e in ([()] + ([(args.ab,)] if args.ab else []))]:
-                r = run_one(version, workload, rate, args.seconds, work_dir, extra)
-                r["flags"] = " ".join(extra)
-                results.append(r)
-                worst = r["worst_thread"]
-                print("| %s | %s | %s | %.2f%% | %.2f%% | %.2f | %.2f | %.1f%% | %d / %d | %.0f Hz | %s | %s %+.2f: %s |" % (
-                    version, workload, (rate + " " + r["flags"]).strip(), 100 * r["agreement"],
-                    100 * r["oracle_agreement"], r["worst_thread_err_pp"], r["oracle_worst_thread_err_pp"],
-                    100 * r["hold_recall"], r["handoffs_seen"], r["handoffs_counted"], r["achieved_hz"],
-                    describe(r["disagreements_pp"]), worst["state"], worst["err_pp"],
-                    describe(worst["disagreements"])), flush=True)
+            for rate in args.rates.split(","):
+                runs = collections.defaultdict(list)
+                # Variants alternate within each repetition, so a drift of the machine hits all alike.
+                for _ in range(args.repeat):
+                    for label, binary, extra in variants:
+                        r = run_one(version, workload, rate, args.seconds, work_dir, extra, binary)
+                        r["flags"] = label
+                        results.append(r)
+                        runs[label].append(r)
+                for label, _, _ in variants:
+                    print_row(version, workload, rate, label, runs[label])
                 if args.json:
                     with open(args.json, "w") as f:
                         json.dump(results, f, indent=1)
+
+
+def print_row(version, workload, rate, label, runs):
+    """One configuration's row: medians (ranges) over its runs; the cells of its median-agreement run."""
+    typical = sorted(runs, key=lambda r: r["agreement"])[len(runs) // 2]
+    worst = typical["worst_thread"]
+    print("| %s | %s | %s | %s | %s | %s | %s | %s | %d / %d | %.0f Hz | %s | %s %+.2f: %s |" % (
+        version, workload, (rate + " " + label).strip(),
+        spread([100 * r["agreement"] for r in runs], "%.2f%%"),
+        spread([100 * r["oracle_agreement"] for r in runs], "%.2f%%"),
+        spread([r["worst_thread_err_pp"] for r in runs], "%.2f"),
+        spread([r["oracle_worst_thread_err_pp"] for r in runs], "%.2f"),
+        spread([100 * r["hold_recall"] for r in runs], "%.1f%%"),
+        typical["handoffs_seen"], typical["handoffs_counted"], typical["achieved_hz"],
+        describe(typical["disagreements_pp"]), worst["state"], worst["err_pp"],
+        describe(worst["disagreements"])), flush=True)
 
 
 if __name__ == "__main__":

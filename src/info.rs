@@ -98,6 +98,7 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             owns_gil_mutex: mutex_owner.map(|owner| owner == t.their_tid),
             left_gil_mutex: false,
             no_switch_request: false,
+            arrivals_since_take_sleep: None,
         };
         let (state, _) = classify(&evidence, &ranges);
         let _ = writeln!(

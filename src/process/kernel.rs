@@ -99,6 +99,12 @@ pub struct SleepProof {
 
 impl SleepProof {
     pub const SAME_BEFORE_PROVING: u8 = 8;
+
+    /// schedstat's count of CPU arrivals during the sleep the last reading found, once the proof
+    /// covers that sleep (`None` before, or when the thread is not asleep).
+    pub fn timeslices_asleep(&self) -> Option<u64> {
+        self.timeslices
+    }
 }
 
 /// The open /proc files of one thread.

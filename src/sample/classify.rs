@@ -32,7 +32,10 @@
 //!    (`census`): the counts include threads woken from the wait that still wait for a CPU, which the
 //!    kernel shows as running. When no running thread can be in a wait, one last seen `Take` has left
 //!    `take_gil` → `Released`; when every running thread must be in `take_gil`'s (or `drop_gil`'s)
-//!    wait → `Take` (`Drop`).
+//!    wait → `Take` (`Drop`). Left `take_gil` is not yet released when the thread, last seen asleep in
+//!    it (a sleep the schedstat proof covered), has got a CPU three times or more since: it has
+//!    taken the GIL and let it go in between, and lost its CPU inside that `drop_gil` far more often
+//!    than not (README, rule 8), so it starts a stretch as if last seen in `drop_gil` (rule 9).
 //! 9. Other running threads that were last seen in a GIL state (`Take`, `Hold`, `Drop`) are
 //!    *ambiguous*: a thread preempted inside `take_gil`/`drop_gil` (a hand-off wakes another thread,
 //!    which often takes the CPU) waits on a run queue, for milliseconds on a busy machine, and looks
@@ -68,7 +71,15 @@ pub struct ThreadEvidence {
     /// The last hand-off is younger than the switch interval: no thread can have asked the holder
     /// to switch since, so `drop_gil` has no forced-switch wait to be in.
     pub no_switch_request: bool,
+    /// For a thread last seen asleep in `take_gil`'s wait long enough for schedstat to prove it
+    /// (`SleepProof`): how many times it has got a CPU since (`None`: not known).
+    pub arrivals_since_take_sleep: Option<u64>,
 }
+
+/// A thread last seen asleep in `take_gil` that has got a CPU this many times since, and that the
+/// waiter counts no longer place in the wait, has taken the GIL and let it go again, and is taken
+/// to have lost its CPU inside that `drop_gil` (rule 8).
+pub const ARRIVALS_THROUGH_A_HOLD: u64 = 3;
 
 /// What the GIL's waiter counts say about the threads that run, or wait for a CPU, without holding it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,8 +125,10 @@ pub enum Basis {
     RunningStillWaiting,
     /// Running, and the waiter counts decided it (rule 8).
     Counted,
-    /// Running after a GIL state: decided later by `settle_stretch` (rule 9).
-    Ambiguous,
+    /// Running after a GIL state: decided later by `settle_stretch` (rule 9). `after` is the state
+    /// the stretch follows: the thread's last definite state, or `Drop` for one that has taken the
+    /// GIL and let it go since (rule 8).
+    Ambiguous { after: GilState },
     /// Running, and not in a GIL state before (rule 10).
     RunningReleased,
 }
@@ -184,10 +197,22 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
         // A former holder may still be inside `drop_gil` outside its wait, preempted by the thread
         // its hand-off woke: the counts cannot tell, the stretch rule can.
         Some(GilState::Take) if evidence.census == Census::NoneWaiting => {
-            (GilState::Released, Basis::Counted)
+            if evidence
+                .arrivals_since_take_sleep
+                .is_some_and(|n| n >= ARRIVALS_THROUGH_A_HOLD)
+            {
+                (
+                    GilState::Released,
+                    Basis::Ambiguous {
+                        after: GilState::Drop,
+                    },
+                )
+            } else {
+                (GilState::Released, Basis::Counted)
+            }
         }
-        Some(GilState::Take | GilState::Hold | GilState::Drop) => {
-            (GilState::Released, Basis::Ambiguous)
+        Some(after @ (GilState::Take | GilState::Hold | GilState::Drop)) => {
+            (GilState::Released, Basis::Ambiguous { after })
         }
         _ => (GilState::Released, Basis::RunningReleased),
     }
@@ -334,6 +359,7 @@ mod tests {
             owns_gil_mutex: None,
             left_gil_mutex: false,
             no_switch_request: false,
+            arrivals_since_take_sleep: None,
         }
     }
 
@@ -425,11 +451,15 @@ mod tests {
     fn waiter_that_may_have_taken_and_dropped_is_ambiguous() {
         assert_eq!(
             classify(&running(GilState::Take, 1, true), &GIL).1,
-            Basis::Ambiguous
+            Basis::Ambiguous {
+                after: GilState::Take
+            }
         );
         assert_eq!(
             classify(&running(GilState::Take, 2, false), &GIL).1,
-            Basis::Ambiguous
+            Basis::Ambiguous {
+                after: GilState::Take
+            }
         );
     }
 
@@ -441,7 +471,9 @@ mod tests {
         );
         assert_eq!(
             classify(&running(GilState::Drop, 1, true), &GIL).1,
-            Basis::Ambiguous
+            Basis::Ambiguous {
+                after: GilState::Drop
+            }
         );
     }
 
@@ -449,7 +481,9 @@ mod tests {
     fn former_holder_running_without_the_gil_is_ambiguous() {
         assert_eq!(
             classify(&running(GilState::Hold, 1, false), &GIL).1,
-            Basis::Ambiguous
+            Basis::Ambiguous {
+                after: GilState::Hold
+            }
         );
     }
 
@@ -577,7 +611,44 @@ mod tests {
         // A former holder may be preempted inside drop_gil outside its wait.
         assert_eq!(
             counted(GilState::Hold, Census::NoneWaiting).1,
-            Basis::Ambiguous
+            Basis::Ambiguous {
+                after: GilState::Hold
+            }
+        );
+    }
+
+    #[test]
+    fn a_waiter_that_got_a_cpu_three_times_since_its_sleep_left_through_drop_gil() {
+        let after_sleep = |arrivals| ThreadEvidence {
+            census: Census::NoneWaiting,
+            arrivals_since_take_sleep: arrivals,
+            ..running(GilState::Take, 2, false)
+        };
+        // Woken once and still running: it took the GIL and runs on without it.
+        assert_eq!(
+            classify(&after_sleep(Some(1)), &GIL),
+            (GilState::Released, Basis::Counted)
+        );
+        assert_eq!(
+            classify(&after_sleep(Some(2)), &GIL),
+            (GilState::Released, Basis::Counted)
+        );
+        // Three arrivals or more: a stretch that starts in the drop_gil of the hold in between.
+        for arrivals in [3, 7] {
+            assert_eq!(
+                classify(&after_sleep(Some(arrivals)), &GIL),
+                (
+                    GilState::Released,
+                    Basis::Ambiguous {
+                        after: GilState::Drop
+                    }
+                )
+            );
+        }
+        // Without a proven sleep to count from, the counts decide as before.
+        assert_eq!(
+            classify(&after_sleep(None), &GIL),
+            (GilState::Released, Basis::Counted)
         );
     }
 
@@ -623,21 +694,36 @@ mod tests {
             owns_gil_mutex: None,
             ..past(GilState::Hold)
         };
-        assert_eq!(classify(&unknown, &GIL).1, Basis::Ambiguous);
+        assert_eq!(
+            classify(&unknown, &GIL).1,
+            Basis::Ambiguous {
+                after: GilState::Hold
+            }
+        );
         // A hold older than the switch interval may have been asked to switch: it may be on its
         // way into drop_gil's forced-switch wait.
         let old_hold = ThreadEvidence {
             no_switch_request: false,
             ..past(GilState::Hold)
         };
-        assert_eq!(classify(&old_hold, &GIL).1, Basis::Ambiguous);
+        assert_eq!(
+            classify(&old_hold, &GIL).1,
+            Basis::Ambiguous {
+                after: GilState::Hold
+            }
+        );
         // Someone took the GIL since: the forced-switch wait may have ended, it stays ambiguous.
         let handed_off = ThreadEvidence {
             owns_gil_mutex: Some(false),
             no_switch_request: true,
             ..running(GilState::Hold, 1, false)
         };
-        assert_eq!(classify(&handed_off, &GIL).1, Basis::Ambiguous);
+        assert_eq!(
+            classify(&handed_off, &GIL).1,
+            Basis::Ambiguous {
+                after: GilState::Hold
+            }
+        );
     }
 
     #[test]
@@ -651,7 +737,12 @@ mod tests {
             left_gil_mutex: true,
             ..still
         };
-        assert_eq!(classify(&left, &GIL).1, Basis::Ambiguous);
+        assert_eq!(
+            classify(&left, &GIL).1,
+            Basis::Ambiguous {
+                after: GilState::Drop
+            }
+        );
     }
 
     #[test]

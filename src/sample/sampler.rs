@@ -121,6 +121,9 @@ pub struct SamplerReport {
     /// Stretches after `Hold` taken as `take_gil` because the thread had since woken twice straight
     /// onto a CPU (`woke_twice_since_holding`).
     pub stretches_woken_twice: u64,
+    /// Stretches begun as after `drop_gil` for a thread last seen asleep in `take_gil` that has got a
+    /// CPU three times since (classify.rs, rule 8).
+    pub stretches_after_unseen_hold: u64,
     pub handoffs_seen: u64,
     /// `switch_number` advanced by this much over the recording: the interpreter's own count.
     pub handoffs_counted: u64,
@@ -158,6 +161,7 @@ impl SamplerReport {
             stretches_released: 0,
             stretches_by_handoffs: 0,
             stretches_woken_twice: 0,
+            stretches_after_unseen_hold: 0,
             handoffs_seen: 0,
             handoffs_counted: 0,
             kernel_reads_skipped: 0,
@@ -202,6 +206,9 @@ struct Tracked {
     at_hold: Option<SchedStat>,
     /// It held the GIL's mutex at its last sample (classify.rs, rule 6).
     owned_gil_mutex: bool,
+    /// schedstat's arrival count while it slept in `take_gil` at its last definite sample, where
+    /// the sleep proof covered that sleep (classify.rs, rule 8).
+    take_sleep_slices: Option<u64>,
 }
 
 /// A thread asleep in the same non-GIL wait (a queue, a socket, `time.sleep`) for this long is read
@@ -264,6 +271,7 @@ impl Tracked {
             sleep_proof: SleepProof::default(),
             at_hold: None,
             owned_gil_mutex: false,
+            take_sleep_slices: None,
         }
     }
 
@@ -547,11 +555,26 @@ impl Loop<'_> {
                     holder_tid = Some(tracked.tid);
                 }
                 let owns_gil_mutex = mutex_owner.map(|owner| owner == tracked.their_tid);
+                let previous = tracked.timeline.current();
+                // Read only where rule 8 can use it: a running thread last seen asleep in
+                // take_gil, at a sample where the counts place nobody running in a wait.
+                let arrivals_since_take_sleep = tracked
+                    .take_sleep_slices
+                    .filter(|_| {
+                        census == Census::NoneWaiting
+                            && previous == Some(GilState::Take)
+                            && kernel[i] == Some(KernelState::Running)
+                            && !(is_last_holder && word.locked)
+                    })
+                    .and_then(|slices| {
+                        let now = tracked.files.read_schedstat()?;
+                        Some(now.timeslices.saturating_sub(slices))
+                    });
                 let evidence = ThreadEvidence {
                     holds: is_last_holder && word.locked,
                     released_last: is_last_holder && !word.locked,
                     kernel: kernel[i],
-                    previous: tracked.timeline.current(),
+                    previous,
                     handoffs_since_previous: tracked
                         .definite_switch
                         .map(|p| word.switch_number.wrapping_sub(p)),
@@ -559,9 +582,15 @@ impl Loop<'_> {
                     owns_gil_mutex,
                     left_gil_mutex: tracked.owned_gil_mutex && owns_gil_mutex == Some(false),
                     no_switch_request,
+                    arrivals_since_take_sleep,
                 };
                 tracked.owned_gil_mutex = owns_gil_mutex == Some(true);
                 let (state, basis) = classify(&evidence, &ranges);
+                tracked.take_sleep_slices = match (state, basis) {
+                    (GilState::Take, Basis::Direct) => tracked.sleep_proof.timeslices_asleep(),
+                    (_, Basis::Ambiguous { .. }) => tracked.take_sleep_slices,
+                    _ => None,
+                };
                 if let Some(dump) = dump.as_mut() {
                     let stat = tracked.files.read_schedstat();
                     let _ = writeln!(
@@ -577,9 +606,15 @@ impl Loop<'_> {
                     );
                 }
                 match basis {
-                    Basis::Ambiguous => {
+                    Basis::Ambiguous { after } => {
+                        if tracked.pending.is_none()
+                            && after == GilState::Drop
+                            && previous == Some(GilState::Take)
+                        {
+                            self.report.stretches_after_unseen_hold += 1;
+                        }
                         let stretch = tracked.pending.get_or_insert_with(|| Stretch {
-                            before: evidence.previous.unwrap_or(GilState::Released),
+                            before: after,
                             first_ns: t,
                             last_ns: t,
                             at_start: tracked.files.read_schedstat(),

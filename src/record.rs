@@ -712,6 +712,7 @@ fn metadata(
         "ambiguous_stretches_released": report.stretches_released,
         "ambiguous_stretches_decided_by_handoffs": report.stretches_by_handoffs,
         "ambiguous_stretches_in_take_after_two_wakeups": report.stretches_woken_twice,
+        "ambiguous_stretches_in_take_after_a_switch_request": report.stretches_back_after_switch_request,
         "ambiguous_stretches_after_a_hold_between_samples": report.stretches_after_unseen_hold,
         "handoffs_seen": report.handoffs_seen,
         "handoffs_counted": report.handoffs_counted,

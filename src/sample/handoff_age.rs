@@ -26,11 +26,23 @@ impl HandoffAge {
     /// Whether the last hand-off is certainly younger than `interval_us` at `now_ns`. False until a
     /// hand-off has been seen: the one before the first sample may be of any age.
     pub fn younger_than(&self, interval_us: u64, now_ns: u64) -> bool {
-        // CPython waits at least 1 µs whatever the interval says.
-        let interval_ns = interval_us.max(1).saturating_mul(1000);
         self.handoff_after_ns
-            .is_some_and(|after| now_ns.saturating_sub(after) < interval_ns)
+            .is_some_and(|after| !may_have_lasted(after, interval_us, now_ns))
     }
+
+    /// The last hand-off came after this moment (`None` until one has been seen): kept by a holder's
+    /// sample, it bounds from below when that hold began.
+    pub fn after_ns(&self) -> Option<u64> {
+        self.handoff_after_ns
+    }
+}
+
+/// Whether a hand-off that came after `after_ns` may be `interval_us` old at `now_ns`: then a waiter
+/// may have asked its holder to switch.
+pub fn may_have_lasted(after_ns: u64, interval_us: u64, now_ns: u64) -> bool {
+    // CPython waits at least 1 µs whatever the interval says.
+    let interval_ns = interval_us.max(1).saturating_mul(1000);
+    now_ns.saturating_sub(after_ns) >= interval_ns
 }
 
 #[cfg(test)]
@@ -60,6 +72,17 @@ mod tests {
         assert!(age.younger_than(5000, 5_900_000));
         age.observe(9, 1_300_000);
         assert!(age.younger_than(5000, 6_100_000));
+    }
+
+    #[test]
+    fn a_hold_may_have_lasted_the_interval_once_that_long_after_the_read_before_it() {
+        let mut age = HandoffAge::default();
+        age.observe(3, 2_000_000);
+        age.observe(4, 2_100_000);
+        let after = age.after_ns().unwrap();
+        assert_eq!(after, 2_000_000);
+        assert!(!may_have_lasted(after, 500, 2_499_999));
+        assert!(may_have_lasted(after, 500, 2_500_000));
     }
 
     #[test]

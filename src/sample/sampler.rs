@@ -19,12 +19,12 @@ use crate::process::tasks::TidMap;
 use crate::python::attach::{GilReading, GilWaitRanges, Target, WaiterCounts, Waiters};
 use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{
-    Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, census, classify, inside,
-    settle_in_hindsight, settle_stretch, woke_twice_since_holding,
+    Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, back_in_take_after_a_switch_request,
+    census, classify, inside, settle_in_hindsight, settle_stretch, woke_twice_since_holding,
 };
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
-use crate::sample::handoff_age::HandoffAge;
+use crate::sample::handoff_age::{HandoffAge, may_have_lasted};
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +121,9 @@ pub struct SamplerReport {
     /// Stretches after `Hold` taken as `take_gil` because the thread had since woken twice straight
     /// onto a CPU (`woke_twice_since_holding`).
     pub stretches_woken_twice: u64,
+    /// Stretches after a `Hold` long enough to be asked to switch taken as `take_gil` because the
+    /// thread had since got a CPU three times (`back_in_take_after_a_switch_request`).
+    pub stretches_back_after_switch_request: u64,
     /// Stretches begun as after `drop_gil` for a thread last seen asleep in `take_gil` that has got a
     /// CPU three times since (classify.rs, rule 8).
     pub stretches_after_unseen_hold: u64,
@@ -161,6 +164,7 @@ impl SamplerReport {
             stretches_released: 0,
             stretches_by_handoffs: 0,
             stretches_woken_twice: 0,
+            stretches_back_after_switch_request: 0,
             stretches_after_unseen_hold: 0,
             handoffs_seen: 0,
             handoffs_counted: 0,
@@ -206,6 +210,8 @@ struct Tracked {
     at_hold: Option<SchedStat>,
     /// It held the GIL's mutex at its last sample (classify.rs, rule 6).
     owned_gil_mutex: bool,
+    /// At its last sample as the holder: the hand-off that made it the holder came after this.
+    hold_handoff_after: Option<u64>,
     /// schedstat's arrival count while it slept in `take_gil` at its last definite sample, where
     /// the sleep proof covered that sleep (classify.rs, rule 8).
     take_sleep_slices: Option<u64>,
@@ -228,6 +234,9 @@ struct Stretch {
     at_start: Option<SchedStat>,
     /// When the thread got a CPU, once a sample has seen it.
     arrival: Option<Arrival>,
+    /// After `Hold`: the hold may have lasted a switch interval by the stretch's first sample, so a
+    /// waiter may have asked it to switch.
+    switch_request_possible: bool,
 }
 
 impl Stretch {
@@ -271,6 +280,7 @@ impl Tracked {
             sleep_proof: SleepProof::default(),
             at_hold: None,
             owned_gil_mutex: false,
+            hold_handoff_after: None,
             take_sleep_slices: None,
         }
     }
@@ -309,12 +319,18 @@ impl Tracked {
         {
             stretch.watch(self.files.read_schedstat(), t);
         }
-        let woke_twice = stretch.before == GilState::Hold
-            && matches!(
-                (self.at_hold, stretch.at_start),
-                (Some(at_hold), Some(at_start)) if woke_twice_since_holding(at_hold, at_start)
-            );
-        let before = if woke_twice {
+        let (woke_twice, back_after_switch) = match (stretch.before, self.at_hold, stretch.at_start)
+        {
+            (GilState::Hold, Some(at_hold), Some(at_start)) => {
+                let woke_twice = woke_twice_since_holding(at_hold, at_start);
+                let back = !woke_twice
+                    && stretch.switch_request_possible
+                    && back_in_take_after_a_switch_request(at_hold, at_start);
+                (woke_twice, back)
+            }
+            _ => (false, false),
+        };
+        let before = if woke_twice || back_after_switch {
             GilState::Take
         } else {
             stretch.before
@@ -325,6 +341,9 @@ impl Tracked {
                 report.stretches_in_gil_call += 1;
                 if woke_twice {
                     report.stretches_woken_twice += 1;
+                }
+                if back_after_switch {
+                    report.stretches_back_after_switch_request += 1;
                 }
                 self.timeline
                     .observe_run(stretch.first_ns, until, state, params, emit);
@@ -613,8 +632,16 @@ impl Loop<'_> {
                         {
                             self.report.stretches_after_unseen_hold += 1;
                         }
+                        let switch_request_possible = after == GilState::Hold
+                            && word
+                                .interval_us
+                                .zip(tracked.hold_handoff_after)
+                                .is_some_and(|(interval_us, since)| {
+                                    may_have_lasted(since, interval_us, t)
+                                });
                         let stretch = tracked.pending.get_or_insert_with(|| Stretch {
                             before: after,
+                            switch_request_possible,
                             first_ns: t,
                             last_ns: t,
                             at_start: tracked.files.read_schedstat(),
@@ -650,6 +677,7 @@ impl Loop<'_> {
                 tracked.definite_switch = Some(word.switch_number);
                 if state == GilState::Hold {
                     tracked.at_hold = tracked.files.read_schedstat();
+                    tracked.hold_handoff_after = handoff_age.after_ns();
                 }
                 tracked
                     .timeline
@@ -824,6 +852,15 @@ mod tests {
     /// the stretch's first sample. The stretch: held at 1.0 ms, running at 1.1–1.3 ms while waiting
     /// for a CPU since before 1.1 ms, got it by 1.4 ms, seen in `take_gil` there (one hand-off).
     fn stretch_state(at_hold: SchedStat, at_start: SchedStat) -> (GilState, SamplerReport) {
+        stretch_state_after(at_hold, at_start, false)
+    }
+
+    /// The same, for a hold that may (`long_hold`) or may not have lasted a switch interval.
+    fn stretch_state_after(
+        at_hold: SchedStat,
+        at_start: SchedStat,
+        long_hold: bool,
+    ) -> (GilState, SamplerReport) {
         let params = TimelineParams::for_period(100_000);
         let mut report = SamplerReport::new(0, Scheduling::Inherited);
         let mut intervals = Vec::new();
@@ -844,6 +881,7 @@ mod tests {
             first_ns: 1_100_000,
             last_ns: 1_300_000,
             at_start: Some(at_start),
+            switch_request_possible: long_hold,
             arrival: Some(Arrival {
                 before_ns: 1_300_000,
                 seen_ns: 1_400_000,
@@ -880,6 +918,23 @@ mod tests {
         assert_eq!(state, GilState::Take);
         assert_eq!(report.stretches_woken_twice, 1);
         assert_eq!(report.stretches_in_gil_call, 1);
+    }
+
+    #[test]
+    fn a_long_holder_that_got_a_cpu_three_times_is_back_in_take_gil() {
+        // Three arrivals with run-queue waits: after a switch request, drop_gil's wait and
+        // take_gil's.
+        let (state, report) = stretch_state_after(stat(10, 500), stat(13, 900), true);
+        assert_eq!(state, GilState::Take);
+        assert_eq!(report.stretches_back_after_switch_request, 1);
+        assert_eq!(report.stretches_woken_twice, 0);
+        // A hold too short to be asked to switch: preempted over and over inside drop_gil.
+        let (state, report) = stretch_state_after(stat(10, 500), stat(13, 900), false);
+        assert_eq!(state, GilState::Drop);
+        assert_eq!(report.stretches_back_after_switch_request, 0);
+        // Two arrivals with a wait are not enough, however long the hold.
+        let (state, _) = stretch_state_after(stat(10, 500), stat(12, 900), true);
+        assert_eq!(state, GilState::Drop);
     }
 
     #[test]

@@ -229,20 +229,16 @@ impl WaiterCounts {
     fn decode_mutex_owner(&self, span: &[u8]) -> Option<u32> {
         use crate::process::glibc::{MUTEX_LOCK_OFFSET, MUTEX_OWNER_OFFSET, mutex_owner};
         let at = self.mutex_lock?.0 - self.take_wrefs.0;
-        let word = |offset: u64| -> Option<u32> {
-            let raw = span.get((at + offset) as usize..(at + offset) as usize + 4)?;
-            Some(u32::from_ne_bytes(raw.try_into().unwrap()))
-        };
-        mutex_owner(word(MUTEX_LOCK_OFFSET)?, word(MUTEX_OWNER_OFFSET)?)
+        mutex_owner(
+            u32_at(span, at + MUTEX_LOCK_OFFSET)?,
+            u32_at(span, at + MUTEX_OWNER_OFFSET)?,
+        )
     }
 
     /// Decodes both counts from bytes that start at `take_wrefs`.
     fn decode(&self, span: &[u8]) -> std::result::Result<Waiters, ReadError> {
         let word = |offset: u64| -> std::result::Result<u32, ReadError> {
-            let raw = span
-                .get(offset as usize..offset as usize + 4)
-                .ok_or(ReadError::Fault)?;
-            let wrefs = u32::from_ne_bytes(raw.try_into().unwrap());
+            let wrefs = u32_at(span, offset).ok_or(ReadError::Fault)?;
             // Bits 0 (process-shared) and 2 (being destroyed) are never set on a live GIL.
             if wrefs & 0b101 == 0 {
                 Ok(crate::process::glibc::waiters_in(wrefs))
@@ -281,6 +277,13 @@ impl Target {
         self.memory.read_into(RemoteAddr(start), span)?;
         Ok(span)
     }
+}
+
+/// The native-endian 32-bit word at byte `offset` of `span`, if the span holds all of it.
+fn u32_at(span: &[u8], offset: u64) -> Option<u32> {
+    let start = usize::try_from(offset).ok()?;
+    let raw = span.get(start..start.checked_add(4)?)?;
+    Some(u32::from_ne_bytes(raw.try_into().ok()?))
 }
 
 /// Locates the waiter counts of the target's GIL and reads them once to check them.

@@ -270,7 +270,7 @@ pub fn woke_twice_since_holding(at_hold: SchedStat, now: SchedStat) -> bool {
 /// another thread takes it (a sleep), and that loop asks for the GIL again at once: in `take_gil`
 /// it sleeps until the GIL comes back. Both wake-ups, and a preemption between them, are arrivals;
 /// a thread preempted and resumed inside `drop_gil` gets that many only by losing its CPU over and
-/// over. Measured on per-sample dumps against the truth (CPython 3.12, README "What limits it"):
+/// over. Measured on per-sample dumps against the truth (CPython 3.12, README, rule 9):
 /// `contention` 520 samples in `take_gil` and 12 not, `fastswitch` 82 and 12, `mixed` 85 and 0;
 /// on `dispatch`, whose holds are too short to be asked, 3,094 such samples were released, which
 /// the hold's length keeps out.

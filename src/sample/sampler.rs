@@ -632,16 +632,16 @@ impl Loop<'_> {
                         {
                             self.report.stretches_after_unseen_hold += 1;
                         }
-                        let switch_request_possible = after == GilState::Hold
-                            && word
-                                .interval_us
-                                .zip(tracked.hold_handoff_after)
-                                .is_some_and(|(interval_us, since)| {
-                                    may_have_lasted(since, interval_us, t)
-                                });
                         let stretch = tracked.pending.get_or_insert_with(|| Stretch {
                             before: after,
-                            switch_request_possible,
+                            // Judged once, when the stretch begins: the hold ended before it.
+                            switch_request_possible: after == GilState::Hold
+                                && word
+                                    .interval_us
+                                    .zip(tracked.hold_handoff_after)
+                                    .is_some_and(|(interval_us, since)| {
+                                        may_have_lasted(since, interval_us, t)
+                                    }),
                             first_ns: t,
                             last_ns: t,
                             at_start: tracked.files.read_schedstat(),

@@ -2,17 +2,22 @@
 //! events, `ts` and `dur` as numbers or decimal strings) to Chrome Trace with `hold_gil` between each
 //! take and the next drop of the same thread, as `gil_trace_convert.py` does.
 //!
-//! It streams: events are read one at a time (`merge::document`, shared with `merge`) and written as
-//! they come, so a file of millions of events converts in flat memory. Malformed input is an error
-//! naming the event index and the field.
+//! The reference sorts each thread's events by `ts` before pairing, and files are not guaranteed to
+//! be sorted, so the result must not depend on the input's order. It reads the file twice: the first
+//! pass finds the threads whose events are out of order (one timestamp per thread kept), the second
+//! streams every other thread's events through as they come and holds back only the out-of-order
+//! threads' events, which are sorted (stably, by exact decimal `ts`, as the reference's sort keeps ties
+//! in file order) and paired at the end. A sorted file of millions of events thus converts in flat
+//! memory. Malformed input is an error naming the event index and the field.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::decimal::{ExactMicros, parse_micros};
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, string_field};
 use crate::trace::chrome::span_micros;
@@ -25,6 +30,8 @@ pub struct ConvertReport {
     pub holds: u64,
     /// Takes never followed by a drop of their thread (the recording ended while holding).
     pub unpaired_takes: u64,
+    /// Threads whose events were not in time order in the file (sorted before pairing).
+    pub sorted_threads: u64,
 }
 
 /// The output name the reference uses: `.json` appended when missing.
@@ -36,41 +43,6 @@ pub fn output_name(output: &Path) -> PathBuf {
     }
 }
 
-/// Nanoseconds from a JSON number or decimal string of microseconds, exactly for decimal strings.
-pub fn parse_micros(value: &Value) -> std::result::Result<i128, String> {
-    let out_of_range = || "out of range".to_string();
-    match value {
-        Value::Number(n) => {
-            // Numbers keep their text (serde_json's arbitrary_precision): epoch µs with nanosecond
-            // decimals do not survive a trip through f64.
-            let text = n.to_string();
-            if let Ok(ns) = parse_micros(&Value::String(text)) {
-                return Ok(ns);
-            }
-            let us = n.as_f64().ok_or_else(out_of_range)?;
-            if !us.is_finite() || us.abs() > 1e17 {
-                return Err(out_of_range());
-            }
-            Ok((us * 1000.0).round() as i128)
-        }
-        Value::String(text) => {
-            let text = text.trim();
-            let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
-            let negative = whole.starts_with('-');
-            let digits = whole.trim_start_matches('-');
-            let ok = |s: &str| s.chars().all(|c| c.is_ascii_digit());
-            if digits.is_empty() || !ok(digits) || !ok(frac) || digits.len() > 17 {
-                return Err(format!("{text:?} is not a decimal number of microseconds"));
-            }
-            let mut ns: i128 = digits.parse::<i128>().map_err(|_| out_of_range())? * 1000;
-            let frac3: String = frac.chars().chain("000".chars()).take(3).collect();
-            ns += frac3.parse::<i128>().unwrap_or(0);
-            Ok(if negative { -ns } else { ns })
-        }
-        _ => Err("expected a number or a decimal string".into()),
-    }
-}
-
 /// One validated input event.
 struct RawEvent {
     take: bool,
@@ -78,7 +50,11 @@ struct RawEvent {
     dur_ns: i128,
     pid: u64,
     tid: u64,
+    /// `ts` exactly, for ordering.
+    order: ExactMicros,
 }
+
+type ThreadKey = (u64, u64);
 
 fn validate(index: u64, event: &Value) -> std::result::Result<Option<RawEvent>, String> {
     let object = event_object(index, event)?;
@@ -113,34 +89,77 @@ fn validate(index: u64, event: &Value) -> std::result::Result<Option<RawEvent>, 
     if dur_ns < 0 {
         return Err(field_error(index, "dur", "negative"));
     }
+    let start_ns = number("ts")?;
+    let order = ExactMicros::parse(&object["ts"]).map_err(|why| field_error(index, "ts", why))?;
     Ok(Some(RawEvent {
         take,
-        start_ns: number("ts")?,
+        start_ns,
         dur_ns,
         pid: id("pid")?,
         tid: id("tid")?,
+        order,
     }))
 }
 
-/// The streaming state: the output and, per thread, the end of its last unpaired take.
+/// The first pass's state: per thread the latest `ts` seen, and the threads that went back in time.
+#[derive(Default)]
+struct OrderCheck {
+    last: HashMap<ThreadKey, ExactMicros>,
+    out_of_order: HashSet<ThreadKey>,
+}
+
+impl OrderCheck {
+    fn see(&mut self, raw: RawEvent) {
+        let key = (raw.pid, raw.tid);
+        match self.last.get_mut(&key) {
+            Some(previous) if raw.order < *previous => {
+                self.out_of_order.insert(key);
+            }
+            Some(previous) => *previous = raw.order,
+            None => {
+                self.last.insert(key, raw.order);
+            }
+        }
+    }
+}
+
+/// The first pass: the threads whose events are not in time order in the file.
+fn out_of_order_threads(input: &Path) -> Result<HashSet<ThreadKey>> {
+    let mut check = OrderCheck::default();
+    for_each_event(input, |index, event| {
+        if let Some(raw) = validate(index, &event)? {
+            check.see(raw);
+        }
+        Ok(())
+    })?;
+    Ok(check.out_of_order)
+}
+
+/// The second pass: the output, per thread the end of its last unpaired take, and the events of the
+/// out-of-order threads, held back until the end.
 struct Converter<W: Write> {
     out: W,
     first: bool,
     index: u64,
-    pending_take_end: HashMap<(u64, u64), i128>,
-    threads: BTreeSet<(u64, u64)>,
+    pending_take_end: HashMap<ThreadKey, i128>,
+    threads: BTreeSet<ThreadKey>,
+    held_back: HashMap<ThreadKey, Vec<RawEvent>>,
     report: ConvertReport,
 }
 
 impl<W: Write> Converter<W> {
-    fn new(out: W) -> Converter<W> {
+    fn new(out: W, out_of_order: HashSet<ThreadKey>) -> Converter<W> {
         Converter {
             out,
             first: true,
             index: 0,
             pending_take_end: HashMap::new(),
             threads: BTreeSet::new(),
-            report: ConvertReport::default(),
+            report: ConvertReport {
+                sorted_threads: out_of_order.len() as u64,
+                ..ConvertReport::default()
+            },
+            held_back: out_of_order.into_iter().map(|k| (k, Vec::new())).collect(),
         }
     }
 
@@ -173,10 +192,31 @@ impl<W: Write> Converter<W> {
         self.report.events += 1;
         let key = (raw.pid, raw.tid);
         self.threads.insert(key);
-        let io = |e: std::io::Error| e.to_string();
+        match self.held_back.get_mut(&key) {
+            Some(held) => held.push(raw),
+            None => self.pair(raw).map_err(|e| e.to_string())?,
+        }
+        Ok(())
+    }
+
+    /// Sorts each held-back thread's events (stably: ties stay in file order) and pairs them.
+    fn finish_held_back(&mut self) -> std::io::Result<()> {
+        let mut held: Vec<(ThreadKey, Vec<RawEvent>)> = self.held_back.drain().collect();
+        held.sort_by_key(|(key, _)| *key);
+        for (_, mut events) in held {
+            events.sort_by(|a, b| a.order.cmp(&b.order));
+            for raw in events {
+                self.pair(raw)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one event of a thread whose events come in time order, with the hold it closes.
+    fn pair(&mut self, raw: RawEvent) -> std::io::Result<()> {
+        let key = (raw.pid, raw.tid);
         if raw.take {
-            self.write_event("take_gil", raw.start_ns, raw.dur_ns, raw.pid, raw.tid)
-                .map_err(io)?;
+            self.write_event("take_gil", raw.start_ns, raw.dur_ns, raw.pid, raw.tid)?;
             if self
                 .pending_take_end
                 .insert(key, raw.start_ns + raw.dur_ns)
@@ -194,12 +234,10 @@ impl<W: Write> Converter<W> {
                     raw.start_ns - hold_start,
                     raw.pid,
                     raw.tid,
-                )
-                .map_err(io)?;
+                )?;
                 self.report.holds += 1;
             }
-            self.write_event("drop_gil", raw.start_ns, raw.dur_ns, raw.pid, raw.tid)
-                .map_err(io)?;
+            self.write_event("drop_gil", raw.start_ns, raw.dur_ns, raw.pid, raw.tid)?;
         }
         Ok(())
     }
@@ -214,12 +252,13 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         why: e.to_string(),
     })?;
     check_not_exists(&output, force)?;
+    let out_of_order = out_of_order_threads(input)?;
     let (partial_file, partial) = create_partial(&output)?;
     let fail = |e: std::io::Error| Error::Output {
         path: output.clone(),
         why: format!("{e} (partial data is in {})", partial.display()),
     };
-    let mut converter = Converter::new(BufWriter::new(partial_file));
+    let mut converter = Converter::new(BufWriter::new(partial_file), out_of_order);
     converter
         .out
         .write_all(b"{\"traceEvents\":[\n")
@@ -228,6 +267,7 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }
+    converter.finish_held_back().map_err(fail)?;
     converter.report.unpaired_takes += converter.pending_take_end.len() as u64;
     let pids: BTreeSet<u64> = converter.threads.iter().map(|&(pid, _)| pid).collect();
     let mut metadata = Vec::new();
@@ -255,19 +295,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_numbers_and_decimal_strings_exactly() {
-        assert_eq!(parse_micros(&json!(12.5)), Ok(12_500));
-        assert_eq!(
-            parse_micros(&json!("1795985719635057.125")),
-            Ok(1_795_985_719_635_057_125)
-        );
-        assert_eq!(parse_micros(&json!("7")), Ok(7_000));
-        assert!(parse_micros(&json!("1e5")).is_err());
-        assert!(parse_micros(&json!("99999999999999999999")).is_err());
-        assert!(parse_micros(&json!(true)).is_err());
-    }
-
-    #[test]
     fn names_the_output_like_the_reference() {
         assert_eq!(output_name(Path::new("out")), PathBuf::from("out.json"));
         assert_eq!(
@@ -278,7 +305,7 @@ mod tests {
 
     #[test]
     fn pairs_each_take_with_the_next_drop_of_its_thread() {
-        let mut c = Converter::new(Vec::new());
+        let mut c = Converter::new(Vec::new(), HashSet::new());
         for event in [
             json!({"name": "take_gil", "ph": "X", "ts": "100", "dur": "5", "pid": 1, "tid": 2}),
             json!({"name": "take_gil", "ph": "X", "ts": 101, "dur": 1, "pid": 1, "tid": 3}),
@@ -297,7 +324,7 @@ mod tests {
 
     #[test]
     fn malformed_events_name_their_index_and_field() {
-        let mut c = Converter::new(Vec::new());
+        let mut c = Converter::new(Vec::new(), HashSet::new());
         c.accept(json!({"name": "take_gil", "ts": 1, "dur": 1, "pid": 1, "tid": 1}))
             .unwrap();
         let err = c
@@ -316,5 +343,55 @@ mod tests {
                 .unwrap_err()
                 .contains("event 3: not a JSON object")
         );
+    }
+
+    /// Both passes over events in memory; the output's events as sorted lines.
+    fn convert_in_memory(events: &[Value]) -> (Vec<String>, ConvertReport) {
+        let mut check = OrderCheck::default();
+        for (index, event) in events.iter().enumerate() {
+            if let Some(raw) = validate(index as u64, event).unwrap() {
+                check.see(raw);
+            }
+        }
+        let mut c = Converter::new(Vec::new(), check.out_of_order);
+        for event in events {
+            c.accept(event.clone()).unwrap();
+        }
+        c.finish_held_back().unwrap();
+        c.report.unpaired_takes += c.pending_take_end.len() as u64;
+        let text = String::from_utf8(c.out).unwrap();
+        let mut lines: Vec<String> = text.split(",\n").map(str::to_string).collect();
+        lines.sort();
+        (lines, c.report)
+    }
+
+    #[test]
+    fn any_input_order_gives_the_result_of_the_sorted_input() {
+        // Two threads; ties, sub-nanosecond differences, and numbers mixed with decimal strings.
+        let sorted = vec![
+            json!({"name": "take_gil", "ts": "100", "dur": "5", "pid": 1, "tid": 2}),
+            json!({"name": "take_gil", "ts": 100, "dur": 2, "pid": 1, "tid": 3}),
+            json!({"name": "drop_gil", "ts": "120.0001", "dur": "1", "pid": 1, "tid": 2}),
+            json!({"name": "drop_gil", "ts": "120.0002", "dur": "1", "pid": 1, "tid": 3}),
+            json!({"name": "take_gil", "ts": 121.5, "dur": 3, "pid": 1, "tid": 2}),
+            json!({"name": "drop_gil", "ts": "130", "dur": "1", "pid": 1, "tid": 2}),
+            json!({"name": "take_gil", "ts": "131", "dur": 1, "pid": 1, "tid": 3}),
+        ];
+        let (expected, expected_report) = convert_in_memory(&sorted);
+        assert_eq!(expected_report.sorted_threads, 0);
+        assert_eq!(expected_report.holds, 3);
+        assert_eq!(expected_report.unpaired_takes, 1);
+        let mut reversed = sorted.clone();
+        reversed.reverse();
+        let mut interleaved = sorted.clone();
+        interleaved.swap(0, 5);
+        interleaved.swap(2, 4);
+        for shuffled in [reversed, interleaved] {
+            let (lines, report) = convert_in_memory(&shuffled);
+            assert_eq!(lines, expected);
+            assert_eq!(report.holds, expected_report.holds);
+            assert_eq!(report.unpaired_takes, expected_report.unpaired_takes);
+            assert!(report.sorted_threads > 0);
+        }
     }
 }

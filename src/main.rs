@@ -39,6 +39,13 @@ fn main() -> ExitCode {
         Some(Command::Layout(args)) => run_layout(&args).map(|()| exit::OK),
         Some(Command::Convert(args)) => {
             convert(&args.input, &args.output, args.force).map(|(path, report)| {
+                if report.sorted_threads > 0 {
+                    eprintln!(
+                        "gilsample: {} threads' events were not in time order in the file; sorted \
+                         by ts before pairing, as the reference tool does",
+                        report.sorted_threads
+                    );
+                }
                 eprintln!(
                     "gilsample: {} events, {} hold_gil inserted, {} takes without a drop -> {}",
                     report.events,
@@ -208,6 +215,18 @@ fn run_record(
             say(format!("gilsample: skipping process {pid}: {why}"));
         }
         Update::Skipped { .. } | Update::Ready => {}
+        Update::ThreadOfProcess { tid, pid } if !quiet => say(format!(
+            "gilsample: {tid} is a thread of process {pid}; recording process {pid}"
+        )),
+        Update::Launcher { pid, program } if !quiet => say(format!(
+            "gilsample: process {pid} runs {program}, not Python: recording the Python processes it starts"
+        )),
+        Update::ThreadOfProcess { .. } | Update::Launcher { .. } => {}
+        // Said even when quiet: the user's command did not run to its end.
+        Update::CommandStopped { pid, how } => say(format!(
+            "gilsample: the recording failed, so the launched command (pid {pid}) was stopped: {}",
+            how.describe()
+        )),
         Update::Progress(p) => {
             if let Some(bar) = &bar {
                 let secs = p.elapsed.as_secs_f64();
@@ -248,6 +267,17 @@ fn run_record(
         let what = match &opts.targets {
             Targets::Devices(kind) => {
                 format!("no Python process with {} open was found", kind.describe())
+            }
+            _ if !report.launchers.is_empty() => {
+                let launchers: Vec<String> = report
+                    .launchers
+                    .iter()
+                    .map(|(pid, program)| format!("{pid} ({program})"))
+                    .collect();
+                format!(
+                    "no Python process was found among the processes started by {}",
+                    launchers.join(", ")
+                )
             }
             _ => "no Python process was found to record".into(),
         };
@@ -299,6 +329,15 @@ fn control_event(update: &Update<'_>) -> Option<serde_json::Value> {
         }),
         Update::Skipped { pid, why } => json!({"event": "skipped", "pid": pid, "why": why}),
         Update::Ready => json!({"event": "ready"}),
+        Update::ThreadOfProcess { tid, pid } => {
+            json!({"event": "thread_of_process", "tid": tid, "pid": pid})
+        }
+        Update::Launcher { pid, program } => {
+            json!({"event": "launcher", "pid": pid, "program": program})
+        }
+        Update::CommandStopped { pid, how } => {
+            json!({"event": "command_stopped", "pid": pid, "how": how.describe()})
+        }
         Update::Progress(_) => return None,
     })
 }

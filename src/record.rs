@@ -8,7 +8,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -20,15 +19,16 @@ use serde_json::{Map, Value, json};
 use crate::discover::{DeviceKind, descendants, device_users};
 use crate::error::{Error, Result};
 use crate::infer::stats::Totals;
+use crate::launch::{Launched, Stopped, exe_of, wait_for_interpreter};
 use crate::merge::{MergeOptions, merge};
-use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank};
-use crate::python::attach::{LayoutChoice, Located, Target, locate};
+use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank, thread_group_of};
+use crate::python::attach::{LayoutChoice, Target, locate};
 use crate::sample::affinity::pin_own_threads;
 use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::priority::Priority;
 use crate::sample::sampler::{LiveCounters, Record, SamplerConfig, SamplerReport, run_sampler};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
-use crate::trace::output::OutputSpec;
+use crate::trace::output::{OutputSpec, check_not_exists};
 
 /// What to record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +79,9 @@ pub struct RecordReport {
     pub failures: Vec<(u32, Error)>,
     /// Processes looked at and left alone (not Python), with why.
     pub skipped: Vec<(u32, String)>,
+    /// Given or launched processes that are not Python, whose Python descendants were looked for
+    /// (`--subprocesses`), with the program they run.
+    pub launchers: Vec<(u32, String)>,
     /// The merged trace, when asked for.
     pub merged: Option<PathBuf>,
     /// The launched command's exit status (launch mode).
@@ -103,6 +106,21 @@ pub enum Update<'a> {
     /// Every target found at the start has taken its first sample (or failed): a caller that starts
     /// a profiler now covers the same window.
     Ready,
+    /// A given process id is a thread of another process, which is recorded instead.
+    ThreadOfProcess {
+        tid: u32,
+        pid: u32,
+    },
+    /// A given or launched process is not Python; its Python descendants are recorded.
+    Launcher {
+        pid: u32,
+        program: &'a str,
+    },
+    /// The recording failed after the command was launched, and the command was stopped.
+    CommandStopped {
+        pid: u32,
+        how: Stopped,
+    },
     Progress(&'a Progress),
 }
 
@@ -115,9 +133,6 @@ pub struct Progress {
     pub targets: usize,
 }
 
-/// How long launch mode waits for the interpreter to start before giving up.
-const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
-const LAUNCH_POLL: Duration = Duration::from_micros(500);
 /// How often the session looks for new targets; new processes are picked up within this.
 const DISCOVERY_PERIOD: Duration = Duration::from_millis(50);
 /// How many discovery rounds a process may stay "Python, but not started yet" before it is given up.
@@ -150,6 +165,10 @@ struct Session<'a> {
     not_ready: HashMap<u32, u32>,
     failures: Vec<(u32, Error)>,
     skipped: Vec<(u32, String)>,
+    /// Roots that are not Python, with the program each ran when last looked at: one that execs
+    /// another program (`exec python3` at the end of a script) is looked at again.
+    launchers: HashMap<u32, Option<PathBuf>>,
+    launcher_report: Vec<(u32, String)>,
 }
 
 pub fn record(
@@ -157,7 +176,9 @@ pub fn record(
     stop: Arc<AtomicBool>,
     progress: &mut dyn FnMut(Update<'_>),
 ) -> Result<RecordReport> {
-    opts.output.prepare()?;
+    // Every output is checked before anything is launched or attached: a command must not run for
+    // nothing, nor a recording be lost at its end.
+    check_outputs(opts)?;
     let mut session = Session {
         opts,
         stop: stop.clone(),
@@ -183,154 +204,243 @@ pub fn record(
         not_ready: HashMap::new(),
         failures: Vec::new(),
         skipped: Vec::new(),
+        launchers: HashMap::new(),
+        launcher_report: Vec::new(),
     };
-    let mut child: Option<Child> = None;
-    let mut roots: Vec<u32> = Vec::new();
-    match &opts.targets {
-        Targets::Pids(pids) => {
-            roots = pids.clone();
-            for &pid in pids {
-                session.known.insert(pid);
-                match locate(pid, opts.layout).and_then(|located| located.connect()) {
-                    Ok(target) => session.attached.push(target),
-                    Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
-                    Err(e) => session.failures.push((pid, e)),
-                }
-            }
-        }
-        Targets::Launch(command) => {
-            let mut spawned = spawn_command(command)?;
-            roots.push(spawned.id());
-            session.known.insert(spawned.id());
-            match wait_for_interpreter(&mut spawned, opts.layout, &stop) {
-                Ok(target) => session.attached.push(target),
-                // A launcher that is not Python itself (a shell script, mpirun) is fine when its
-                // Python descendants are what is recorded.
-                Err(e @ Error::NotPython { .. }) if opts.subprocesses => {
-                    session.skipped.push((spawned.id(), e.to_string()))
-                }
-                Err(e) => {
-                    let _ = spawned.kill();
-                    let _ = spawned.wait();
-                    return Err(e);
-                }
-            }
-            child = Some(spawned);
-        }
-        Targets::Devices(kind) => session.discover_devices(*kind, progress)?,
-    }
-    let following = opts.subprocesses || matches!(opts.targets, Targets::Devices(_));
-    // Watching for accelerator users that start later needs an end: without --duration, none found
-    // now is an answer, not a reason to wait forever.
-    if let Targets::Devices(kind) = opts.targets
-        && session.attached.is_empty()
-        && session.running.is_empty()
-        && opts.duration.is_none()
+    let mut launched: Option<Launched> = None;
+    let result = session.run(&mut launched, progress);
+    if result.is_err()
+        && let Some(command) = launched.as_mut()
     {
-        return Err(Error::NothingFound(format!(
-            "no Python process with {} open was found; give --pid PID[,PID...], --all-gpu for NVIDIA GPUs, \
-             a command after --, or --duration to wait for one",
-            kind.describe()
-        )));
+        let how = command.stop();
+        if how != Stopped::AlreadyExited {
+            progress(Update::CommandStopped {
+                pid: command.pid(),
+                how,
+            });
+        }
     }
-    if session.attached.is_empty() && !following {
-        return Err(session
-            .failures
-            .pop()
-            .map(|(_, e)| e)
-            .unwrap_or(Error::Usage("nothing to record".into())));
-    }
+    result
+}
 
-    // After a launched command is spawned (it keeps the CPUs it was given), before any sampler.
-    if let Some(cpus) = &opts.cpus {
-        pin_own_threads(cpus)?;
+/// Refuses, before anything starts, outputs that would fail at the end: an existing file named by
+/// `-o` or the merged trace (without `--force`), a directory that cannot be written.
+fn check_outputs(opts: &RecordOptions) -> Result<()> {
+    opts.output.prepare()?;
+    if let OutputSpec::File(path) = &opts.output {
+        check_not_exists(path, opts.force)?;
     }
-    // The recording's clock starts once the first targets are attached (attaching may parse DWARF).
-    let started = monotonic_ns();
-    session.config.end_at_ns = opts.duration.map(|d| started + d.as_nanos() as u64);
-    for target in std::mem::take(&mut session.attached) {
-        session.start(target)?;
+    if opts.merge {
+        check_not_exists(&opts.output.merged_path(), opts.force)?;
     }
-    let mut child_status = None;
-    loop {
-        if let Some(c) = child.as_mut()
-            && child_status.is_none()
-            && let Ok(Some(exit)) = c.try_wait()
-        {
-            child_status = Some(exit_code(&exit));
-        }
-        let ending = stop.load(Ordering::Relaxed)
-            || session
-                .config
-                .end_at_ns
-                .is_some_and(|end| monotonic_ns() >= end);
-        let roots_gone = match &opts.targets {
-            Targets::Launch(_) => child_status.is_some(),
-            Targets::Pids(_) => roots
-                .iter()
-                .all(|&pid| !Path::new(&format!("/proc/{pid}")).exists()),
-            Targets::Devices(_) => false,
-        };
-        if following && !ending {
-            match &opts.targets {
-                Targets::Devices(kind) => session.discover_devices(*kind, progress)?,
-                _ => {
-                    let found = descendants(&roots);
-                    session.try_attach(found, progress)?;
-                }
-            }
-        }
-        session.report_progress(started, progress);
-        let all_done = session
-            .running
-            .iter()
-            .all(|r| r.live.done.load(Ordering::Acquire));
-        // Without following, the session ends with its targets; when following, with the duration or
-        // a signal, or once the launched command (or every given root) is gone and nothing is running.
-        if all_done && (!following || ending || roots_gone) {
-            break;
-        }
-        thread::sleep(if following {
-            DISCOVERY_PERIOD
-        } else {
-            Duration::from_millis(5)
-        });
-    }
-    if let (Some(c), None) = (child.as_mut(), child_status) {
-        let status = c
-            .wait()
-            .map_err(|e| Error::io("waiting for the launched command", e))?;
-        child_status = Some(exit_code(&status));
-    }
-
-    let mut done = Vec::new();
-    let mut failures = std::mem::take(&mut session.failures);
-    for running in session.running {
-        match running.handle.join().expect("a recording thread panicked") {
-            Ok(report) => done.push(report),
-            Err(e) => failures.push((running.pid, e)),
-        }
-    }
-    let merged = if opts.merge && !done.is_empty() {
-        let paths: Vec<PathBuf> = done.iter().map(|t| t.path.clone()).collect();
-        let merge_opts = MergeOptions {
-            force: opts.force,
-            offsets: Vec::new(),
-        };
-        Some(merge(&paths, &opts.output.merged_path(), &merge_opts)?.output)
-    } else {
-        None
+    let dir = match &opts.output {
+        OutputSpec::Directory(dir) => dir.clone(),
+        OutputSpec::File(file) => match file.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
     };
-    Ok(RecordReport {
-        targets: done,
-        failures,
-        skipped: session.skipped,
-        merged,
-        child_status,
-    })
+    let probe = dir.join(format!(".gilsample-write-check-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(Error::Output {
+            path: dir,
+            why: format!("cannot create files there: {e}"),
+        }),
+    }
 }
 
 impl Session<'_> {
+    /// The whole recording, from finding the targets to joining their threads.
+    fn run(
+        &mut self,
+        launched: &mut Option<Launched>,
+        progress: &mut dyn FnMut(Update<'_>),
+    ) -> Result<RecordReport> {
+        let opts = self.opts;
+        let stop = self.stop.clone();
+        let mut roots: Vec<u32> = Vec::new();
+        match &opts.targets {
+            Targets::Pids(given) => {
+                let pids = processes_of(given, progress);
+                for &pid in &pids {
+                    roots.push(pid);
+                    self.known.insert(pid);
+                    match locate(pid, opts.layout).and_then(|located| located.connect()) {
+                        Ok(target) => self.attached.push(target),
+                        Err(e @ Error::NotPython { .. }) if opts.subprocesses => {
+                            self.launcher(pid, &e, progress)
+                        }
+                        Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
+                        Err(e) => self.failures.push((pid, e)),
+                    }
+                }
+            }
+            Targets::Launch(command) => {
+                let command = launched.insert(Launched::spawn(command)?);
+                let pid = command.pid();
+                roots.push(pid);
+                self.known.insert(pid);
+                match wait_for_interpreter(command, opts.layout, &stop, opts.subprocesses) {
+                    Ok(target) => self.attached.push(target),
+                    // A launcher that is not Python itself (a shell, `env`, mpirun) is fine when its
+                    // Python descendants are what is recorded.
+                    Err(e @ Error::NotPython { .. }) if opts.subprocesses => {
+                        self.launcher(pid, &e, progress)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
+        }
+        let following = opts.subprocesses || matches!(opts.targets, Targets::Devices(_));
+        // Watching for accelerator users that start later needs an end: without --duration, none
+        // found now is an answer, not a reason to wait forever.
+        if let Targets::Devices(kind) = opts.targets
+            && self.attached.is_empty()
+            && self.running.is_empty()
+            && opts.duration.is_none()
+        {
+            return Err(Error::NothingFound(format!(
+                "no Python process with {} open was found; give --pid PID[,PID...], --all-gpu for \
+                 NVIDIA GPUs, a command after --, or --duration to wait for one",
+                kind.describe()
+            )));
+        }
+        if self.attached.is_empty() && !following {
+            return Err(self
+                .failures
+                .pop()
+                .map(|(_, e)| e)
+                .unwrap_or(Error::Usage("nothing to record".into())));
+        }
+
+        // After a launched command is spawned (it keeps the CPUs it was given), before any sampler.
+        if let Some(cpus) = &opts.cpus {
+            pin_own_threads(cpus)?;
+        }
+        // The recording's clock starts once the first targets are attached (attaching may parse
+        // DWARF).
+        let started = monotonic_ns();
+        self.config.end_at_ns = opts.duration.map(|d| started + d.as_nanos() as u64);
+        for target in std::mem::take(&mut self.attached) {
+            self.start(target)?;
+        }
+        loop {
+            let command_done = launched.as_mut().map(|c| c.try_status().is_some());
+            let ending = stop.load(Ordering::Relaxed)
+                || self
+                    .config
+                    .end_at_ns
+                    .is_some_and(|end| monotonic_ns() >= end);
+            let roots_gone = match &opts.targets {
+                Targets::Launch(_) => command_done == Some(true),
+                Targets::Pids(_) => roots
+                    .iter()
+                    .all(|&pid| !Path::new(&format!("/proc/{pid}")).exists()),
+                Targets::Devices(_) => false,
+            };
+            if following && !ending {
+                match &opts.targets {
+                    Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
+                    _ => {
+                        let mut found = self.roots_that_changed_program(&roots);
+                        found.extend(descendants(&roots));
+                        self.try_attach(found, true, progress)?;
+                    }
+                }
+            }
+            self.report_progress(started, progress);
+            let all_done = self
+                .running
+                .iter()
+                .all(|r| r.live.done.load(Ordering::Acquire));
+            // Without following, the session ends with its targets; when following, with the
+            // duration or a signal, or once the launched command (or every given root) is gone and
+            // nothing is running.
+            if all_done && (!following || ending || roots_gone) {
+                break;
+            }
+            thread::sleep(if following {
+                DISCOVERY_PERIOD
+            } else {
+                Duration::from_millis(5)
+            });
+        }
+        let child_status = match launched.as_mut() {
+            Some(command) => Some(command.wait()?),
+            None => None,
+        };
+
+        let mut done = Vec::new();
+        let mut failures = std::mem::take(&mut self.failures);
+        for running in std::mem::take(&mut self.running) {
+            match running.handle.join().expect("a recording thread panicked") {
+                Ok(report) => done.push(report),
+                Err(e) => failures.push((running.pid, e)),
+            }
+        }
+        let merged = if opts.merge && !done.is_empty() {
+            let paths: Vec<PathBuf> = done.iter().map(|t| t.path.clone()).collect();
+            let merge_opts = MergeOptions {
+                force: opts.force,
+                offsets: Vec::new(),
+            };
+            Some(merge(&paths, &opts.output.merged_path(), &merge_opts)?.output)
+        } else {
+            None
+        };
+        Ok(RecordReport {
+            targets: done,
+            failures,
+            skipped: std::mem::take(&mut self.skipped),
+            launchers: std::mem::take(&mut self.launcher_report),
+            merged,
+            child_status,
+        })
+    }
+
+    /// A root that is not Python: not a failure when its descendants are followed.
+    fn launcher(&mut self, pid: u32, why: &Error, progress: &mut dyn FnMut(Update<'_>)) {
+        let program = exe_of(pid);
+        let name = program
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| why.to_string());
+        if !self.launcher_report.iter().any(|(p, _)| *p == pid) {
+            progress(Update::Launcher {
+                pid,
+                program: &name,
+            });
+            self.launcher_report.push((pid, name));
+        }
+        self.launchers.insert(pid, program);
+    }
+
+    /// Launcher roots that run another program than when they were judged not Python: they are
+    /// candidates again.
+    fn roots_that_changed_program(&mut self, roots: &[u32]) -> Vec<u32> {
+        let mut changed = Vec::new();
+        for &pid in roots {
+            if let Some(program) = self.launchers.get(&pid)
+                && exe_of(pid).is_some_and(|now| Some(&now) != program.as_ref())
+            {
+                self.launchers.remove(&pid);
+                self.known.remove(&pid);
+                self.not_ready.remove(&pid);
+                changed.push(pid);
+            }
+        }
+        changed
+    }
+
     /// Starts recording an attached target on its own threads.
     fn start(&mut self, target: Target) -> Result<()> {
         let rank = read_rank(target.pid);
@@ -377,10 +487,13 @@ impl Session<'_> {
     }
 
     /// Attaches to candidates not seen before: Python ones are recorded, others are skipped with a
-    /// reason; one whose interpreter has not started yet is retried on later rounds.
+    /// reason; one whose interpreter has not started yet is retried on later rounds. Descendants
+    /// that are not Python (`descendants`: shells, `srun`, `sleep`) are passed over silently: they
+    /// are the job's plumbing, not something the user asked to record.
     fn try_attach(
         &mut self,
         candidates: Vec<u32>,
+        descendants: bool,
         progress: &mut dyn FnMut(Update<'_>),
     ) -> Result<()> {
         for pid in candidates {
@@ -411,6 +524,15 @@ impl Session<'_> {
                 Err(Error::ProcessGone { .. }) => {
                     self.known.insert(pid);
                 }
+                Err(e @ Error::NotPython { .. })
+                    if self.launcher_report.iter().any(|(p, _)| *p == pid) =>
+                {
+                    self.known.insert(pid);
+                    self.launcher(pid, &e, progress);
+                }
+                Err(Error::NotPython { .. }) if descendants => {
+                    self.known.insert(pid);
+                }
                 Err(e) => {
                     self.known.insert(pid);
                     let why = e.to_string();
@@ -428,7 +550,7 @@ impl Session<'_> {
         progress: &mut dyn FnMut(Update<'_>),
     ) -> Result<()> {
         let users: Vec<u32> = device_users(kind).into_iter().map(|(pid, _)| pid).collect();
-        self.try_attach(users, progress)
+        self.try_attach(users, false, progress)
     }
 
     fn report_progress(&mut self, started: u64, progress: &mut dyn FnMut(Update<'_>)) {
@@ -468,74 +590,25 @@ impl Session<'_> {
     }
 }
 
-fn exit_code(status: &std::process::ExitStatus) -> i32 {
-    status
-        .code()
-        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(status).unwrap_or(0))
-}
-
-fn spawn_command(command: &[String]) -> Result<Child> {
-    let (program, args) = command
-        .split_first()
-        .ok_or_else(|| Error::Usage("no command to launch after --".into()))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args);
-    // gilsample blocks SIGINT/SIGTERM/SIGHUP in all its threads to handle them in one place; the child
-    // must get the default mask back.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            let empty = nix::sys::signal::SigSet::empty();
-            nix::sys::signal::pthread_sigmask(
-                nix::sys::signal::SigmaskHow::SIG_SETMASK,
-                Some(&empty),
-                None,
-            )
-            .map_err(std::io::Error::from)
-        });
-    }
-    cmd.spawn()
-        .map_err(|e| Error::Usage(format!("cannot launch {program}: {e}")))
-}
-
-/// Polls the launched process until its interpreter is running and readable.
-fn wait_for_interpreter(
-    child: &mut Child,
-    choice: LayoutChoice,
-    stop: &AtomicBool,
-) -> Result<Target> {
-    let pid = child.id();
-    let begin = monotonic_ns();
-    let mut located: Option<Located> = None;
-    let mut last_error = None;
-    while Duration::from_nanos(monotonic_ns() - begin) < LAUNCH_TIMEOUT
-        && !stop.load(Ordering::Relaxed)
-    {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(Error::NotPython {
-                pid,
-                why: format!("the command exited ({status}) before its interpreter started"),
-            });
-        }
-        if located.is_none() {
-            match locate(pid, choice) {
-                Ok(found) => located = Some(found),
-                Err(e @ (Error::Unsupported { .. } | Error::Permission { .. })) => return Err(e),
-                Err(e) => last_error = Some(e),
+/// The processes of the given ids: a thread id stands for its process (said, and recorded once).
+fn processes_of(given: &[u32], progress: &mut dyn FnMut(Update<'_>)) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for &id in given {
+        let pid = match thread_group_of(id) {
+            Some(process) if process != id => {
+                progress(Update::ThreadOfProcess {
+                    tid: id,
+                    pid: process,
+                });
+                process
             }
+            _ => id,
+        };
+        if !pids.contains(&pid) {
+            pids.push(pid);
         }
-        if let Some(found) = &located {
-            match found.connect() {
-                Ok(target) => return Ok(target),
-                Err(e @ Error::Permission { .. }) => return Err(e),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        thread::sleep(LAUNCH_POLL);
     }
-    Err(last_error.unwrap_or(Error::NotPython {
-        pid,
-        why: "its interpreter did not start".into(),
-    }))
+    pids
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -549,6 +622,8 @@ fn record_one(
     opts: &RecordOptions,
     offset_ns: i64,
 ) -> Result<TargetReport> {
+    // Read before sampling: a target that exits first (a launched command) has none at the end.
+    let cmdline = read_cmdline(target.pid).unwrap_or_default();
     let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let writing = thread::scope(|scope| {
         let writer_thread = scope.spawn(move || -> Result<(ChromeWriter, Totals)> {
@@ -581,7 +656,6 @@ fn record_one(
     });
     let (report, written) = writing;
     let (writer, totals) = written?;
-    let cmdline = read_cmdline(target.pid).unwrap_or_default();
     let mut threads: Vec<(u32, String)> = report
         .thread_names
         .iter()

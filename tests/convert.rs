@@ -136,3 +136,109 @@ fn missing_input_file() {
     assert_eq!(code, INPUT, "{stderr}");
     assert!(stderr.contains("nope.json"));
 }
+
+/// A reference-format raw file: `threads` threads taking and dropping the GIL in turn, `ts` and `dur`
+/// alternately as numbers and as decimal strings, some `ts` equal across threads.
+fn reference_events(threads: u64, rounds: u64) -> Vec<serde_json::Value> {
+    let mut events = Vec::new();
+    for round in 0..rounds {
+        for thread in 0..threads {
+            let base = 1_795_985_719_000_000u64 + round * 1000 + thread * 10;
+            let ts = |offset: u64, as_string: bool| {
+                if as_string {
+                    serde_json::json!(format!("{}.{:03}", base + offset, round % 1000))
+                } else {
+                    serde_json::json!(base + offset)
+                }
+            };
+            let string = (round + thread) % 2 == 0;
+            events.push(
+                serde_json::json!({"name": "take_gil", "ph": "X", "ts": ts(0, string),
+                "dur": if string { serde_json::json!("3.5") } else { serde_json::json!(3) },
+                "pid": 7, "tid": 100 + thread}),
+            );
+            events.push(
+                serde_json::json!({"name": "drop_gil", "ph": "X", "ts": ts(8, !string),
+                "dur": 1, "pid": 7, "tid": 100 + thread}),
+            );
+        }
+    }
+    events
+}
+
+/// The X events of a converted or merged trace, as comparable text, sorted.
+fn slices(trace: &Trace) -> Vec<String> {
+    let mut out: Vec<String> = trace
+        .events()
+        .iter()
+        .map(|e| format!("{} {} {:.3} {:.3}", e.name, e.tid, e.ts, e.dur))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn any_input_order_converts_as_the_sorted_file_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let sorted = reference_events(3, 100);
+    // A fixed permutation (no randomness in tests): a stride coprime with the length.
+    let n = sorted.len();
+    let shuffled: Vec<serde_json::Value> = (0..n).map(|i| sorted[(i * 37) % n].clone()).collect();
+    let write = |name: &str, events: &[serde_json::Value]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string(events).unwrap()).unwrap();
+        path
+    };
+    let sorted_path = write("sorted_raw.json", &sorted);
+    let shuffled_path = write("shuffled_raw.json", &shuffled);
+    let (code, sorted_err) = convert(&sorted_path, &dir.path().join("sorted_out.json"));
+    assert_eq!(code, 0, "{sorted_err}");
+    let (code, shuffled_err) = convert(&shuffled_path, &dir.path().join("shuffled_out.json"));
+    assert_eq!(code, 0, "{shuffled_err}");
+    assert!(
+        sorted_err.contains("300 hold_gil inserted, 0 takes without a drop"),
+        "{sorted_err}"
+    );
+    assert!(
+        shuffled_err.contains("300 hold_gil inserted, 0 takes without a drop"),
+        "{shuffled_err}"
+    );
+    assert!(shuffled_err.contains("3 threads' events were not in time order"));
+    let expected = slices(&Trace::load(&dir.path().join("sorted_out.json")));
+    assert_eq!(expected.len(), 900);
+    assert_eq!(
+        slices(&Trace::load(&dir.path().join("shuffled_out.json"))),
+        expected
+    );
+
+    // merge takes the reference's raw files in any order too.
+    for (input, out) in [
+        (&sorted_path, "sorted_merged.json"),
+        (&shuffled_path, "shuffled_merged.json"),
+    ] {
+        let status = gilsample()
+            .arg("merge")
+            .arg(input)
+            .arg("-o")
+            .arg(dir.path().join(out))
+            .output()
+            .unwrap();
+        assert!(status.status.success());
+    }
+    // Merged events keep the input's spelling of `ts`: compared as written.
+    let raw_slices = |name: &str| {
+        let trace = Trace::load(&dir.path().join(name));
+        let mut out: Vec<String> = trace.value["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| e.to_string())
+            .collect();
+        out.sort();
+        out
+    };
+    let merged = raw_slices("sorted_merged.json");
+    assert_eq!(merged.len(), 600);
+    assert_eq!(raw_slices("shuffled_merged.json"), merged);
+}

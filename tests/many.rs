@@ -8,12 +8,20 @@ mod common;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use common::{Trace, Workload, gilsample, interpreter, sid_root};
 
 /// Discovery sees every process on the machine: the device tests must not see each other's nodes.
 static DEVICES: Mutex<()> = Mutex::new(());
+
+/// The device lock, also after another device test failed while holding it: one failure must not
+/// fail the others.
+fn devices() -> MutexGuard<'static, ()> {
+    DEVICES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// A process started in a private mount namespace whose /dev is a tmpfs holding `node` (a char device
 /// with the numbers of /dev/null), with `command` run there via `sh -c`; killed when dropped.
@@ -63,7 +71,7 @@ fn python_holding(node: &str) -> (WithDevice, u32) {
 
 #[test]
 fn all_npu_records_python_users_of_the_npu_and_skips_the_others() {
-    let _guard = DEVICES.lock().unwrap();
+    let _guard = devices();
     let (_python, python_pid) = python_holding("davinci0");
     let (_other, _) =
         WithDevice::start("davinci1", "sh -c 'echo up; exec sleep 60 3</dev/davinci1'");
@@ -85,7 +93,7 @@ fn all_npu_records_python_users_of_the_npu_and_skips_the_others() {
 
 #[test]
 fn all_gpu_finds_nothing_then_a_new_gpu_user() {
-    let _guard = DEVICES.lock().unwrap();
+    let _guard = devices();
     let dir = tempfile::tempdir().unwrap();
     let none = gilsample()
         .args(["--all-gpu", "--duration", "0.1", "--quiet", "-o"])
@@ -100,17 +108,17 @@ fn all_gpu_finds_nothing_then_a_new_gpu_user() {
     );
     assert!(String::from_utf8_lossy(&none.stderr).contains("NVIDIA GPU"));
 
-    // A GPU user that appears while recording runs is picked up (discovery runs every 50 ms).
-    let mut recording = gilsample()
-        .args(["--all-gpu", "--duration", "2", "-o"])
+    // A GPU user that appears while recording runs is picked up. The recording is stopped once it
+    // says it records that user (readiness), not after a duration that a loaded machine may need
+    // more than; the long --duration only lets discovery wait with nothing found at first.
+    let recording = gilsample()
+        .args(["--all-gpu", "--duration", "600", "-o"])
         .arg(dir.path())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let (_python, pid) = python_holding("nvidia0");
-    let status = recording.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut recording.stderr.take().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = common::stop_once_recording(recording, pid);
     assert!(status.success(), "{stderr}");
     let trace = Trace::load(&dir.path().join(format!("GIL_{pid}_rank_0.json")));
     assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
@@ -252,7 +260,9 @@ fn subprocesses_records_every_python_child_including_later_ones() {
 
 /// A Python process of the sid root in its own PID and mount namespace (`unshare` + `chroot`, like a
 /// container), with its pid as this process sees it. It is its namespace's init, which ignores every
-/// signal but SIGKILL: `Contained` kills it by pid when dropped.
+/// signal but SIGKILL. `Contained` kills `unshare` when dropped, and `--kill-child` takes the target
+/// with it: killing the target itself would make `unshare` (util-linux 2.38) try to re-raise SIGKILL
+/// on itself and print "sigprocmask unblock failed: Invalid argument".
 struct Contained {
     unshare: Child,
     pid: u32,
@@ -260,10 +270,7 @@ struct Contained {
 
 impl Drop for Contained {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = self.unshare.kill();
         let _ = self.unshare.wait();
     }
 }
@@ -272,7 +279,7 @@ fn containerized_python() -> Contained {
     let root = sid_root();
     common::interpreter("sid-3.14"); // stages the workload script inside the root
     let mut unshare = Command::new("unshare")
-        .args(["--pid", "--mount", "--fork"])
+        .args(["--pid", "--mount", "--fork", "--kill-child"])
         .arg(format!("--mount-proc={}", root.join("proc").display()))
         .arg("chroot")
         .arg(&root)

@@ -36,7 +36,7 @@ impl std::str::FromStr for Offset {
             Some((input, number)) => (Some(PathBuf::from(input)), number),
             None => (None, text),
         };
-        let ns = crate::convert::parse_micros(&Value::String(number.trim().to_string())).map_err(
+        let ns = crate::decimal::parse_micros(&Value::String(number.trim().to_string())).map_err(
             |why| {
                 format!(
                     "{text:?}: give [INPUT=]MICROSECONDS, e.g. 1500 or trace.json=-250.5 ({why})"

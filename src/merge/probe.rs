@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::convert::parse_micros;
+use crate::decimal::parse_micros;
 use crate::error::Result;
 use crate::merge::document::{Header, event_object, field_error, for_each_event, string_field};
 

@@ -62,6 +62,14 @@ pub fn read_cmdline(pid: u32) -> Result<String> {
         .unwrap_or_default())
 }
 
+/// The process a thread id belongs to (`Tgid:` of `/proc/ID/status`, which exists for threads too
+/// though `/proc` does not list them); `None` when there is no such thread.
+pub fn thread_group_of(id: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{id}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Tgid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The pid the target sees for itself in its innermost PID namespace (the last `NSpid:` field).
 pub fn read_namespace_pid(pid: u32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -163,6 +171,24 @@ impl TidMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_id_names_its_process() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let own = std::process::id();
+        assert_ne!(tid, own);
+        assert_eq!(thread_group_of(tid), Some(own));
+        assert_eq!(thread_group_of(own), Some(own));
+        drop(done_tx);
+        worker.join().unwrap();
+        assert_eq!(thread_group_of(u32::MAX), None);
+    }
 
     #[test]
     fn own_threads_map_to_themselves() {

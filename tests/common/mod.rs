@@ -335,3 +335,29 @@ pub fn start_recording(
     );
     (child, stderr)
 }
+
+/// Reads gilsample's stderr until the line that says `process {pid}` is being recorded, then asks
+/// it to finish (SIGINT) and returns its status with all it printed. Readiness, not a duration.
+pub fn stop_once_recording(mut recording: Child, pid: u32) -> (ExitStatus, String) {
+    let mut stderr: BufReader<std::process::ChildStderr> =
+        BufReader::new(recording.stderr.take().unwrap());
+    let mut seen = String::new();
+    let wanted = format!("recording process {pid} ");
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            break; // it ended by itself: the assertions below say why
+        }
+        seen += &line;
+        if line.contains(&wanted) {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(recording.id() as i32),
+                nix::sys::signal::Signal::SIGINT,
+            )
+            .unwrap();
+            break;
+        }
+    }
+    std::io::Read::read_to_string(&mut stderr, &mut seen).unwrap();
+    (recording.wait().unwrap(), seen)
+}

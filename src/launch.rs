@@ -1,0 +1,251 @@
+//! Launch mode's command: started with the default signal mask, tied to gilsample's life, waited for
+//! until its interpreter runs, and, when the recording fails after it started, stopped with the
+//! processes it started (SIGTERM, then SIGKILL after a grace period) so that nothing is left running
+//! on its own.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::discover::descendants;
+use crate::error::{Error, Result};
+use crate::python::attach::{LayoutChoice, Located, Target, locate};
+use crate::sample::clock::monotonic_ns;
+
+/// How long launch mode waits for the interpreter to start before giving up.
+const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
+const LAUNCH_POLL: Duration = Duration::from_micros(500);
+/// How long a stopped command has, after SIGTERM, to exit on its own (Python runs its exit handlers
+/// and flushes its files) before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// How a command was stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// It had already exited.
+    AlreadyExited,
+    /// It exited after SIGTERM.
+    Terminated,
+    /// It was still running after the grace period and was killed.
+    Killed,
+}
+
+impl Stopped {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Stopped::AlreadyExited => "it had already exited",
+            Stopped::Terminated => "it exited on SIGTERM",
+            Stopped::Killed => "it did not exit on SIGTERM and was killed (SIGKILL)",
+        }
+    }
+}
+
+/// The launched command.
+pub struct Launched {
+    child: Child,
+    status: Option<i32>,
+}
+
+impl Launched {
+    pub fn spawn(command: &[String]) -> Result<Launched> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| Error::Usage("no command to launch after --".into()))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        let parent = std::process::id();
+        // gilsample blocks SIGINT/SIGTERM/SIGHUP in all its threads to handle them in one place; the
+        // child must get the default mask back. And it must not outlive gilsample killed in a way
+        // that runs no cleanup (SIGKILL, a second Ctrl+C): the kernel sends it SIGTERM then. The
+        // spawning thread is the main thread, which lives as long as gilsample does.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                let empty = nix::sys::signal::SigSet::empty();
+                nix::sys::signal::pthread_sigmask(
+                    nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                    Some(&empty),
+                    None,
+                )
+                .map_err(std::io::Error::from)?;
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // gilsample may have died between fork and prctl: then nobody would send it.
+                if libc::getppid() as u32 != parent {
+                    return Err(std::io::Error::other("gilsample exited while launching"));
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::Usage(format!("cannot launch {program}: {e}")))?;
+        Ok(Launched {
+            child,
+            status: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its exit status once it has exited (a signal `s` counts as `128 + s`, as shells report it).
+    pub fn try_status(&mut self) -> Option<i32> {
+        if self.status.is_none()
+            && let Ok(Some(exit)) = self.child.try_wait()
+        {
+            self.status = Some(exit_code(&exit));
+        }
+        self.status
+    }
+
+    pub fn wait(&mut self) -> Result<i32> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let exit = self
+            .child
+            .wait()
+            .map_err(|e| Error::io("waiting for the launched command", e))?;
+        let status = exit_code(&exit);
+        self.status = Some(status);
+        Ok(status)
+    }
+
+    /// Stops the command and every process it started: SIGTERM to all, SIGKILL to those still
+    /// there after `STOP_GRACE`.
+    pub fn stop(&mut self) -> Stopped {
+        if self.try_status().is_some() {
+            return Stopped::AlreadyExited;
+        }
+        // Collected first: once the command is gone its children are reparented and untraceable.
+        let started = descendants(&[self.pid()]);
+        let signal_all = |signal: Signal, pids: &[u32]| {
+            for &pid in pids {
+                let _ = kill(Pid::from_raw(pid as i32), signal);
+            }
+        };
+        signal_all(Signal::SIGTERM, &[self.pid()]);
+        signal_all(Signal::SIGTERM, &started);
+        let begin = monotonic_ns();
+        while Duration::from_nanos(monotonic_ns() - begin) < STOP_GRACE {
+            if self.try_status().is_some() && !started.iter().any(|&p| alive(p)) {
+                return Stopped::Terminated;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let left: Vec<u32> = started.into_iter().filter(|&p| alive(p)).collect();
+        signal_all(Signal::SIGKILL, &left);
+        if self.try_status().is_none() {
+            let _ = self.child.kill();
+        }
+        let _ = self.wait();
+        Stopped::Killed
+    }
+}
+
+impl Drop for Launched {
+    /// A backstop for paths that did not stop it explicitly (a panic): never leave it orphaned.
+    fn drop(&mut self) {
+        if self.try_status().is_none() {
+            self.stop();
+        }
+    }
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(status).unwrap_or(0))
+}
+
+/// The program a process runs now (`/proc/PID/exe`).
+pub fn exe_of(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// Whether `pid`, a child of gilsample, has run `exec` (until then it is a copy of gilsample).
+fn has_exec(pid: u32) -> bool {
+    match (exe_of(pid), exe_of(std::process::id())) {
+        (Some(theirs), Some(ours)) => theirs != ours,
+        _ => false,
+    }
+}
+
+/// Polls the launched process until its interpreter is running and readable. With `launcher_ok`
+/// (`--subprocesses`), a command that has exec'd a program that is not Python is returned as
+/// `NotPython` at once: it is a launcher (a shell, `env`, `mpirun`), and its Python descendants are
+/// found by the session's discovery, which needs the wait to end.
+pub fn wait_for_interpreter(
+    launched: &mut Launched,
+    choice: LayoutChoice,
+    stop: &AtomicBool,
+    launcher_ok: bool,
+) -> Result<Target> {
+    let pid = launched.pid();
+    let begin = monotonic_ns();
+    let mut located: Option<Located> = None;
+    let mut last_error = None;
+    let mut ran_instead: Option<PathBuf> = None;
+    while Duration::from_nanos(monotonic_ns() - begin) < LAUNCH_TIMEOUT
+        && !stop.load(Ordering::Relaxed)
+    {
+        if let Some(status) = launched.try_status() {
+            let mut why =
+                format!("the command exited (status {status}) before its interpreter started");
+            if let Some(program) = &ran_instead {
+                why += &format!(
+                    "; it ran {}, which is not Python: to record the Python programs it starts, add \
+                     --subprocesses",
+                    program.display()
+                );
+            }
+            return Err(Error::NotPython { pid, why });
+        }
+        if located.is_none() {
+            match locate(pid, choice) {
+                Ok(found) => located = Some(found),
+                Err(e @ (Error::Unsupported { .. } | Error::Permission { .. })) => return Err(e),
+                Err(e @ Error::NotPython { .. }) if has_exec(pid) => {
+                    if launcher_ok {
+                        return Err(e);
+                    }
+                    // It may still exec Python (`env`, a script ending in `exec python3`).
+                    ran_instead = exe_of(pid);
+                    last_error = Some(e);
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        if let Some(found) = &located {
+            match found.connect() {
+                Ok(target) => return Ok(target),
+                Err(e @ Error::Permission { .. }) => return Err(e),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        thread::sleep(LAUNCH_POLL);
+    }
+    Err(last_error.unwrap_or(Error::NotPython {
+        pid,
+        why: "its interpreter did not start".into(),
+    }))
+}

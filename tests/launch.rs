@@ -1,0 +1,212 @@
+//! Launching and following processes without surprises: outputs checked before a command runs, a
+//! command stopped (never orphaned) when the recording fails after it started, Python children found
+//! behind shells given or launched with `--subprocesses`, a thread id given as `--pid`, and the
+//! launched command line in the trace.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::{Trace, gilsample, interpreter, pyenv_root, stop_once_recording};
+
+const OUTPUT: i32 = 6;
+const UNSUPPORTED: i32 = 4;
+
+fn ready_pid(line: &str) -> u32 {
+    let ready: serde_json::Value =
+        serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
+    ready["pid"].as_u64().unwrap() as u32
+}
+
+/// Processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[test]
+fn an_existing_output_is_refused_before_the_command_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let existing = dir.path().join("existing.json");
+    std::fs::write(&existing, "{}").unwrap();
+    let marker = dir.path().join("the-command-ran");
+    let out = gilsample()
+        .arg("-o")
+        .arg(&existing)
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}", marker.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(OUTPUT), "{stderr}");
+    assert!(stderr.contains("already exists"), "{stderr}");
+    assert!(!marker.exists(), "the command was launched: {stderr}");
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "{}");
+
+    // The merged trace is checked as early.
+    std::fs::write(dir.path().join("GIL_merged.json"), "{}").unwrap();
+    let out = gilsample()
+        .arg("--merge")
+        .arg("-o")
+        .arg(dir.path())
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}", marker.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(OUTPUT));
+    assert!(!marker.exists(), "the command was launched");
+}
+
+#[test]
+fn a_command_is_stopped_when_the_recording_fails_after_it_started() {
+    // CPython 3.6 is found and refused once it runs: the failure comes after the launch.
+    let python36 = pyenv_root().join("versions/3.6.15/bin/python3.6");
+    assert!(python36.exists(), "{} is needed", python36.display());
+    let marker = format!("gilsample-stop-test-{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let out = gilsample()
+        .arg("-o")
+        .arg(dir.path())
+        .arg("--")
+        .arg(&python36)
+        .args(["-c", "import sys, time; time.sleep(600)", &marker])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(UNSUPPORTED), "{stderr}");
+    assert!(
+        stderr.contains("launched command") && stderr.contains("stopped"),
+        "{stderr}"
+    );
+    assert_eq!(processes_with(&marker), Vec::<u32>::new(), "left running");
+}
+
+#[test]
+fn python_behind_a_launched_shell_is_recorded_with_subprocesses() {
+    let python = interpreter("3.12");
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "{} {} short --threads 2 --seconds 0.5; true",
+        python.command[0], python.workload
+    );
+    let out = gilsample()
+        .args(["--subprocesses", "-o"])
+        .arg(dir.path())
+        .args(["--", "bash", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("not Python: recording the Python processes it starts"),
+        "{stderr}"
+    );
+    let child = ready_pid(String::from_utf8_lossy(&out.stdout).lines().next().unwrap());
+    let trace = Trace::load(&dir.path().join(format!("GIL_{child}_rank_0.json")));
+    assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
+    assert!(
+        !stderr.contains("skipping process"),
+        "the shell is the job's plumbing, not a failure: {stderr}"
+    );
+}
+
+#[test]
+fn a_shell_given_as_pid_with_subprocesses_is_a_launcher_not_a_failure() {
+    let python = interpreter("3.12");
+    let script = format!(
+        "{} {} contention --threads 2; true",
+        python.command[0], python.workload
+    );
+    let mut shell = Command::new("bash")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        // bash reports the child the test kills at the end ("Terminated").
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(shell.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let child = ready_pid(&line);
+    let dir = tempfile::tempdir().unwrap();
+    let recording = gilsample()
+        .args(["--pid", &shell.id().to_string(), "--subprocesses", "-o"])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, stderr) = stop_once_recording(recording, child);
+    let _ = Command::new("kill").arg(child.to_string()).status();
+    let _ = shell.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("runs /usr/bin/bash, not Python"),
+        "{stderr}"
+    );
+    let trace = Trace::load(&dir.path().join(format!("GIL_{child}_rank_0.json")));
+    assert!(!trace.events().is_empty());
+}
+
+#[test]
+fn a_thread_id_given_as_pid_records_its_process() {
+    let python = interpreter("3.12");
+    let workload = common::Workload::start(&python, &["contention", "--threads", "2"]);
+    let tid = workload.tid("spinner-1");
+    assert_ne!(tid, workload.pid);
+    let dir = tempfile::tempdir().unwrap();
+    let recording = gilsample()
+        .args(["--pid", &tid.to_string(), "-o"])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, stderr) = stop_once_recording(recording, workload.pid);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{tid} is a thread of process {}", workload.pid)),
+        "{stderr}"
+    );
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("pid").as_u64(), Some(workload.pid as u64));
+    assert!(
+        dir.path()
+            .join(format!("GIL_{}_rank_0.json", workload.pid))
+            .exists()
+    );
+}
+
+#[test]
+fn launch_mode_keeps_the_command_line() {
+    let python = interpreter("3.12");
+    let dir = tempfile::tempdir().unwrap();
+    let out = gilsample()
+        .args(["--quiet", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .args(&python.command)
+        .arg(&python.workload)
+        .args(["short", "--threads", "1", "--seconds", "0.2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = Trace::load_single(dir.path());
+    let command_line = trace.other("command_line").as_str().unwrap().to_string();
+    assert!(
+        command_line.contains("gil_workload.py short --threads 1"),
+        "{command_line:?}"
+    );
+}

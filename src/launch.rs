@@ -249,3 +249,53 @@ pub fn wait_for_interpreter(
         why: "its interpreter did not start".into(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gone(pid: u32) -> bool {
+        !alive(pid)
+    }
+
+    /// The command's own children, once the shell has started them (its stdout says so).
+    fn spawn_tree(script: &str) -> (Launched, Vec<u32>) {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let command = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            format!(
+                "{script} & echo $! > {}.tmp; mv {0}.tmp {0}; wait",
+                ready.display()
+            ),
+        ];
+        let launched = Launched::spawn(&command).unwrap();
+        // The shell writes its child's pid, then renames the file into place: readiness, no sleep
+        // being long enough.
+        let child: u32 = loop {
+            if let Ok(text) = std::fs::read_to_string(&ready) {
+                break text.trim().parse().unwrap();
+            }
+            thread::sleep(Duration::from_millis(5));
+        };
+        (launched, vec![child])
+    }
+
+    #[test]
+    fn stop_ends_the_command_and_what_it_started() {
+        let (mut launched, children) = spawn_tree("sleep 600");
+        assert_eq!(launched.stop(), Stopped::Terminated);
+        assert!(children.iter().all(|&c| gone(c)));
+        assert_eq!(launched.try_status(), Some(128 + libc::SIGTERM));
+        assert_eq!(launched.stop(), Stopped::AlreadyExited);
+    }
+
+    #[test]
+    fn stop_kills_what_ignores_sigterm() {
+        let (mut launched, children) = spawn_tree("trap '' TERM; sleep 600");
+        assert_eq!(launched.stop(), Stopped::Killed);
+        assert!(children.iter().all(|&c| gone(c)));
+        assert!(launched.try_status().is_some());
+    }
+}

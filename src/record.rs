@@ -23,7 +23,7 @@ use crate::launch::{Launched, Stopped, exe_of, wait_for_interpreter};
 use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank, thread_group_of};
 use crate::python::attach::{LayoutChoice, Target, locate};
-use crate::sample::affinity::pin_own_threads;
+use crate::sample::affinity::{check_usable, pin_own_threads};
 use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::priority::Priority;
 use crate::sample::sampler::{LiveCounters, Record, SamplerConfig, SamplerReport, run_sampler};
@@ -223,9 +223,13 @@ pub fn record(
     result
 }
 
-/// Refuses, before anything starts, outputs that would fail at the end: an existing file named by
-/// `-o` or the merged trace (without `--force`), a directory that cannot be written.
+/// Refuses, before anything starts, what would fail later: an existing file named by `-o` or the
+/// merged trace (without `--force`), a directory that cannot be written, `--cpus` none of which
+/// can be used.
 fn check_outputs(opts: &RecordOptions) -> Result<()> {
+    if let Some(cpus) = &opts.cpus {
+        check_usable(cpus)?;
+    }
     opts.output.prepare()?;
     if let OutputSpec::File(path) = &opts.output {
         check_not_exists(path, opts.force)?;

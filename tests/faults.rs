@@ -176,11 +176,17 @@ fn thread_churn_is_attributed_to_the_right_threads() {
     out.read_line(&mut line).unwrap();
     let ready: serde_json::Value =
         serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
+    // Its RESULT line lists every tid it churned, more than a pipe holds on a fast machine: read
+    // it while gilsample records, or the workload blocks writing it and never exits.
+    let result_line = std::thread::spawn(move || {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        line
+    });
     let dir = tempfile::tempdir().unwrap();
     let (status, stderr) = run(&["--pid", &workload.id().to_string()], dir.path());
     assert!(status.success(), "{stderr}");
-    line.clear();
-    out.read_line(&mut line).unwrap();
+    let line = result_line.join().unwrap();
     workload.wait().unwrap();
     let result: serde_json::Value =
         serde_json::from_str(line.trim().strip_prefix("RESULT ").unwrap()).unwrap();

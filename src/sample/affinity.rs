@@ -32,6 +32,31 @@ pub fn parse_cpu_list(text: &str) -> std::result::Result<Vec<usize>, String> {
     Ok(cpus)
 }
 
+/// Refuses, before anything is launched, a list none of whose CPUs this process may run on
+/// (`pin_own_threads` would fail after the launch).
+pub fn check_usable(cpus: &[usize]) -> Result<()> {
+    let allowed = nix::sched::sched_getaffinity(Pid::from_raw(0))
+        .map_err(|e| Error::io("reading gilsample's own CPU affinity", e.into()))?;
+    if cpus.iter().any(|&cpu| allowed.is_set(cpu).unwrap_or(false)) {
+        return Ok(());
+    }
+    Err(usable_error(
+        cpus,
+        "none of them is among the CPUs gilsample may use",
+    ))
+}
+
+fn usable_error(cpus: &[usize], why: impl std::fmt::Display) -> Error {
+    Error::Usage(format!(
+        "--cpus {}: none of these CPUs can be used here ({why}); this machine has {} CPUs",
+        cpus.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    ))
+}
+
 /// Restricts every thread of gilsample, and every thread started from now on, to `cpus`.
 pub fn pin_own_threads(cpus: &[usize]) -> Result<()> {
     let mut set = CpuSet::new();
@@ -40,16 +65,7 @@ pub fn pin_own_threads(cpus: &[usize]) -> Result<()> {
             .map_err(|_| Error::Usage(format!("--cpus: CPU {cpu} does not exist")))?;
     }
     // The calling thread first: its failure is the one to report; new threads inherit its mask.
-    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| {
-        Error::Usage(format!(
-            "--cpus {}: none of these CPUs can be used here ({e}); this machine has {} CPUs",
-            cpus.iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-            std::thread::available_parallelism().map_or(0, |n| n.get())
-        ))
-    })?;
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| usable_error(cpus, e))?;
     let mut tids = std::collections::HashSet::new();
     if crate::process::tasks::read_tids(std::process::id(), &mut tids).is_ok() {
         for tid in tids {
@@ -70,5 +86,20 @@ mod tests {
         for bad in ["", "a", "3-1", "1-", "99999"] {
             assert!(parse_cpu_list(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn cpus_outside_the_allowed_set_are_refused_up_front() {
+        let allowed = nix::sched::sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let usable: Vec<usize> = (0..CpuSet::count())
+            .filter(|&c| allowed.is_set(c).unwrap())
+            .collect();
+        assert!(check_usable(&usable[..1]).is_ok());
+        let unusable: Vec<usize> = (0..CpuSet::count())
+            .filter(|&c| !allowed.is_set(c).unwrap())
+            .take(1)
+            .collect();
+        let err = check_usable(&unusable).unwrap_err().to_string();
+        assert!(err.contains("--cpus"), "{err}");
     }
 }

@@ -190,16 +190,23 @@ fn has_exec(pid: u32) -> bool {
     }
 }
 
+/// What the launched command turned out to be.
+pub enum Launch {
+    Python(Box<Target>),
+    /// Not Python (`--subprocesses` only): a launcher running this program when it was looked at.
+    Launcher(Option<PathBuf>),
+}
+
 /// Polls the launched process until its interpreter is running and readable. With `launcher_ok`
-/// (`--subprocesses`), a command that has exec'd a program that is not Python is returned as
-/// `NotPython` at once: it is a launcher (a shell, `env`, `mpirun`), and its Python descendants are
-/// found by the session's discovery, which needs the wait to end.
+/// (`--subprocesses`), a command that has exec'd a program that is not Python is a launcher (a
+/// shell, `env`, `mpirun`) at once: its Python descendants, or the Python it execs later, are found
+/// by the session's discovery, which needs the wait to end.
 pub fn wait_for_interpreter(
     launched: &mut Launched,
     choice: LayoutChoice,
     stop: &AtomicBool,
     launcher_ok: bool,
-) -> Result<Target> {
+) -> Result<Launch> {
     let pid = launched.pid();
     let begin = monotonic_ns();
     let mut located: Option<Located> = None;
@@ -221,15 +228,17 @@ pub fn wait_for_interpreter(
             return Err(Error::NotPython { pid, why });
         }
         if located.is_none() {
+            // Read before looking: if it execs meanwhile, discovery sees the program change.
+            let program = exe_of(pid);
             match locate(pid, choice) {
                 Ok(found) => located = Some(found),
                 Err(e @ (Error::Unsupported { .. } | Error::Permission { .. })) => return Err(e),
                 Err(e @ Error::NotPython { .. }) if has_exec(pid) => {
                     if launcher_ok {
-                        return Err(e);
+                        return Ok(Launch::Launcher(program));
                     }
                     // It may still exec Python (`env`, a script ending in `exec python3`).
-                    ran_instead = exe_of(pid);
+                    ran_instead = program;
                     last_error = Some(e);
                 }
                 Err(e) => last_error = Some(e),
@@ -237,7 +246,7 @@ pub fn wait_for_interpreter(
         }
         if let Some(found) = &located {
             match found.connect() {
-                Ok(target) => return Ok(target),
+                Ok(target) => return Ok(Launch::Python(Box::new(target))),
                 Err(e @ Error::Permission { .. }) => return Err(e),
                 Err(e) => last_error = Some(e),
             }

@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::discover::{DeviceKind, descendants, device_users};
 use crate::error::{Error, Result};
 use crate::infer::stats::Totals;
-use crate::launch::{Launched, Stopped, exe_of, wait_for_interpreter};
+use crate::launch::{Launch, Launched, Stopped, exe_of, wait_for_interpreter};
 use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank, thread_group_of};
 use crate::python::attach::{LayoutChoice, Target, locate};
@@ -277,10 +277,11 @@ impl Session<'_> {
                 for &pid in &pids {
                     roots.push(pid);
                     self.known.insert(pid);
+                    let program = exe_of(pid);
                     match locate(pid, opts.layout).and_then(|located| located.connect()) {
                         Ok(target) => self.attached.push(target),
-                        Err(e @ Error::NotPython { .. }) if opts.subprocesses => {
-                            self.launcher(pid, &e, progress)
+                        Err(Error::NotPython { .. }) if opts.subprocesses => {
+                            self.launcher(pid, program, progress)
                         }
                         Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
                         Err(e) => self.failures.push((pid, e)),
@@ -292,14 +293,11 @@ impl Session<'_> {
                 let pid = command.pid();
                 roots.push(pid);
                 self.known.insert(pid);
-                match wait_for_interpreter(command, opts.layout, &stop, opts.subprocesses) {
-                    Ok(target) => self.attached.push(target),
+                match wait_for_interpreter(command, opts.layout, &stop, opts.subprocesses)? {
+                    Launch::Python(target) => self.attached.push(*target),
                     // A launcher that is not Python itself (a shell, `env`, mpirun) is fine when its
                     // Python descendants are what is recorded.
-                    Err(e @ Error::NotPython { .. }) if opts.subprocesses => {
-                        self.launcher(pid, &e, progress)
-                    }
-                    Err(e) => return Err(e),
+                    Launch::Launcher(program) => self.launcher(pid, program, progress),
                 }
             }
             Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
@@ -411,13 +409,18 @@ impl Session<'_> {
         })
     }
 
-    /// A root that is not Python: not a failure when its descendants are followed.
-    fn launcher(&mut self, pid: u32, why: &Error, progress: &mut dyn FnMut(Update<'_>)) {
-        let program = exe_of(pid);
+    /// A root that is not Python: not a failure when its descendants are followed. `program` is
+    /// what it ran when it was looked at, read before looking.
+    fn launcher(
+        &mut self,
+        pid: u32,
+        program: Option<PathBuf>,
+        progress: &mut dyn FnMut(Update<'_>),
+    ) {
         let name = program
             .as_ref()
             .map(|p| p.display().to_string())
-            .unwrap_or_else(|| why.to_string());
+            .unwrap_or_else(|| "a program that is not Python".into());
         if !self.launcher_report.iter().any(|(p, _)| *p == pid) {
             progress(Update::Launcher {
                 pid,
@@ -504,6 +507,8 @@ impl Session<'_> {
             if self.known.contains(&pid) {
                 continue;
             }
+            let was_launcher = self.launcher_report.iter().any(|(p, _)| *p == pid);
+            let program = if was_launcher { exe_of(pid) } else { None };
             match locate(pid, self.opts.layout).and_then(|located| located.connect()) {
                 Ok(target) => {
                     self.known.insert(pid);
@@ -528,11 +533,9 @@ impl Session<'_> {
                 Err(Error::ProcessGone { .. }) => {
                     self.known.insert(pid);
                 }
-                Err(e @ Error::NotPython { .. })
-                    if self.launcher_report.iter().any(|(p, _)| *p == pid) =>
-                {
+                Err(Error::NotPython { .. }) if was_launcher => {
                     self.known.insert(pid);
-                    self.launcher(pid, &e, progress);
+                    self.launcher(pid, program, progress);
                 }
                 Err(Error::NotPython { .. }) if descendants => {
                     self.known.insert(pid);

@@ -210,3 +210,33 @@ fn launch_mode_keeps_the_command_line() {
         "{command_line:?}"
     );
 }
+
+#[test]
+fn python_exec_d_by_env_is_recorded_with_and_without_subprocesses() {
+    let python = interpreter("3.12");
+    for follow in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = gilsample();
+        if follow {
+            cmd.arg("--subprocesses");
+        }
+        let out = cmd
+            .args(["--quiet", "-o"])
+            .arg(dir.path())
+            .args(["--", "env", "GILSAMPLE_TEST=1"])
+            .arg(&python.command[0])
+            .arg(&python.workload)
+            .args(["short", "--threads", "1", "--seconds", "0.3"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "follow={follow}: {stderr}");
+        // env execs the interpreter: same pid.
+        let pid = ready_pid(String::from_utf8_lossy(&out.stdout).lines().next().unwrap());
+        let trace = Trace::load(&dir.path().join(format!("GIL_{pid}_rank_0.json")));
+        assert!(
+            trace.events().iter().any(|e| e.name == "hold_gil"),
+            "follow={follow}"
+        );
+    }
+}

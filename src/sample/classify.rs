@@ -1,52 +1,13 @@
 //! Classifying one thread at one sample from what memory and the kernel say, and settling the
 //! stretches a single sample cannot decide.
 //!
-//! Memory tells who holds the GIL; the kernel tells who sleeps where. The rules, in order:
-//! 1. No kernel reading → `Unknown`.
-//! 2. The holder (`gil.locked` and `last_holder` is this thread) → `Hold`, unless it sleeps on the GIL's
-//!    own mutex, which the holder only does inside `drop_gil` → `Drop`.
-//! 3. Asleep in futex on the GIL's `cond` or `mutex` → `Take` (waiting in `take_gil`), except asleep
-//!    on a word of `cond` that is not its waiters' (glibc's internal lock, or `__g_refs` where a
-//!    signaller waits for woken waiters to leave): signalling it, which `drop_gil` does → `Drop`.
-//! 4. Asleep in futex on `switch_cond` or `switch_mutex` → `Drop` (FORCE_SWITCHING hand-off in `drop_gil`).
-//! 5. Asleep anywhere else (another futex, I/O, sleep) or stopped → `Released`.
-//! 6. Running (on a CPU or runnable) where glibc's record of who owns the GIL's mutex decides it.
-//!    Holding it: inside the mutex section of `drop_gil` after letting the GIL go (it is `last_holder`)
-//!    or of `take_gil`. Both last microseconds unless the thread is preempted there, and a wake-up it
-//!    causes there (signalling the GIL to a waiter, which then takes its CPU) is where it is. Not
-//!    holding it after letting the GIL go that nobody has taken since (`last_holder`, unlocked), when
-//!    the last hand-off is younger than the switch interval: past `drop_gil`'s mutex section, and
-//!    never in its forced-switch wait, since no waiter can have asked for the switch yet (a waiter
-//!    asks only after waiting a whole interval without a hand-off) → `Released`. Past the interval,
-//!    a thread preempted on its way into that wait (the waiter its signal woke is often what takes its
-//!    CPU) stays queued inside `drop_gil` for a scheduler slice, so it is left to rule 9. Within the
-//!    interval, a thread that lost its CPU at the wake-up its own unlock caused, before anyone took
-//!    the GIL, is the case this gets wrong (README, "What limits it").
-//! 7. Running and not the holder. CPython increments `switch_number` on every
-//!    change of holder, and a thread leaves `take_gil` only by taking the GIL, so a thread last seen
-//!    `Take` is still `Take` if no hand-off happened since, or exactly one that went to another thread
-//!    (it is not `last_holder`); the FORCE_SWITCHING wait in `drop_gil` ends only on a hand-off, so a
-//!    thread last seen `Drop` is still `Drop` if none happened (unless it was last seen in the mutex
-//!    section, rule 6, and has left it since: that `drop_gil` may have returned).
-//! 8. Other running threads, when glibc's waiter counts of the GIL's condition variables settle it
-//!    (`census`): the counts include threads woken from the wait that still wait for a CPU, which the
-//!    kernel shows as running. When no running thread can be in a wait, one last seen `Take` has left
-//!    `take_gil` → `Released`; when every running thread must be in `take_gil`'s (or `drop_gil`'s)
-//!    wait → `Take` (`Drop`). Left `take_gil` is not yet released when the thread, last seen asleep in
-//!    it (a sleep the schedstat proof covered), has got a CPU three times or more since: it has
-//!    taken the GIL and let it go in between, and lost its CPU inside that `drop_gil` far more often
-//!    than not (README, rule 8), so it starts a stretch as if last seen in `drop_gil` (rule 9).
-//! 9. Other running threads that were last seen in a GIL state (`Take`, `Hold`, `Drop`) are
-//!    *ambiguous*: a thread preempted inside `take_gil`/`drop_gil` (a hand-off wakes another thread,
-//!    which often takes the CPU) waits on a run queue, for milliseconds on a busy machine, and looks
-//!    exactly like a thread running native code without the GIL. The sampler holds such a stretch
-//!    back and decides it at the next definite sample: from the hand-off count where that leaves one
-//!    answer (`settle_in_hindsight`), else, after `Hold`, from whether it has since slept twice and
-//!    woken straight onto a CPU each time (`woke_twice_since_holding`), or, after a hold long enough
-//!    to be asked to switch, got a CPU three times (`back_in_take_after_a_switch_request`): then it
-//!    is past `drop_gil`, in `take_gil`; else from when schedstat's run-queue time says its wait
-//!    began (`settle_stretch`).
-//! 10. Any other running thread → `Released`.
+//! The rules, numbered 1–10, and the evidence for each are described once, in
+//! docs/classification.md; this module and the sampler cite them by number. In short: memory says
+//! who holds the GIL, the kernel says who sleeps where (rules 1–5, `classify`); a running thread that
+//! does not hold the GIL is decided by who owns the GIL's mutex (6), the hand-off count (7) or glibc's
+//! waiter counts (8), else, when it was last seen in a GIL state, it is held back as a stretch (9:
+//! `settle_in_hindsight`, `woke_twice_since_holding`, `back_in_take_after_a_switch_request`,
+//! `settle_stretch`) or released (10).
 
 use crate::infer::intervals::GilState;
 use crate::process::kernel::{KernelState, SchedStat};

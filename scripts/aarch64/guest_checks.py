@@ -11,7 +11,6 @@ What the arm64 kernel and glibc showed (the /proc syscall lines, the GIL's words
 """
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -275,29 +274,29 @@ class Checks:
             raise CheckFailed("never saw %r; saw %s" % (want, seen[-3:]))
 
     def wheel_installs_and_records(self, wheel):
-        target = tempfile.mkdtemp()
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps",
-                               "--break-system-packages", "--prefix", target, wheel], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=STEP_TIMEOUT)
-        check(done.returncode == 0, "pip install failed: %s" % done.stdout.strip()[-2000:])
-        site = glob.glob(os.path.join(target, "lib", "python3*", "*-packages"))
-        check(site, "pip installed no site-packages under %s" % target)
+        # A venv as users make one; Debian's pip (this root has no ensurepip) installs into it.
+        venv = tempfile.mkdtemp()
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=STEP_TIMEOUT)
+        python = os.path.join(venv, "bin", "python")
+        done = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index", wheel],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=STEP_TIMEOUT)
+        check(done.returncode == 0, "pip install --no-index failed: %s" % done.stdout.strip()[-2000:])
         script = (
             "import json, sys, tempfile, gilsample\n"
             "d = tempfile.mkdtemp()\n"
             "with gilsample.start(output_dir=d, duration=None) as r:\n"
             "    sum(range(3000000))\n"
             "print(json.dumps({'binary': gilsample.binary_path(), 'files': r.files}))\n")
-        env = dict(os.environ, PYTHONPATH=site[0], PATH=os.path.join(target, "bin") + ":" + os.environ["PATH"])
-        done = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env, timeout=STEP_TIMEOUT)
+        done = subprocess.run([python, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd="/", timeout=STEP_TIMEOUT)
         check(done.returncode == 0, "import gilsample and record failed: %s" % done.stderr.strip()[-2000:])
         result = json.loads(done.stdout.strip().splitlines()[-1])
-        check(result["binary"].startswith(target), "the binary %s is not the wheel's" % result["binary"])
+        check(result["binary"] == os.path.join(venv, "bin", "gilsample"), "the binary %s is not the wheel's" % (
+            result["binary"]))
         check(len(result["files"]) == 1, "files: %s" % result["files"])
         trace = Trace(result["files"][0])
         check(any(e["name"] == "hold_gil" for e in trace.events), "the recording has no hold_gil")
-        shutil.rmtree(target)
+        shutil.rmtree(venv)
 
     # --- what the host keeps as fixtures ---
 

@@ -3,17 +3,19 @@
 # kernel under qemu-system-aarch64 (TCG emulation, 2 CPUs) with an initramfs of Debian bookworm's arm64
 # Python 3.11 and sid's 3.13 (scripts/aarch64/make-vm.sh, made once and cached), the aarch64 binary and
 # the bundled workload, and runs there the checks of scripts/aarch64/guest_checks.py: per interpreter a
-# 3-thread contention recording, a lone sleeper, a GIL-free native call, a launch, every layout source,
-# `gilsample info`, the GIL's waiter counts and its mutex owner; then the aarch64 wheel
-# (target/wheels/gilsample-*aarch64*.whl, when present) installed with `pip install --no-index` and
-# recording through `import gilsample`. Prints `N passed, N failed`; exits non-zero on a failure.
+# 3-thread contention recording, a lone sleeper, a GIL-free native call, a launch, SIGINT, every layout
+# source (DWARF from the -dbg packages too), `gilsample info`, the GIL's waiter counts and its mutex
+# owner; then the aarch64 wheel (target/wheels/gilsample-*aarch64*.whl, when present) installed with
+# `pip install --no-index` into a venv and recording through `import gilsample`.
+# Prints `N passed, N failed`; exits non-zero on a failure.
 # What the guest captured (its /proc syscall lines, the GIL's bytes, `info`) lands in
 # $GILSAMPLE_AARCH64_CAPTURE (default target/aarch64-capture), the source of fixtures/aarch64/.
 #
 # Usage: scripts/test-aarch64.sh [--smoke] [--binary PATH]
 #   --smoke        only the contention recording under 3.11 (what CI runs)
 #   --binary PATH  the aarch64 gilsample to test (default: cargo build --release for aarch64)
-# Needs root only to make the VM the first time (apt-get download, dpkg -x), and qemu-system-arm.
+# Needs qemu-system-arm and cpio (installed with apt-get when missing, as root) and the network the
+# first time, to download the VM's packages.
 # The whole run is bounded by $GILSAMPLE_AARCH64_TIMEOUT seconds (default 1800).
 set -euo pipefail
 cd "$(dirname "$0")/.."

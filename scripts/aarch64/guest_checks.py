@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -211,6 +212,25 @@ class Checks:
                 check(main_first < first(tid), "main thread first seen at %s, %s at %s" % (
                     main_first, name, first(tid)))
 
+    def sigint_leaves_a_complete_file(self, python):
+        with Workload(python, ["contention", "--threads", "2"]) as w, tempfile.TemporaryDirectory() as d:
+            child = subprocess.Popen([self.gilsample, "--pid", str(w.pid), "-o", d], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+            try:
+                # Printed once sampling has begun: the readiness signal.
+                first = child.stderr.readline()
+                check("recording process" in first, "unexpected first line: %r" % first)
+                child.send_signal(signal.SIGINT)
+                _, rest = child.communicate(timeout=STEP_TIMEOUT)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+            check(child.returncode == 0, "gilsample exited %d after SIGINT: %s" % (child.returncode, rest.strip()))
+            trace = Trace.single(d)
+            check(trace.other["end_reason"] == "Stopped", "end_reason %s" % trace.other["end_reason"])
+            check(any(e.get("name") == "thread_name" for e in trace.value["traceEvents"]), "no thread names")
+
     def every_layout_source_records(self, python, sources):
         with Workload(python, ["contention", "--threads", "2"]) as w:
             for source in sources:
@@ -352,11 +372,11 @@ def main():
     parser.add_argument("--wheel", default=None)
     args = parser.parse_args()
     checks = Checks(args)
-    pythons = [(Python("bookworm-3.11", ["/usr/bin/python3.11"], args.workload), ["file"])]
+    pythons = [(Python("bookworm-3.11", ["/usr/bin/python3.11"], args.workload), ["dwarf", "file"])]
     if args.sid:
         shutil.copy(args.workload, "/sid/tmp/gil_workload.py")
         pythons.append((Python("sid-3.13", ["chroot", "/sid", "/usr/bin/python3.13"], "/tmp/gil_workload.py"),
-                        ["debug-offsets", "file"]))
+                        ["debug-offsets", "dwarf", "file"]))
     if args.subset == "smoke":
         pythons = pythons[:1]
     for python, sources in pythons:
@@ -366,6 +386,7 @@ def main():
         checks.run("%s lone sleeper" % python.label, checks.lone_sleeper_never_waits, python)
         checks.run("%s GIL-free calls" % python.label, checks.gil_free_calls_are_released, python)
         checks.run("%s launch" % python.label, checks.launch_records_from_the_start, python)
+        checks.run("%s SIGINT" % python.label, checks.sigint_leaves_a_complete_file, python)
         checks.run("%s layout sources" % python.label, checks.every_layout_source_records, python, sources)
         checks.run("%s info" % python.label, checks.info_describes_the_target, python)
         checks.run("%s waiter counts" % python.label, checks.waiter_counts_see_threads_behind_a_hog, python)

@@ -23,7 +23,7 @@ bookworm_all="python3-pip python3-setuptools python3-wheel python3-pkg-resources
 sid_arm64="libc6 libgcc-s1 libffi8 libssl3t64 zlib1g libexpat1 libzstd1 liblzma5 libbz2-1.0 libuuid1
  libmpdec4 libpython3.13-minimal libpython3.13-stdlib python3.13-minimal"
 with_sid=${GILSAMPLE_AARCH64_SID:-yes}
-recipe="bookworm: $bookworm_arm64 $bookworm_all; sid($with_sid): $sid_arm64; v2"
+recipe="bookworm: $bookworm_arm64 $bookworm_all; sid($with_sid): $sid_arm64; dwarf: python3.11-dbg python3.13-dbg; v3"
 
 if [ -f "$cache/recipe" ] && [ "$(cat "$cache/recipe")" = "$recipe" ] && [ -f "$cache/Image" ] &&
     [ -f "$cache/root.cpio" ]; then
@@ -32,7 +32,7 @@ if [ -f "$cache/recipe" ] && [ "$(cat "$cache/recipe")" = "$recipe" ] && [ -f "$
 fi
 start=$(date +%s)
 rm -rf "$cache"
-mkdir -p "$cache/apt/lists/partial" "$cache/apt/archives/partial" "$cache/debs/bookworm" "$cache/debs/sid"
+mkdir -p "$cache/apt/lists/partial" "$cache/apt/archives/partial" "$cache/debs/bookworm" "$cache/debs/sid" "$cache/debs/dbg"
 chmod -R 755 "$cache"
 
 # arm64 packages come through a private apt configuration (its own sources, lists and cache under
@@ -52,6 +52,18 @@ use_suites() { # use_suites SUITE...: point the private apt at these suites and 
     mkdir -p "$cache/apt/lists/partial"
     apt-get -q "${opts[@]}" update >/dev/null
 }
+# keep_dwarf DBG_PACKAGE ROOT EXE: of a -dbg package, only the detached DWARF of ROOT's EXE (found
+# by its build-id, where gdb and gilsample look), so that `--layout-source dwarf` is tested too.
+keep_dwarf() {
+    local id
+    rm -rf "$cache/debs/dbg"/*
+    fetch "$cache/debs/dbg" "$1"
+    dpkg -x "$cache"/debs/dbg/*.deb "$cache/debs/dbg/x"
+    id=$(readelf -n "$2$3" | awk '/Build ID:/ {print $3}')
+    mkdir -p "$2/usr/lib/debug/.build-id/${id:0:2}"
+    cp "$cache/debs/dbg/x/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug" "$2/usr/lib/debug/.build-id/${id:0:2}/"
+}
+
 fetch() { # fetch DEST PACKAGE...: download these packages into DEST
     local dest=$1
     shift
@@ -78,6 +90,7 @@ cp "$cache"/kernel/boot/vmlinuz-* "$cache/Image"
 cp "$cache"/kernel/boot/config-* "$cache/kernel-config"
 rm -rf "$cache/kernel"
 ln -sf python3.11 "$root/usr/bin/python3"
+keep_dwarf python3.11-dbg "$root" /usr/bin/python3.11
 # Debian's interpreters precompile their stdlib on installation; do the same here, once, so no boot
 # spends emulated minutes compiling it (bytecode is the same on every architecture of one release).
 host_python=$(command -v python3.11 || true)
@@ -98,6 +111,7 @@ if [ "$with_sid" = yes ]; then
         [ -e "$root/sid/$d" ] || ln -s "usr/$d" "$root/sid/$d"
     done
     mkdir -p "$root/sid/proc" "$root/sid/dev" "$root/sid/tmp"
+    keep_dwarf python3.13-dbg "$root/sid" /usr/bin/python3.13
 fi
 
 mkdir -p "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/run"

@@ -54,10 +54,11 @@ if [ -z "$binary" ]; then
     binary=target/aarch64-unknown-linux-gnu/release/gilsample
 fi
 [ -x "$binary" ] || { echo "no aarch64 gilsample at $binary" >&2; exit 1; }
-case "$(file -b "$binary")" in *aarch64*) ;; *) echo "$binary is not an aarch64 executable" >&2
+# e_machine, bytes 18-19 of the ELF header: 0xb7 is EM_AARCH64.
+if [ "$(od -An -tx1 -j18 -N2 "$binary" | tr -d ' ')" != b700 ]; then
+    echo "$binary is not an aarch64 executable" >&2
     exit 1
-    ;;
-esac
+fi
 t_build=$(date +%s)
 
 work=$(mktemp -d)

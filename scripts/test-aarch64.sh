@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the aarch64 gilsample against live arm64 CPythons under a real arm64 kernel: boots Debian's arm64
 # kernel under qemu-system-aarch64 (TCG emulation, 2 CPUs) with an initramfs of Debian bookworm's arm64
-# Python 3.11 and sid's 3.13 (scripts/aarch64/make-vm.sh, made once and cached), the aarch64 binary and
+# Python 3.11 (also as a PIE embedding the shared libpython) and sid's 3.13 (scripts/aarch64/make-vm.sh,
+# made once and cached), the aarch64 binary and
 # the bundled workload, and runs there the checks of scripts/aarch64/guest_checks.py: per interpreter a
 # 3-thread contention recording, a lone sleeper, a GIL-free native call, a launch, SIGINT, every layout
 # source (DWARF from the -dbg packages too), `gilsample info`, the GIL's waiter counts and its mutex

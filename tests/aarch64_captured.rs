@@ -1,6 +1,7 @@
 //! What a real arm64 kernel and glibc showed gilsample, decoded on any host: the captures of
 //! scripts/test-aarch64.sh (fixtures/aarch64/, see its README), taken in the emulated arm64 guest from
-//! Debian bookworm's Python 3.11 (glibc 2.36) and sid's 3.13 (glibc 2.43). Each holds one moment of a
+//! Debian bookworm's Python 3.11 (glibc 2.36; also as a PIE embedding the shared libpython, its GIL
+//! at a randomised address) and sid's 3.13 (glibc 2.43). Each holds one moment of a
 //! workload: the GIL's bytes read through /proc/PID/mem, every thread's /proc syscall line, and what
 //! `gilsample info` said then.
 
@@ -99,7 +100,7 @@ impl Capture {
     }
 }
 
-const LABELS: [&str; 2] = ["bookworm-3.11", "sid-3.13"];
+const LABELS: [&str; 3] = ["bookworm-3.11", "bookworm-pie-3.11", "sid-3.13"];
 
 /// glibc's pthread_mutex_t is 48 bytes on aarch64: a size check made for x86_64's 40 left the GIL's
 /// mutex unread there (info said "not a glibc pthread_mutex_t" in the first emulated run).

@@ -251,6 +251,13 @@ class Checks:
             version = python.label.split("-")[-1]
             check(re.search(r"^python: +%s\.\d+ \(\w+, aarch64\)" % re.escape(version), text, re.M),
                   "info does not name an aarch64 Python %s:\n%s" % (version, text))
+            shared = "pie" in python.label
+            check(re.search(r"^binary: .*\((shared libpython|executable)\)$", text, re.M).group(1) ==
+                  ("shared libpython" if shared else "executable"), "info names the wrong binary:\n%s" % text)
+            bias = int(re.search(r"\(load bias (0x[0-9a-f]+)\)", text).group(1), 16)
+            # Debian's python3.11 and python3.13 are non-PIE executables; the shared libpython is loaded
+            # wherever the kernel puts it.
+            check((bias != 0) == shared, "load bias %#x for %s" % (bias, python.label))
             threads = re.findall(r"^  tid +(\d+) ", text, re.M)
             check(sorted(int(t) for t in threads) == sorted(w.threads.values()),
                   "info's threads %s, the target's %s" % (threads, sorted(w.threads.values())))
@@ -372,7 +379,8 @@ def main():
     parser.add_argument("--wheel", default=None)
     args = parser.parse_args()
     checks = Checks(args)
-    pythons = [(Python("bookworm-3.11", ["/usr/bin/python3.11"], args.workload), ["dwarf", "file"])]
+    pythons = [(Python("bookworm-3.11", ["/usr/bin/python3.11"], args.workload), ["dwarf", "file"]),
+               (Python("bookworm-pie-3.11", ["/usr/local/bin/python3.11-pie"], args.workload), ["file"])]
     if args.sid:
         shutil.copy(args.workload, "/sid/tmp/gil_workload.py")
         pythons.append((Python("sid-3.13", ["chroot", "/sid", "/usr/bin/python3.13"], "/tmp/gil_workload.py"),

@@ -2,12 +2,14 @@
 # Makes what scripts/test-aarch64.sh boots: an arm64 Debian kernel (the cloud flavour: PL011 console
 # and initramfs support built in, no modules needed) and an initramfs root of Debian bookworm's arm64
 # Python 3.11 with busybox and pip, unpacked from the packages with `dpkg -x` (nothing is configured or
-# run here, so no qemu-user second stage). sid's arm64 Python 3.13 and the libraries it needs (its own,
+# run here, so no qemu-user second stage), and the same Python as a PIE that embeds the shared
+# libpython (python-pie.c, cross-compiled: needs aarch64-linux-gnu-gcc). sid's arm64 Python 3.13 and the libraries it needs (its own,
 # newer glibc) are unpacked under /sid of the same root, which the guest enters with chroot
 # (GILSAMPLE_AARCH64_SID=no leaves it out).
 # Idempotent and cached: a root made from the same package lists is left alone.
 # Usage: scripts/aarch64/make-vm.sh   (into $GILSAMPLE_AARCH64_VM, default /var/tmp/gilsample-aarch64-vm)
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 cache=${GILSAMPLE_AARCH64_VM:-/var/tmp/gilsample-aarch64-vm}
 mirror=${GILSAMPLE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security=${GILSAMPLE_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}
@@ -17,13 +19,13 @@ security=${GILSAMPLE_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}
 bookworm_arm64="busybox-static libc6 libgcc-s1 gcc-12-base libbz2-1.0 libcrypt1 libdb5.3 libexpat1 libffi8
  liblzma5 libncursesw6 libtinfo6 libnsl2 libtirpc3 libgssapi-krb5-2 libk5crypto3 libkeyutils1 libkrb5-3
  libkrb5support0 libcom-err2 libreadline8 libsqlite3-0 libssl3 libuuid1 zlib1g
- libpython3.11-minimal libpython3.11-stdlib python3.11-minimal"
+ libpython3.11-minimal libpython3.11-stdlib python3.11-minimal libpython3.11"
 bookworm_all="python3-pip python3-setuptools python3-wheel python3-pkg-resources python3-distutils python3-lib2to3"
 # sid: 3.13 and what its stdlib needs, against sid's own glibc.
 sid_arm64="libc6 libgcc-s1 libffi8 libssl3t64 zlib1g libexpat1 libzstd1 liblzma5 libbz2-1.0 libuuid1
  libmpdec4 libpython3.13-minimal libpython3.13-stdlib python3.13-minimal"
 with_sid=${GILSAMPLE_AARCH64_SID:-yes}
-recipe="bookworm: $bookworm_arm64 $bookworm_all; sid($with_sid): $sid_arm64; dwarf: python3.11-dbg python3.13-dbg; v3"
+recipe="bookworm: $bookworm_arm64 $bookworm_all; sid($with_sid): $sid_arm64; dwarf: python3.11-dbg python3.13-dbg; pie; v4"
 
 if [ -f "$cache/recipe" ] && [ "$(cat "$cache/recipe")" = "$recipe" ] && [ -f "$cache/Image" ] &&
     [ -f "$cache/root.cpio" ]; then
@@ -91,6 +93,9 @@ cp "$cache"/kernel/boot/config-* "$cache/kernel-config"
 rm -rf "$cache/kernel"
 ln -sf python3.11 "$root/usr/bin/python3"
 keep_dwarf python3.11-dbg "$root" /usr/bin/python3.11
+mkdir -p "$root/usr/local/bin"
+aarch64-linux-gnu-gcc -O2 -fPIE -pie -o "$root/usr/local/bin/python3.11-pie" "$here/python-pie.c" \
+    "$root/usr/lib/aarch64-linux-gnu/libpython3.11.so.1.0" -Wl,--allow-shlib-undefined
 # Debian's interpreters precompile their stdlib on installation; do the same here, once, so no boot
 # spends emulated minutes compiling it (bytecode is the same on every architecture of one release).
 host_python=$(command -v python3.11 || true)

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # /init of the arm64 guest that scripts/test-aarch64.sh boots: mounts what gilsample reads (/proc) and
 # what the workloads need, runs the checks with the guest's own Python 3.11, sends back what they
 # captured, then powers the machine off. Everything goes to the serial console, which the host reads;

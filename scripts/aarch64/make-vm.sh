@@ -3,9 +3,10 @@
 # and initramfs support built in, no modules needed) and an initramfs root of Debian bookworm's arm64
 # Python 3.11 with busybox and pip, unpacked from the packages with `dpkg -x` (nothing is configured or
 # run here, so no qemu-user second stage), and the same Python as a PIE that embeds the shared
-# libpython (python-pie.c, cross-compiled: needs aarch64-linux-gnu-gcc). sid's arm64 Python 3.13 and the libraries it needs (its own,
-# newer glibc) are unpacked under /sid of the same root, which the guest enters with chroot
-# (GILSAMPLE_AARCH64_SID=no leaves it out).
+# libpython (python-pie.c, cross-compiled: needs aarch64-linux-gnu-gcc). sid's arm64 Python 3.13 and
+# the libraries it needs (its own, newer glibc) are unpacked under /sid of the same root, which the
+# guest enters with chroot (GILSAMPLE_AARCH64_SID=no leaves it out). Of the -dbg packages only each
+# interpreter's detached DWARF is kept (found by build-id: needs readelf).
 # Idempotent and cached: a root made from the same package lists is left alone.
 # Usage: scripts/aarch64/make-vm.sh   (into $GILSAMPLE_AARCH64_VM, default /var/tmp/gilsample-aarch64-vm)
 set -euo pipefail
@@ -25,7 +26,8 @@ bookworm_all="python3-pip python3-setuptools python3-wheel python3-pkg-resources
 sid_arm64="libc6 libgcc-s1 libffi8 libssl3t64 zlib1g libexpat1 libzstd1 liblzma5 libbz2-1.0 libuuid1
  libmpdec4 libpython3.13-minimal libpython3.13-stdlib python3.13-minimal"
 with_sid=${GILSAMPLE_AARCH64_SID:-yes}
-recipe="bookworm: $bookworm_arm64 $bookworm_all; sid($with_sid): $sid_arm64; dwarf: python3.11-dbg python3.13-dbg; pie; v4"
+recipe="bookworm: $bookworm_arm64 $bookworm_all; sid($with_sid): $sid_arm64"
+recipe="$recipe; dwarf: python3.11-dbg python3.13-dbg; pie; v4"
 
 if [ -f "$cache/recipe" ] && [ "$(cat "$cache/recipe")" = "$recipe" ] && [ -f "$cache/Image" ] &&
     [ -f "$cache/root.cpio" ]; then
@@ -34,7 +36,8 @@ if [ -f "$cache/recipe" ] && [ "$(cat "$cache/recipe")" = "$recipe" ] && [ -f "$
 fi
 start=$(date +%s)
 rm -rf "$cache"
-mkdir -p "$cache/apt/lists/partial" "$cache/apt/archives/partial" "$cache/debs/bookworm" "$cache/debs/sid" "$cache/debs/dbg"
+mkdir -p "$cache/apt/lists/partial" "$cache/apt/archives/partial"
+mkdir -p "$cache/debs/bookworm" "$cache/debs/sid" "$cache/debs/dbg"
 chmod -R 755 "$cache"
 
 # arm64 packages come through a private apt configuration (its own sources, lists and cache under
@@ -48,7 +51,8 @@ use_suites() { # use_suites SUITE...: point the private apt at these suites and 
     for suite in "$@"; do
         url=$mirror
         case "$suite" in *-security) url=$security ;; esac
-        echo "deb [arch=arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $url $suite main" >>"$cache/apt/sources.list"
+        echo "deb [arch=arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $url $suite main" \
+            >>"$cache/apt/sources.list"
     done
     rm -rf "$cache/apt/lists"
     mkdir -p "$cache/apt/lists/partial"
@@ -63,20 +67,29 @@ keep_dwarf() {
     dpkg -x "$cache"/debs/dbg/*.deb "$cache/debs/dbg/x"
     id=$(readelf -n "$2$3" | awk '/Build ID:/ {print $3}')
     mkdir -p "$2/usr/lib/debug/.build-id/${id:0:2}"
-    cp "$cache/debs/dbg/x/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug" "$2/usr/lib/debug/.build-id/${id:0:2}/"
+    cp "$cache/debs/dbg/x/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug" \
+        "$2/usr/lib/debug/.build-id/${id:0:2}/"
 }
 
 fetch() { # fetch DEST PACKAGE...: download these packages into DEST
     local dest=$1
     shift
-    (cd "$dest" && apt-get -q "${opts[@]}" download "$@" 2>&1 | grep -v 'unsandboxed as root' || true)
-    [ "$(find "$dest" -name '*.deb' | wc -l)" -ge "$#" ] || { echo "could not download every package of: $*" >&2; exit 1; }
+    # apt says "unsandboxed as root" for every package when run as root; the count below is the check.
+    (cd "$dest" && { apt-get -q "${opts[@]}" download "$@" 2>&1 | grep -v 'unsandboxed as root' || true; })
+    if [ "$(find "$dest" -name '*.deb' | wc -l)" -lt "$#" ]; then
+        echo "could not download every package of: $*" >&2
+        exit 1
+    fi
 }
 
 use_suites bookworm bookworm-updates bookworm-security
 # The cloud flavour's metapackage names the current kernel package.
-kernel_pkg=$(apt-cache "${opts[@]}" depends linux-image-cloud-arm64 | awk '/Depends: linux-image-/ {print $2; exit}')
-[ -n "$kernel_pkg" ] || { echo "no arm64 cloud kernel in bookworm (apt-cache depends linux-image-cloud-arm64)" >&2; exit 1; }
+kernel_pkg=$(apt-cache "${opts[@]}" depends linux-image-cloud-arm64 |
+    awk '/Depends: linux-image-/ {print $2; exit}')
+if [ -z "$kernel_pkg" ]; then
+    echo "no arm64 cloud kernel in bookworm (apt-cache depends linux-image-cloud-arm64)" >&2
+    exit 1
+fi
 # shellcheck disable=SC2086  # the package lists are words
 fetch "$cache/debs/bookworm" "$kernel_pkg" $bookworm_arm64 $bookworm_all
 
@@ -100,7 +113,8 @@ aarch64-linux-gnu-gcc -O2 -fPIE -pie -o "$root/usr/local/bin/python3.11-pie" "$h
 # spends emulated minutes compiling it (bytecode is the same on every architecture of one release).
 host_python=$(command -v python3.11 || true)
 if [ -n "$host_python" ]; then
-    "$host_python" -m compileall -q -j 0 -s "$root" -p / "$root/usr/lib/python3.11" "$root/usr/lib/python3/dist-packages" >/dev/null || true
+    "$host_python" -m compileall -q -j 0 -s "$root" -p / "$root/usr/lib/python3.11" \
+        "$root/usr/lib/python3/dist-packages" >/dev/null || true
 fi
 
 if [ "$with_sid" = yes ]; then

@@ -12,9 +12,11 @@
 # What the guest captured (its /proc syscall lines, the GIL's bytes, `info`) lands in
 # $GILSAMPLE_AARCH64_CAPTURE (default target/aarch64-capture), the source of fixtures/aarch64/.
 #
-# Usage: scripts/test-aarch64.sh [--smoke] [--binary PATH]
+# Usage: scripts/test-aarch64.sh [--smoke] [--binary PATH] [--pages 4k|16k]
 #   --smoke        only the contention recording under 3.11 (what CI runs)
 #   --binary PATH  the aarch64 gilsample to test (default: cargo build --release for aarch64)
+#   --pages 16k    boot sid's arm64 kernel with 16K pages instead of bookworm's 4K one (the mappings'
+#                  offsets and the load bias then follow 16K pages, as on 64K-page server kernels)
 # Needs qemu-system-arm and cpio (installed with apt-get when missing, as root) and the network the
 # first time, to download the VM's packages.
 # The whole run is bounded by $GILSAMPLE_AARCH64_TIMEOUT seconds (default 1800).
@@ -22,15 +24,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 subset=full
 binary=
+pages=4k
 while [ $# -gt 0 ]; do
     case "$1" in
     --smoke) subset=smoke ;;
+    --pages)
+        pages=$2
+        shift
+        ;;
     --binary)
         binary=$2
         shift
         ;;
     *)
-        echo "usage: $0 [--smoke] [--binary PATH]" >&2
+        echo "usage: $0 [--smoke] [--binary PATH] [--pages 4k|16k]" >&2
         exit 2
         ;;
     esac
@@ -39,6 +46,20 @@ done
 cache=${GILSAMPLE_AARCH64_VM:-/var/tmp/gilsample-aarch64-vm}
 capture=${GILSAMPLE_AARCH64_CAPTURE:-target/aarch64-capture}
 limit=${GILSAMPLE_AARCH64_TIMEOUT:-1800}
+case "$pages" in
+4k | 16k) ;;
+*)
+    echo "--pages: 4k or 16k, not $pages" >&2
+    exit 2
+    ;;
+esac
+kernel=$cache/Image
+cpu=cortex-a72
+if [ "$pages" = 16k ]; then
+    # sid's kernel with 16K pages; the Cortex-A72 knows only 4K and 64K pages, QEMU's `max` all three.
+    kernel=$cache/Image-16k
+    cpu=max,pauth=off
+fi
 t0=$(date +%s)
 
 for tool in qemu-system-aarch64 cpio; do
@@ -55,6 +76,7 @@ if [ -z "$binary" ]; then
     binary=target/aarch64-unknown-linux-gnu/release/gilsample
 fi
 [ -x "$binary" ] || { echo "no aarch64 gilsample at $binary" >&2; exit 1; }
+[ -f "$kernel" ] || { echo "no kernel at $kernel (16K pages come with sid: GILSAMPLE_AARCH64_SID=yes)" >&2; exit 1; }
 # e_machine, bytes 18-19 of the ELF header: 0xb7 is EM_AARCH64.
 if [ "$(od -An -tx1 -j18 -N2 "$binary" | tr -d ' ')" != b700 ]; then
     echo "$binary is not an aarch64 executable" >&2
@@ -84,12 +106,12 @@ echo "$args" >"$opt/args"
 cat "$cache/root.cpio" "$work/overlay.cpio" >"$work/initrd"
 
 log="$work/console.log"
-echo "booting the arm64 guest ($subset checks, at most $limit s)..."
+echo "booting the arm64 guest ($subset checks, $pages pages, at most $limit s)..."
 set +e
 # TCG: one host thread per guest CPU. Niced so that builds beside it still progress.
-timeout -k 10 "$limit" nice -n 10 qemu-system-aarch64 -M virt -cpu cortex-a72 -smp 2 -m 2048 \
+timeout -k 10 "$limit" nice -n 10 qemu-system-aarch64 -M virt -cpu "$cpu" -smp 2 -m 2048 \
     -nographic -monitor none -no-reboot -nic none \
-    -kernel "$cache/Image" -initrd "$work/initrd" \
+    -kernel "$kernel" -initrd "$work/initrd" \
     -append "console=ttyAMA0 rdinit=/init panic=-1 quiet loglevel=3" </dev/null 2>&1 |
     tee "$log" | grep --line-buffered '^@@ ' | grep --line-buffered -v '^@@ capture '
 qemu_status=${PIPESTATUS[0]}

@@ -6,7 +6,8 @@
 # libpython (python-pie.c, cross-compiled: needs aarch64-linux-gnu-gcc). sid's arm64 Python 3.13 and
 # the libraries it needs (its own, newer glibc) are unpacked under /sid of the same root, which the
 # guest enters with chroot (GILSAMPLE_AARCH64_SID=no leaves it out). Of the -dbg packages only each
-# interpreter's detached DWARF is kept (found by build-id: needs readelf).
+# interpreter's detached DWARF is kept (found by build-id: needs readelf). With sid comes sid's arm64
+# kernel with 16K pages, as Image-16k.
 # Idempotent and cached: a root made from the same package lists is left alone.
 # Usage: scripts/aarch64/make-vm.sh   (into $GILSAMPLE_AARCH64_VM, default /var/tmp/gilsample-aarch64-vm)
 set -euo pipefail
@@ -27,7 +28,7 @@ sid_arm64="libc6 libgcc-s1 libffi8 libssl3t64 zlib1g libexpat1 libzstd1 liblzma5
  libmpdec4 libpython3.13-minimal libpython3.13-stdlib python3.13-minimal"
 with_sid=${GILSAMPLE_AARCH64_SID:-yes}
 recipe="bookworm: $bookworm_arm64 $bookworm_all; sid($with_sid): $sid_arm64"
-recipe="$recipe; dwarf: python3.11-dbg python3.13-dbg; pie; v4"
+recipe="$recipe; dwarf: python3.11-dbg python3.13-dbg; pie; 16k; v5"
 
 if [ -f "$cache/recipe" ] && [ "$(cat "$cache/recipe")" = "$recipe" ] && [ -f "$cache/Image" ] &&
     [ -f "$cache/root.cpio" ]; then
@@ -131,6 +132,15 @@ if [ "$with_sid" = yes ]; then
     done
     mkdir -p "$root/sid/proc" "$root/sid/dev" "$root/sid/tmp"
     keep_dwarf python3.13-dbg "$root/sid" /usr/bin/python3.13
+    # sid's kernel with 16K pages (Image-16k, for test-aarch64.sh --pages 16k): the metapackage names
+    # the kernel package, which names the package with the Image in it.
+    k16=$(apt-cache "${opts[@]}" depends linux-image-arm64-16k | awk '/Depends: linux-image-/ {print $2; exit}')
+    k16_binary=$(apt-cache "${opts[@]}" depends "$k16" | awk '/Depends: linux-binary-/ {print $2; exit}')
+    rm -rf "$cache/debs/dbg"/*
+    fetch "$cache/debs/dbg" "${k16_binary:-$k16}"
+    dpkg -x "$cache"/debs/dbg/*.deb "$cache/debs/dbg/x"
+    find "$cache/debs/dbg/x" -name 'vmlinuz*' -exec cp {} "$cache/Image-16k" \;
+    [ -f "$cache/Image-16k" ] || { echo "no Image in ${k16_binary:-$k16}" >&2; exit 1; }
 fi
 
 mkdir -p "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/run"

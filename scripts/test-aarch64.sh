@@ -92,7 +92,11 @@ install -m 755 scripts/aarch64/guest-init.sh "$work/overlay/init"
 install -m 755 "$binary" "$opt/gilsample"
 install -m 644 fixtures/workloads/gil_workload.py scripts/aarch64/guest_checks.py "$opt/"
 args="--gilsample /opt/gilsample/gilsample --workload /opt/gilsample/gil_workload.py --subset $subset"
-[ -d "$cache/root/sid/usr/bin" ] && args="$args --sid"
+if [ -d "$cache/root/sid/usr/bin" ]; then
+    args="$args --sid"
+else
+    echo "sid's Python 3.13 is left out: the VM was made with GILSAMPLE_AARCH64_SID=no"
+fi
 wheel=
 [ -d target/wheels ] && wheel=$(find target/wheels -maxdepth 1 -name 'gilsample-*aarch64*.whl' | sort | tail -1)
 if [ -n "$wheel" ]; then

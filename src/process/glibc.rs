@@ -28,8 +28,16 @@ pub struct CondvarLayout {
 /// The size of glibc's `pthread_cond_t` on every 64-bit architecture.
 pub const PTHREAD_COND_SIZE: u64 = 48;
 
-/// The size of glibc's `pthread_mutex_t` on every 64-bit architecture.
-pub const PTHREAD_MUTEX_SIZE: u64 = 40;
+/// The size of glibc's `pthread_mutex_t` on an architecture, as layouts name it: 40 bytes on x86_64,
+/// 48 on aarch64 (whose generic ABI pads the same fields to 48), `None` for one gilsample does not
+/// know. `__lock` and `__owner` lie at the same places on both.
+pub fn pthread_mutex_size(arch: &str) -> Option<u64> {
+    match arch {
+        "x86_64" => Some(40),
+        "aarch64" => Some(48),
+        _ => None,
+    }
+}
 
 /// Where `pthread_mutex_t` keeps `__lock` (0 free, 1 locked, 2 locked with sleepers) and `__owner`, the
 /// id of the thread that holds it: glibc records the owner for every mutex type, the default one
@@ -159,6 +167,13 @@ mod tests {
         assert_eq!(mutex_owner(0, 4242), None);
         assert_eq!(mutex_owner(3, 4242), None);
         assert_eq!(mutex_owner(1, u32::MAX), None);
+    }
+
+    #[test]
+    fn aarch64_mutexes_are_larger() {
+        assert_eq!(pthread_mutex_size("x86_64"), Some(40));
+        assert_eq!(pthread_mutex_size("aarch64"), Some(48));
+        assert_eq!(pthread_mutex_size("riscv64"), None);
     }
 
     #[test]

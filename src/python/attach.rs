@@ -211,6 +211,45 @@ pub struct Waiters {
 const GIL_SPAN_MAX: usize = 512;
 
 impl WaiterCounts {
+    /// Where glibc (`condvar`) counts the waiters of a GIL at `gil`, laid out as `layout` on `arch`
+    /// (the target binary's ELF machine, which sets the size of glibc's mutex).
+    pub fn locate(
+        layout: &Layout,
+        arch: &str,
+        gil: RemoteAddr,
+        condvar: crate::process::glibc::CondvarLayout,
+    ) -> std::result::Result<WaiterCounts, String> {
+        use crate::process::glibc::{PTHREAD_COND_SIZE, pthread_mutex_size};
+        let wrefs = |name: &str| -> std::result::Result<Option<RemoteAddr>, String> {
+            let Some(field) = layout.field(name) else {
+                return Ok(None);
+            };
+            if field.size != PTHREAD_COND_SIZE {
+                return Err(format!(
+                    "{name} is {} bytes, not a glibc pthread_cond_t",
+                    field.size
+                ));
+            }
+            Ok(Some(RemoteAddr(
+                gil.0 + field.offset + condvar.wrefs_offset,
+            )))
+        };
+        let take_wrefs = wrefs("gil.cond")?.ok_or("the layout has no gil.cond")?;
+        let drop_wrefs = wrefs("gil.switch_cond")?
+            .filter(|d| d.0 > take_wrefs.0 && d.0 + 4 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
+        let mutex_lock = layout
+            .field("gil.mutex")
+            .filter(|f| Some(f.size) == pthread_mutex_size(arch))
+            .map(|f| RemoteAddr(gil.0 + f.offset))
+            .filter(|m| m.0 > take_wrefs.0 && m.0 + 12 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
+        Ok(WaiterCounts {
+            glibc: condvar.release,
+            take_wrefs,
+            drop_wrefs,
+            mutex_lock,
+        })
+    }
+
     /// The end of the bytes that hold both counts and the mutex's owner, which start at `take_wrefs`.
     fn span_end(&self) -> u64 {
         let counts_end = self.drop_wrefs.map_or(self.take_wrefs.0, |d| d.0) + 4;
@@ -226,7 +265,7 @@ impl WaiterCounts {
     }
 
     /// Decodes the mutex's owner from bytes that start at `take_wrefs`.
-    fn decode_mutex_owner(&self, span: &[u8]) -> Option<u32> {
+    pub fn decode_mutex_owner(&self, span: &[u8]) -> Option<u32> {
         use crate::process::glibc::{MUTEX_LOCK_OFFSET, MUTEX_OWNER_OFFSET, mutex_owner};
         let at = self.mutex_lock?.0 - self.take_wrefs.0;
         mutex_owner(
@@ -236,7 +275,7 @@ impl WaiterCounts {
     }
 
     /// Decodes both counts from bytes that start at `take_wrefs`.
-    fn decode(&self, span: &[u8]) -> std::result::Result<Waiters, ReadError> {
+    pub fn decode(&self, span: &[u8]) -> std::result::Result<Waiters, ReadError> {
         let word = |offset: u64| -> std::result::Result<u32, ReadError> {
             let wrefs = u32_at(span, offset).ok_or(ReadError::Fault)?;
             // Bits 0 (process-shared) and 2 (being destroyed) are never set on a live GIL.
@@ -288,37 +327,8 @@ fn u32_at(span: &[u8], offset: u64) -> Option<u32> {
 
 /// Locates the waiter counts of the target's GIL and reads them once to check them.
 fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, String> {
-    use crate::process::glibc::{self, PTHREAD_COND_SIZE, PTHREAD_MUTEX_SIZE};
-    let condvar = glibc::detect(target.pid)?;
-    let wrefs = |name: &str| -> std::result::Result<Option<RemoteAddr>, String> {
-        let Some(field) = target.layout.field(name) else {
-            return Ok(None);
-        };
-        if field.size != PTHREAD_COND_SIZE {
-            return Err(format!(
-                "{name} is {} bytes, not a glibc pthread_cond_t",
-                field.size
-            ));
-        }
-        Ok(Some(RemoteAddr(
-            target.gil.0 + field.offset + condvar.wrefs_offset,
-        )))
-    };
-    let take_wrefs = wrefs("gil.cond")?.ok_or("the layout has no gil.cond")?;
-    let drop_wrefs = wrefs("gil.switch_cond")?
-        .filter(|d| d.0 > take_wrefs.0 && d.0 + 4 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
-    let mutex_lock = target
-        .layout
-        .field("gil.mutex")
-        .filter(|f| f.size == PTHREAD_MUTEX_SIZE)
-        .map(|f| RemoteAddr(target.gil.0 + f.offset))
-        .filter(|m| m.0 > take_wrefs.0 && m.0 + 12 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
-    let counts = WaiterCounts {
-        glibc: condvar.release,
-        take_wrefs,
-        drop_wrefs,
-        mutex_lock,
-    };
+    let condvar = crate::process::glibc::detect(target.pid)?;
+    let counts = WaiterCounts::locate(&target.layout, target.binary.arch, target.gil, condvar)?;
     let first = (target.gil.0 + target.gil_word.start).min(counts.take_wrefs.0);
     let last = (target.gil.0 + target.gil_word.end).max(counts.span_end());
     if last - first > GIL_SPAN_MAX as u64 {

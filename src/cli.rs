@@ -61,6 +61,25 @@ pub enum Command {
     /// Trace) on one wall-clock timeline in one file.
     #[command(after_help = MERGE_EXAMPLES)]
     Merge(MergeArgs),
+    /// Who waited for the GIL, for whom and in what code: per process, then which process, rank and
+    /// host waited most. Reads gilsample traces and the reference tool's files.
+    #[command(after_help = REPORT_EXAMPLES)]
+    Report(ReportArgs),
+}
+
+const REPORT_EXAMPLES: &str = "Examples:
+  gilsample report gil_traces/GIL_1234_rank_0.json
+  gilsample report /shared/job-42/            every GIL_*.json below it, all hosts and ranks
+  gilsample report /shared/job-42/ --json     one JSON document (docs/report-json.md)";
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Trace files, or directories searched for GIL_*.json.
+    #[arg(required = true, value_name = "PATH")]
+    pub inputs: Vec<PathBuf>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const MERGE_EXAMPLES: &str = "Clocks: gilsample traces say their clock in otherData; Kineto traces are \
@@ -114,8 +133,13 @@ pub struct RecordArgs {
     pub force: bool,
 
     /// No progress bar and no summary.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// After the answer, the sampler's own account in the summary: achieved rate, late samples,
+    /// hand-offs seen and counted, how each running thread was classified.
+    #[arg(short, long)]
+    pub verbose: bool,
 
     /// Where struct layouts come from: DWARF of the target's binary or its debug file, the layout files
     /// shipped in gilsample, or the first that works.

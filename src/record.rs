@@ -597,6 +597,14 @@ impl Session<'_> {
     }
 }
 
+/// The name of the machine gilsample runs on (its UTS namespace's: a pod's or container's own name
+/// where it has one), which tells the nodes of a multi-node job apart.
+pub fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 /// The processes of the given ids: a thread id stands for its process (said, and recorded once).
 fn processes_of(given: &[u32], progress: &mut dyn FnMut(Update<'_>)) -> Vec<u32> {
     let mut pids = Vec::new();
@@ -642,6 +650,9 @@ fn record_one(
                         writer.write_interval(&interval)?;
                     }
                     Record::Waiters { t_ns, count } => writer.write_waiters(t_ns, count)?,
+                    Record::HeldWhileBlocked(stretch) => {
+                        writer.write_held_while_blocked(&stretch)?
+                    }
                 }
             }
             Ok((writer, totals))
@@ -669,17 +680,22 @@ fn record_one(
         .map(|(tid, name)| (*tid, name.clone()))
         .collect();
     threads.sort_by_key(|(tid, _)| (*tid != target.pid, *tid));
+    let host = host_name();
     let process_name = format!(
-        "Python {} pid {} rank {rank}{}",
+        "Python {} pid {} rank {rank}{}{}",
         target.version,
         target.pid,
+        host.as_ref()
+            .map(|h| format!(" host {h}"))
+            .unwrap_or_default(),
         if cmdline.is_empty() {
             String::new()
         } else {
             format!(": {cmdline}")
         }
     );
-    let other = metadata(target, rank, &report, opts, offset_ns, &cmdline);
+    let mut other = metadata(target, rank, &report, opts, offset_ns, &cmdline);
+    other.insert("host".into(), json!(host));
     let path = writer.finish(&process_name, &threads, other, opts.force)?;
     Ok(TargetReport {
         pid: target.pid,

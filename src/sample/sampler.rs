@@ -12,6 +12,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::addr::RemoteAddr;
+use crate::infer::held_blocked::{BlockedStretch, HeldWhileBlocked, blocking_syscall};
 use crate::infer::intervals::{GilState, Interval, ThreadTimeline, TimelineParams};
 use crate::process::kernel::{KernelReading, KernelState, SchedStat, SleepProof, ThreadFiles};
 use crate::process::memory::ReadError;
@@ -61,6 +62,8 @@ pub struct LiveCounters {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Interval(Interval),
+    /// The holder slept in a syscall while holding the GIL (infer/held_blocked.rs).
+    HeldWhileBlocked(BlockedStretch),
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
     Waiters {
         t_ns: u64,
@@ -73,6 +76,7 @@ impl Record {
     pub fn time_ns(&self) -> u64 {
         match self {
             Record::Interval(interval) => interval.end_ns,
+            Record::HeldWhileBlocked(stretch) => stretch.end_ns,
             Record::Waiters { t_ns, .. } => *t_ns,
         }
     }
@@ -215,6 +219,8 @@ struct Tracked {
     /// schedstat's arrival count while it slept in `take_gil` at its last definite sample, where
     /// the sleep proof covered that sleep (classify.rs, rule 8).
     take_sleep_slices: Option<u64>,
+    /// A stretch of holding the GIL while asleep in a syscall, being seen.
+    blocked: HeldWhileBlocked,
 }
 
 /// A thread asleep in the same non-GIL wait (a queue, a socket, `time.sleep`) for this long is read
@@ -282,6 +288,7 @@ impl Tracked {
             owned_gil_mutex: false,
             hold_handoff_after: None,
             take_sleep_slices: None,
+            blocked: HeldWhileBlocked::default(),
         }
     }
 
@@ -398,6 +405,9 @@ pub fn run_sampler(
         tracked
             .timeline
             .close(None, &state.params, &mut |iv| sink(Record::Interval(iv)));
+        tracked.blocked.close(tracked.tid, None, &mut |s| {
+            sink(Record::HeldWhileBlocked(s))
+        });
     }
     state.report.end_ns = last;
     state.report.end = end;
@@ -605,6 +615,14 @@ impl Loop<'_> {
                 };
                 tracked.owned_gil_mutex = owns_gil_mutex == Some(true);
                 let (state, basis) = classify(&evidence, &ranges);
+                let blocked_in = (state == GilState::Hold)
+                    .then(|| blocking_syscall(kernel[i], |addr| ranges.contains(addr)))
+                    .flatten();
+                tracked
+                    .blocked
+                    .observe(tracked.tid, t, blocked_in, &mut |s| {
+                        sink(Record::HeldWhileBlocked(s))
+                    });
                 tracked.take_sleep_slices = match (state, basis) {
                     (GilState::Take, Basis::Direct) => tracked.sleep_proof.timeslices_asleep(),
                     (_, Basis::Ambiguous { .. }) => tracked.take_sleep_slices,
@@ -791,6 +809,9 @@ impl Loop<'_> {
             tracked
                 .timeline
                 .close(Some(now), &params, &mut |iv| sink(Record::Interval(iv)));
+            tracked.blocked.close(tracked.tid, Some(now), &mut |s| {
+                sink(Record::HeldWhileBlocked(s))
+            });
             false
         });
         for r in refs {

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
+use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::Interval;
+use crate::process::kernel::syscall_name;
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 
 /// Which clock trace timestamps use.
@@ -124,6 +126,25 @@ impl ChromeWriter {
             self.out,
             "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}",
             self.pid, interval.tid
+        )
+        .map_err(|e| self.output_error(e))
+    }
+
+    /// Writes a stretch in which the holder slept in a syscall while holding the GIL: a slice named
+    /// `held_while_blocked` inside the thread's `hold_gil`, with the syscall by name in its args.
+    pub fn write_held_while_blocked(&mut self, stretch: &BlockedStretch) -> Result<()> {
+        self.separator()?;
+        let offset = self.offset_ns as i128;
+        let (ts, dur) = span_micros(
+            stretch.start_ns as i128 + offset,
+            stretch.end_ns as i128 + offset,
+        );
+        write!(
+            self.out,
+            "{{\"name\":\"held_while_blocked\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{},\"args\":{{\"syscall\":\"{}\"}}}}",
+            self.pid,
+            stretch.tid,
+            syscall_name(stretch.nr)
         )
         .map_err(|e| self.output_error(e))
     }

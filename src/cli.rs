@@ -162,6 +162,11 @@ pub struct RecordArgs {
     #[arg(long, hide_short_help = true)]
     pub no_idle_backoff: bool,
 
+    /// Do not draw GIL hand-offs as arrows between threads (Chrome trace flow events): a smaller file
+    /// when the GIL changes hands very often.
+    #[arg(long)]
+    pub no_handoff_arrows: bool,
+
     /// Do not read glibc's count of threads waiting on the GIL's condition variables. Without it, a
     /// thread woken inside take_gil that waits for a CPU is told from one running native code only
     /// by what the kernel says afterwards (measured: `dispatch` 92% vs 87% agreement with it).

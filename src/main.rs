@@ -178,6 +178,7 @@ fn run_record(
         cpus: args.cpus.map(|c| c.0),
         idle_backoff: !args.no_idle_backoff,
         waiter_counts: !args.no_waiter_counts,
+        handoff_arrows: !args.no_handoff_arrows,
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());

@@ -60,6 +60,8 @@ pub struct RecordOptions {
     pub idle_backoff: bool,
     /// Read glibc's GIL waiter counts where the target has them (off only to measure them).
     pub waiter_counts: bool,
+    /// Draw each hand-off of the GIL as an arrow between the two threads' tracks.
+    pub handoff_arrows: bool,
 }
 
 /// One finished target.
@@ -639,6 +641,7 @@ fn record_one(
 ) -> Result<TargetReport> {
     // Read before sampling: a target that exits first (a launched command) has none at the end.
     let cmdline = read_cmdline(target.pid).unwrap_or_default();
+    let handoff_arrows = opts.handoff_arrows;
     let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let writing = thread::scope(|scope| {
         let writer_thread = scope.spawn(move || -> Result<(ChromeWriter, Totals)> {
@@ -653,6 +656,8 @@ fn record_one(
                     Record::HeldWhileBlocked(stretch) => {
                         writer.write_held_while_blocked(&stretch)?
                     }
+                    Record::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff)?,
+                    Record::Handoff(_) => {}
                 }
             }
             Ok((writer, totals))

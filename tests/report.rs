@@ -247,3 +247,69 @@ fn a_missing_path_is_an_input_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(INPUT));
 }
+
+#[test]
+fn hand_offs_are_arrows_from_the_thread_that_let_go_to_the_one_that_took() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    record_for(workload.pid, dir.path(), "0.5", &["--quiet"]);
+    let trace = Trace::load_single(dir.path());
+    let events = trace.value["traceEvents"].as_array().unwrap();
+    let flows = |ph: &str| -> std::collections::BTreeMap<u64, (u64, f64)> {
+        events
+            .iter()
+            .filter(|e| e["name"] == "GIL hand-off" && e["ph"] == ph)
+            .map(|e| {
+                (
+                    e["id"].as_u64().unwrap(),
+                    (e["tid"].as_u64().unwrap(), e["ts"].as_f64().unwrap()),
+                )
+            })
+            .collect()
+    };
+    let (starts, ends) = (flows("s"), flows("f"));
+    assert!(!starts.is_empty(), "no hand-off arrows");
+    assert_eq!(
+        starts.keys().collect::<Vec<_>>(),
+        ends.keys().collect::<Vec<_>>()
+    );
+    for (id, (from, from_ts)) in &starts {
+        let (to, to_ts) = ends[id];
+        assert_ne!(*from, to, "arrow {id} goes nowhere");
+        assert!(*from_ts <= to_ts, "arrow {id} goes back in time");
+        // Each end lies inside a hold of its thread, the slice a viewer binds it to.
+        let inside_hold = |tid: u64, ts: f64| {
+            events.iter().any(|e| {
+                e["name"] == "hold_gil" && e["tid"] == tid && {
+                    let start = e["ts"].as_f64().unwrap();
+                    start <= ts && ts <= start + e["dur"].as_f64().unwrap()
+                }
+            })
+        };
+        assert!(
+            inside_hold(*from, *from_ts),
+            "arrow {id} starts outside a hold of {from}"
+        );
+        assert!(
+            inside_hold(to, to_ts),
+            "arrow {id} ends outside a hold of {to}"
+        );
+    }
+
+    let off = tempfile::tempdir().unwrap();
+    record_for(
+        workload.pid,
+        off.path(),
+        "0.3",
+        &["--quiet", "--no-handoff-arrows"],
+    );
+    let trace = Trace::load_single(off.path());
+    assert!(
+        !trace.value["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "GIL hand-off")
+    );
+}

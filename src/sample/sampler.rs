@@ -58,12 +58,24 @@ pub struct LiveCounters {
     pub done: AtomicBool,
 }
 
+/// A hand-off of the GIL seen by the sampler: `from_tid` held it at `last_held_ns`, `to_tid` at
+/// `taken_ns`, the next sample that saw a holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    pub from_tid: u32,
+    pub to_tid: u32,
+    pub last_held_ns: u64,
+    pub taken_ns: u64,
+}
+
 /// What the sampler hands downstream, in time order per thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Interval(Interval),
     /// The holder slept in a syscall while holding the GIL (infer/held_blocked.rs).
     HeldWhileBlocked(BlockedStretch),
+    /// The GIL went from one thread to another between two samples.
+    Handoff(Handoff),
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
     Waiters {
         t_ns: u64,
@@ -77,6 +89,7 @@ impl Record {
         match self {
             Record::Interval(interval) => interval.end_ns,
             Record::HeldWhileBlocked(stretch) => stretch.end_ns,
+            Record::Handoff(handoff) => handoff.taken_ns,
             Record::Waiters { t_ns, .. } => *t_ns,
         }
     }
@@ -430,7 +443,8 @@ impl Loop<'_> {
         let mut deadline = start;
         let mut last_refresh = 0u64;
         let mut first_switch: Option<u64> = None;
-        let mut last_holder_tid: Option<u32> = None;
+        // The holder at the last sample that saw one, and that sample's time.
+        let mut last_holder: Option<(u32, u64)> = None;
         let mut dodge = if config.dodge_holder && self.report.scheduling == Scheduling::Fifo {
             CpuDodge::new(self.target.pid)
         } else {
@@ -710,10 +724,18 @@ impl Loop<'_> {
                 sink(Record::Waiters { t_ns: t, count });
             }
             if let Some(tid) = holder_tid {
-                if last_holder_tid.is_some_and(|last| last != tid) {
+                if let Some((from_tid, last_held_ns)) = last_holder
+                    && from_tid != tid
+                {
                     self.report.handoffs_seen += 1;
+                    sink(Record::Handoff(Handoff {
+                        from_tid,
+                        to_tid: tid,
+                        last_held_ns,
+                        taken_ns: t,
+                    }));
                 }
-                last_holder_tid = Some(tid);
+                last_holder = Some((tid, t));
             }
             if dodge.as_mut().is_some_and(|d| d.check(t, holder_tid)) {
                 self.report.cpu_moves += 1;

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::Interval;
 use crate::process::kernel::syscall_name;
+use crate::sample::sampler::Handoff;
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 
 /// Which clock trace timestamps use.
@@ -37,6 +38,8 @@ pub struct ChromeWriter {
     /// Added to monotonic nanoseconds to get trace nanoseconds.
     offset_ns: i64,
     events: u64,
+    /// Flow arrows written, which also numbers them.
+    flows: u64,
 }
 
 /// Nanoseconds as exact decimal microseconds (`123.456`).
@@ -80,6 +83,7 @@ impl ChromeWriter {
             pid,
             offset_ns,
             events: 0,
+            flows: 0,
         };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
@@ -145,6 +149,27 @@ impl ChromeWriter {
             self.pid,
             stretch.tid,
             syscall_name(stretch.nr)
+        )
+        .map_err(|e| self.output_error(e))
+    }
+
+    /// Writes a hand-off as a flow arrow (Chrome trace flow events, drawn by Perfetto UI) from the
+    /// thread that let the GIL go, at its last sample holding it, to the one that took it, at the
+    /// start of its hold. Each arrow has its own id.
+    pub fn write_handoff(&mut self, handoff: &Handoff) -> Result<()> {
+        self.flows += 1;
+        let offset = self.offset_ns as i128;
+        let from = whole_micros(handoff.last_held_ns as i128 + offset);
+        let to = whole_micros(handoff.taken_ns as i128 + offset);
+        self.separator()?;
+        write!(
+            self.out,
+            "{{\"name\":\"GIL hand-off\",\"cat\":\"gil\",\"ph\":\"s\",\"id\":{id},\"ts\":{from},\"pid\":{pid},\"tid\":{}}},\n\
+             {{\"name\":\"GIL hand-off\",\"cat\":\"gil\",\"ph\":\"f\",\"bp\":\"e\",\"id\":{id},\"ts\":{to},\"pid\":{pid},\"tid\":{}}}",
+            handoff.from_tid,
+            handoff.to_tid,
+            id = self.flows,
+            pid = self.pid,
         )
         .map_err(|e| self.output_error(e))
     }

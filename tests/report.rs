@@ -65,9 +65,22 @@ fn a_holder_blocked_in_a_syscall_is_named_with_the_time_others_waited() {
         .cloned()
         .collect();
     assert!(!blocked.is_empty(), "no held_while_blocked slice");
+    let events = trace.value["traceEvents"].as_array().unwrap();
     for e in &blocked {
         assert_eq!(e["tid"], blocker, "{e}");
         assert_eq!(e["args"]["syscall"], "clock_nanosleep", "{e}");
+        // Inside one hold_gil slice of the blocker: viewers drop a child that sticks out.
+        let (start, end) = (
+            e["ts"].as_f64().unwrap(),
+            e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap(),
+        );
+        assert!(
+            events.iter().any(|h| h["name"] == "hold_gil"
+                && h["tid"] == blocker
+                && h["ts"].as_f64().unwrap() <= start
+                && end <= h["ts"].as_f64().unwrap() + h["dur"].as_f64().unwrap()),
+            "{e} is not inside a hold of its thread"
+        );
     }
     assert!(
         stderr.contains("held the GIL while blocked in clock_nanosleep"),

@@ -3,6 +3,7 @@
 //! thread that wants the GIL waits meanwhile for nothing: the classic C extension (or ctypes.PyDLL
 //! call) that does not release the GIL around a blocking call. Pure: fed the sample's state.
 
+use crate::infer::intervals::TimelineParams;
 use crate::process::kernel::{KernelState, SYS_FUTEX};
 
 /// One finished stretch: the holder `tid` asleep in syscall `nr` from `start_ns` to `end_ns`.
@@ -14,10 +15,12 @@ pub struct BlockedStretch {
     pub nr: i64,
 }
 
-/// Per thread: the stretch being seen, if any.
+/// Per thread: the stretch being seen, if any, and the thread's previous sample.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HeldWhileBlocked {
+    /// Start boundary, last blocked sample, syscall.
     open: Option<(u64, u64, i64)>,
+    last_sample_ns: Option<u64>,
 }
 
 /// The syscall a holder sleeps in, unless it is a futex wait on one of the GIL's own words (which
@@ -33,45 +36,66 @@ pub fn blocking_syscall(
     }
 }
 
+/// Half the way from `a` to `b`, but at most half a period: the timeline puts a state change at
+/// the midpoint of two samples and ends an interval half a period after its last sample across a
+/// gap, so a stretch bounded this way always lies inside the `hold_gil` slice that holds it
+/// (viewers drop a slice that sticks out of its parent).
+fn toward(a: u64, b: Option<u64>, params: &TimelineParams) -> u64 {
+    let half = params.period_ns / 2;
+    b.map_or(half, |b| (a.abs_diff(b) / 2).min(half))
+}
+
 impl HeldWhileBlocked {
     /// The thread's state at sample `t`: `blocked_in` is the syscall it sleeps in while holding the
-    /// GIL, `None` when it does not hold it or is not asleep in one. A stretch runs from its first
-    /// such sample to the first sample that differs (or that shows another syscall).
+    /// GIL, `None` when it does not hold it or is not asleep in one.
     pub fn observe(
         &mut self,
         tid: u32,
         t: u64,
         blocked_in: Option<i64>,
+        params: &TimelineParams,
         emit: &mut dyn FnMut(BlockedStretch),
     ) {
+        // Across a gap the timeline splits the hold into two slices: the stretch splits with it.
+        let gap = self
+            .last_sample_ns
+            .is_some_and(|last| t.saturating_sub(last) > params.max_gap_ns);
         match (self.open, blocked_in) {
-            (Some((start, _, nr)), Some(now)) if nr == now => self.open = Some((start, t, nr)),
+            (Some((start, _, nr)), Some(now)) if nr == now && !gap => {
+                self.open = Some((start, t, nr))
+            }
             (open, now) => {
-                if let Some((start_ns, _, nr)) = open {
+                if let Some((start_ns, last, nr)) = open {
+                    let next = Some(t).filter(|_| !gap);
                     emit(BlockedStretch {
                         tid,
                         start_ns,
-                        end_ns: t,
+                        end_ns: last + toward(last, next, params),
                         nr,
                     });
                 }
-                self.open = now.map(|nr| (t, t, nr));
+                let previous = self.last_sample_ns.filter(|_| !gap);
+                self.open = now.map(|nr| (t - toward(t, previous, params).min(t), t, nr));
             }
         }
+        self.last_sample_ns = Some(t);
     }
 
-    /// Ends an open stretch: at `at`, or at its last sample when the thread was not seen again.
-    pub fn close(&mut self, tid: u32, at: Option<u64>, emit: &mut dyn FnMut(BlockedStretch)) {
+    /// Ends an open stretch: the thread was gone at `at`, or the recording ended (`None`).
+    pub fn close(
+        &mut self,
+        tid: u32,
+        at: Option<u64>,
+        params: &TimelineParams,
+        emit: &mut dyn FnMut(BlockedStretch),
+    ) {
         if let Some((start_ns, last, nr)) = self.open.take() {
-            let end_ns = at.unwrap_or(last);
-            if end_ns > start_ns {
-                emit(BlockedStretch {
-                    tid,
-                    start_ns,
-                    end_ns,
-                    nr,
-                });
-            }
+            emit(BlockedStretch {
+                tid,
+                start_ns,
+                end_ns: last + toward(last, at, params),
+                nr,
+            });
         }
     }
 }
@@ -87,26 +111,23 @@ mod tests {
     }
 
     #[test]
-    fn a_stretch_runs_from_its_first_sample_to_the_first_that_differs() {
+    fn a_stretch_has_the_timelines_boundaries() {
+        let params = TimelineParams::for_period(100);
         let mut tracker = HeldWhileBlocked::default();
         let mut out = Vec::new();
         let mut emit = |s| out.push(s);
-        tracker.observe(7, 100, None, &mut emit);
-        tracker.observe(7, 200, Some(READ), &mut emit);
-        tracker.observe(7, 300, Some(READ), &mut emit);
-        tracker.observe(7, 400, None, &mut emit);
-        tracker.observe(7, 500, Some(READ), &mut emit);
-        tracker.close(7, None, &mut emit);
-        assert_eq!(
-            out,
-            vec![BlockedStretch {
-                tid: 7,
-                start_ns: 200,
-                end_ns: 400,
-                nr: READ
-            }],
-            "a one-sample stretch at the end has no length and is not shown"
-        );
+        tracker.observe(7, 100, None, &params, &mut emit);
+        tracker.observe(7, 200, Some(READ), &params, &mut emit);
+        tracker.observe(7, 300, Some(READ), &params, &mut emit);
+        tracker.observe(7, 400, None, &params, &mut emit);
+        // After a gap the stretch starts half a period before its sample, not halfway.
+        tracker.observe(7, 1000, Some(READ), &params, &mut emit);
+        // A gap (the sampler fell behind) splits it, as it splits the hold.
+        tracker.observe(7, 2000, Some(READ), &params, &mut emit);
+        tracker.close(7, None, &params, &mut emit);
+        let spans: Vec<(u64, u64)> = out.iter().map(|s| (s.start_ns, s.end_ns)).collect();
+        assert_eq!(spans, vec![(150, 350), (950, 1050), (1950, 2050)]);
+        assert!(out.iter().all(|s| s.tid == 7 && s.nr == READ));
     }
 
     #[test]

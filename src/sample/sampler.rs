@@ -418,9 +418,11 @@ pub fn run_sampler(
         tracked
             .timeline
             .close(None, &state.params, &mut |iv| sink(Record::Interval(iv)));
-        tracked.blocked.close(tracked.tid, None, &mut |s| {
-            sink(Record::HeldWhileBlocked(s))
-        });
+        tracked
+            .blocked
+            .close(tracked.tid, None, &state.params, &mut |s| {
+                sink(Record::HeldWhileBlocked(s))
+            });
     }
     state.report.end_ns = last;
     state.report.end = end;
@@ -634,7 +636,7 @@ impl Loop<'_> {
                     .flatten();
                 tracked
                     .blocked
-                    .observe(tracked.tid, t, blocked_in, &mut |s| {
+                    .observe(tracked.tid, t, blocked_in, &params, &mut |s| {
                         sink(Record::HeldWhileBlocked(s))
                     });
                 tracked.take_sleep_slices = match (state, basis) {
@@ -831,9 +833,11 @@ impl Loop<'_> {
             tracked
                 .timeline
                 .close(Some(now), &params, &mut |iv| sink(Record::Interval(iv)));
-            tracked.blocked.close(tracked.tid, Some(now), &mut |s| {
-                sink(Record::HeldWhileBlocked(s))
-            });
+            tracked
+                .blocked
+                .close(tracked.tid, Some(now), &params, &mut |s| {
+                    sink(Record::HeldWhileBlocked(s))
+                });
             false
         });
         for r in refs {

@@ -210,6 +210,14 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
                         blame.push((h.tid, label(h.label), overlap));
                     }
                 });
+                // Holds that overlap each other (possible in inferred reference holds, never in
+                // gilsample's, which see one holder per sample) share the moment they overlap.
+                if blamed > len {
+                    for entry in &mut blame {
+                        entry.2 = entry.2 * len / blamed;
+                    }
+                    blamed = blame.iter().map(|b| b.2).sum();
+                }
                 let acc = threads.entry(slice.tid).or_default();
                 for (holder, function, ns) in blame {
                     let entry = acc.waited_for.entry(holder).or_default();

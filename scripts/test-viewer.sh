@@ -26,8 +26,14 @@ check() { node tests/viewer/check_perfetto.js "$out/venv/bin/vizviewer" "$@"; }
 rm -f "$out/GIL_contended.json" "$out/merged.json"
 target/debug/gilsample --quiet --duration 1 -o "$out/GIL_contended.json" -- \
     "$python" fixtures/workloads/gil_workload.py contention --threads 4 --seconds 30
-check "$out/GIL_contended.json" --expect-gil 4 --expect-text "GIL waiters" --zoom 1500 \
-    --screenshot "$shots/perfetto-contended.png"
+check "$out/GIL_contended.json" --expect-gil 4 --expect-text "GIL waiters" --expect-flows 10 \
+    --zoom 1500 --screenshot "$shots/perfetto-contended.png"
+
+# A holder that keeps the GIL while asleep in a syscall: its stretches are slices of their own.
+rm -f "$out/GIL_blocker.json"
+target/debug/gilsample --quiet --duration 1 -o "$out/GIL_blocker.json" -- \
+    "$python" fixtures/workloads/gil_workload.py blocker --threads 2 --seconds 30
+check "$out/GIL_blocker.json" --expect-gil 2 --expect-slice-like 'held_while_blocked'
 
 gil=$(ls fixtures/torch-profiler/GIL_*_rank_0.json)
 pid=$(basename "$gil" | cut -d_ -f2)

@@ -61,6 +61,25 @@ pub enum Command {
     /// Trace) on one wall-clock timeline in one file.
     #[command(after_help = MERGE_EXAMPLES)]
     Merge(MergeArgs),
+    /// Who waited for the GIL, for whom and in what code: per process, then which process, rank and
+    /// host waited most. Reads gilsample traces and the reference tool's files.
+    #[command(after_help = REPORT_EXAMPLES)]
+    Report(ReportArgs),
+}
+
+const REPORT_EXAMPLES: &str = "Examples:
+  gilsample report gil_traces/GIL_1234_rank_0.json
+  gilsample report /shared/job-42/            every GIL_*.json below it, all hosts and ranks
+  gilsample report /shared/job-42/ --json     one JSON document (docs/report-json.md)";
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Trace files, or directories searched for GIL_*.json.
+    #[arg(required = true, value_name = "PATH")]
+    pub inputs: Vec<PathBuf>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const MERGE_EXAMPLES: &str = "Clocks: gilsample traces say their clock in otherData; Kineto traces are \
@@ -114,8 +133,13 @@ pub struct RecordArgs {
     pub force: bool,
 
     /// No progress bar and no summary.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// After the answer, the sampler's own account in the summary: achieved rate, late samples,
+    /// hand-offs seen and counted, how each running thread was classified.
+    #[arg(short, long)]
+    pub verbose: bool,
 
     /// Where struct layouts come from: DWARF of the target's binary or its debug file, the layout files
     /// shipped in gilsample, or the first that works.
@@ -137,6 +161,11 @@ pub struct RecordArgs {
     /// samples late, for less than half the sampler CPU on a target with many idle threads).
     #[arg(long, hide_short_help = true)]
     pub no_idle_backoff: bool,
+
+    /// Do not draw GIL hand-offs as arrows between threads (Chrome trace flow events): a smaller file
+    /// when the GIL changes hands very often.
+    #[arg(long)]
+    pub no_handoff_arrows: bool,
 
     /// Do not read glibc's count of threads waiting on the GIL's condition variables. Without it, a
     /// thread woken inside take_gil that waits for a CPU is told from one running native code only

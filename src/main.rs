@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use serde_json::json;
 
-use gilsample::cli::{Cli, Command, LayoutArgs, MergeArgs, RecordArgs};
+use gilsample::cli::{Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs};
 use gilsample::control::Control;
 use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
@@ -24,7 +24,7 @@ use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, Targets, Update, record};
-use gilsample::summary::format_summary;
+use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
 use gilsample::trace::chrome::micros;
 use gilsample::trace::output::{DIR_ENV, OutputSpec};
@@ -57,6 +57,7 @@ fn main() -> ExitCode {
             })
         }
         Some(Command::Merge(args)) => run_merge(&args).map(|()| exit::OK),
+        Some(Command::Report(args)) => run_report(&args).map(|()| exit::OK),
         None => record_command(cli.record),
     };
     match result {
@@ -177,6 +178,7 @@ fn run_record(
         cpus: args.cpus.map(|c| c.0),
         idle_backoff: !args.no_idle_backoff,
         waiter_counts: !args.no_waiter_counts,
+        handoff_arrows: !args.no_handoff_arrows,
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());
@@ -285,8 +287,9 @@ fn run_record(
             "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
         )));
     }
+    let answers = answers(&report);
     if !args.quiet {
-        eprint!("{}", format_summary(&report));
+        eprint!("{}", format_summary(&report, &answers, args.verbose));
     } else {
         // Quiet drops the summary, never an error.
         for (pid, error) in &report.failures {
@@ -308,6 +311,7 @@ fn run_record(
             "event": "finished",
             "files": files,
             "merged": report.merged.as_ref().map(|p| p.display().to_string()),
+            "summary": {"processes": answers.iter().flatten().collect::<Vec<_>>()},
             "exit_code": code,
         }));
     }
@@ -399,6 +403,22 @@ fn run_merge(args: &MergeArgs) -> Result<()> {
         }
     }
     eprintln!("gilsample: merged -> {}", report.output.display());
+    Ok(())
+}
+
+fn run_report(args: &ReportArgs) -> Result<()> {
+    let report = gilsample::report::report(&args.inputs)?;
+    for (path, why) in &report.skipped {
+        eprintln!("gilsample: warning: {}: skipped: {why}", path.display());
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_json()).expect("a JSON value serializes")
+        );
+    } else {
+        print!("{}", report.to_text());
+    }
     Ok(())
 }
 

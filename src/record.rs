@@ -60,6 +60,8 @@ pub struct RecordOptions {
     pub idle_backoff: bool,
     /// Read glibc's GIL waiter counts where the target has them (off only to measure them).
     pub waiter_counts: bool,
+    /// Draw each hand-off of the GIL as an arrow between the two threads' tracks.
+    pub handoff_arrows: bool,
 }
 
 /// One finished target.
@@ -597,6 +599,14 @@ impl Session<'_> {
     }
 }
 
+/// The name of the machine gilsample runs on (its UTS namespace's: a pod's or container's own name
+/// where it has one), which tells the nodes of a multi-node job apart.
+pub fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 /// The processes of the given ids: a thread id stands for its process (said, and recorded once).
 fn processes_of(given: &[u32], progress: &mut dyn FnMut(Update<'_>)) -> Vec<u32> {
     let mut pids = Vec::new();
@@ -631,6 +641,7 @@ fn record_one(
 ) -> Result<TargetReport> {
     // Read before sampling: a target that exits first (a launched command) has none at the end.
     let cmdline = read_cmdline(target.pid).unwrap_or_default();
+    let handoff_arrows = opts.handoff_arrows;
     let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let writing = thread::scope(|scope| {
         let writer_thread = scope.spawn(move || -> Result<(ChromeWriter, Totals)> {
@@ -642,6 +653,11 @@ fn record_one(
                         writer.write_interval(&interval)?;
                     }
                     Record::Waiters { t_ns, count } => writer.write_waiters(t_ns, count)?,
+                    Record::HeldWhileBlocked(stretch) => {
+                        writer.write_held_while_blocked(&stretch)?
+                    }
+                    Record::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff)?,
+                    Record::Handoff(_) => {}
                 }
             }
             Ok((writer, totals))
@@ -669,17 +685,22 @@ fn record_one(
         .map(|(tid, name)| (*tid, name.clone()))
         .collect();
     threads.sort_by_key(|(tid, _)| (*tid != target.pid, *tid));
+    let host = host_name();
     let process_name = format!(
-        "Python {} pid {} rank {rank}{}",
+        "Python {} pid {} rank {rank}{}{}",
         target.version,
         target.pid,
+        host.as_ref()
+            .map(|h| format!(" host {h}"))
+            .unwrap_or_default(),
         if cmdline.is_empty() {
             String::new()
         } else {
             format!(": {cmdline}")
         }
     );
-    let other = metadata(target, rank, &report, opts, offset_ns, &cmdline);
+    let mut other = metadata(target, rank, &report, opts, offset_ns, &cmdline);
+    other.insert("host".into(), json!(host));
     let path = writer.finish(&process_name, &threads, other, opts.force)?;
     Ok(TargetReport {
         pid: target.pid,

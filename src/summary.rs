@@ -1,15 +1,65 @@
-//! The end-of-recording summary as text: per process the achieved rate, late samples and hand-offs
-//! seen versus counted by the interpreter; per thread the share of time in each state.
+//! The end-of-recording summary as text. First the answer, as `gilsample report` gives it for the
+//! file just written: who waited for the GIL, for whom, in what code. With `--verbose`, then the
+//! sampler's own account: achieved rate, late samples, hand-offs seen versus counted by the
+//! interpreter, how running threads were classified, per thread the share of time in each state.
 
 use std::fmt::Write;
 
 use crate::infer::intervals::GilState;
 use crate::record::{RecordReport, TargetReport};
+use crate::report::analyze::{ProcessAnswer, analyze};
+use crate::report::{load, text};
+use crate::sample::sampler::EndReason;
 
-pub fn format_summary(report: &RecordReport) -> String {
+/// The answer for each recorded target, from its trace file; a file that cannot be read back
+/// (removed meanwhile) has none.
+pub fn answers(report: &RecordReport) -> Vec<Option<ProcessAnswer>> {
+    report
+        .targets
+        .iter()
+        .map(|t| {
+            let processes = load::load(&t.path).ok()?;
+            processes.iter().find(|p| p.pid == t.pid).map(analyze)
+        })
+        .collect()
+}
+
+fn end_in_words(end: &EndReason) -> String {
+    match end {
+        EndReason::Duration => "the duration elapsed".into(),
+        EndReason::Stopped => "stopped (Ctrl+C, a signal or the Python API)".into(),
+        EndReason::TargetExited => "the process exited".into(),
+        EndReason::TargetExec => "the process replaced its program (exec)".into(),
+        EndReason::Failed(why) => format!("reading the process failed: {why}"),
+    }
+}
+
+pub fn format_summary(
+    report: &RecordReport,
+    answers: &[Option<ProcessAnswer>],
+    verbose: bool,
+) -> String {
     let mut out = String::new();
-    for target in &report.targets {
-        format_target(&mut out, target);
+    for (target, answer) in report.targets.iter().zip(answers) {
+        match answer {
+            Some(answer) => text::format_process(&mut out, answer),
+            None => {
+                let _ = writeln!(out, "process {}", target.pid);
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  trace: {} (recording ended: {})",
+            target.path.display(),
+            end_in_words(&target.sampler.end)
+        );
+        if verbose {
+            format_target(&mut out, target);
+        }
+    }
+    if report.targets.len() > 1 {
+        let known: Vec<ProcessAnswer> = answers.iter().flatten().cloned().collect();
+        text::format_ranking(&mut out, &known);
     }
     for (pid, error) in &report.failures {
         let _ = writeln!(out, "process {pid}: not recorded: {error}");
@@ -39,10 +89,9 @@ fn format_target(out: &mut String, t: &TargetReport) {
     let missed = s.handoffs_counted.saturating_sub(s.handoffs_seen);
     let _ = writeln!(
         out,
-        "process {} (rank {}, Python {}, layout {})",
-        t.pid, t.rank, t.python, t.layout_source
+        "  sampler's account: Python {}, layout {}",
+        t.python, t.layout_source
     );
-    let _ = writeln!(out, "  trace: {}", t.path.display());
     let _ = writeln!(
         out,
         "  sampler: {:.3} CPU s ({:.1}% of one CPU), {}",

@@ -52,6 +52,8 @@ class Recording(object):
         self.pids = None if pids is None else [int(p) for p in pids]
         self.files = []
         self.merged = None
+        # What `gilsample report --json` says of each recorded process, once finished.
+        self.summary = None
         self.started = []
         self.skipped = []
         self.failed = []
@@ -205,6 +207,7 @@ class Recording(object):
     def _result(self):
         if self._finished is not None:
             self.files = list(self._finished.get("files", []))
+            self.summary = self._finished.get("summary")
             self.merged = self._finished.get("merged")
         if not self.files:
             raise self._failure("gilsample exited with status {}".format(self.exit_code))

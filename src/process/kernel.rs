@@ -14,6 +14,16 @@ use crate::process::memory::ReadError;
 /// aarch64), from libc's per-architecture table rather than a hard-coded x86_64 constant.
 pub const SYS_FUTEX: i64 = libc::SYS_futex;
 
+/// A syscall's name on the architecture gilsample runs on (`read`, `ioctl`, `clock_nanosleep`), or
+/// `syscall N` for a number the table does not know.
+pub fn syscall_name(nr: i64) -> String {
+    usize::try_from(nr)
+        .ok()
+        .and_then(syscalls::Sysno::new)
+        .map(|s| s.name().to_string())
+        .unwrap_or_else(|| format!("syscall {nr}"))
+}
+
 /// One reading of a thread's syscall file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelState {

@@ -12,6 +12,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::addr::RemoteAddr;
+use crate::infer::held_blocked::{BlockedStretch, HeldWhileBlocked, blocking_syscall};
 use crate::infer::intervals::{GilState, Interval, ThreadTimeline, TimelineParams};
 use crate::process::kernel::{KernelReading, KernelState, SchedStat, SleepProof, ThreadFiles};
 use crate::process::memory::ReadError;
@@ -57,10 +58,24 @@ pub struct LiveCounters {
     pub done: AtomicBool,
 }
 
+/// A hand-off of the GIL seen by the sampler: `from_tid` held it at `last_held_ns`, `to_tid` at
+/// `taken_ns`, the next sample that saw a holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    pub from_tid: u32,
+    pub to_tid: u32,
+    pub last_held_ns: u64,
+    pub taken_ns: u64,
+}
+
 /// What the sampler hands downstream, in time order per thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Interval(Interval),
+    /// The holder slept in a syscall while holding the GIL (infer/held_blocked.rs).
+    HeldWhileBlocked(BlockedStretch),
+    /// The GIL went from one thread to another between two samples.
+    Handoff(Handoff),
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
     Waiters {
         t_ns: u64,
@@ -73,6 +88,8 @@ impl Record {
     pub fn time_ns(&self) -> u64 {
         match self {
             Record::Interval(interval) => interval.end_ns,
+            Record::HeldWhileBlocked(stretch) => stretch.end_ns,
+            Record::Handoff(handoff) => handoff.taken_ns,
             Record::Waiters { t_ns, .. } => *t_ns,
         }
     }
@@ -215,6 +232,8 @@ struct Tracked {
     /// schedstat's arrival count while it slept in `take_gil` at its last definite sample, where
     /// the sleep proof covered that sleep (classify.rs, rule 8).
     take_sleep_slices: Option<u64>,
+    /// A stretch of holding the GIL while asleep in a syscall, being seen.
+    blocked: HeldWhileBlocked,
 }
 
 /// A thread asleep in the same non-GIL wait (a queue, a socket, `time.sleep`) for this long is read
@@ -282,6 +301,7 @@ impl Tracked {
             owned_gil_mutex: false,
             hold_handoff_after: None,
             take_sleep_slices: None,
+            blocked: HeldWhileBlocked::default(),
         }
     }
 
@@ -398,6 +418,11 @@ pub fn run_sampler(
         tracked
             .timeline
             .close(None, &state.params, &mut |iv| sink(Record::Interval(iv)));
+        tracked
+            .blocked
+            .close(tracked.tid, None, &state.params, &mut |s| {
+                sink(Record::HeldWhileBlocked(s))
+            });
     }
     state.report.end_ns = last;
     state.report.end = end;
@@ -420,7 +445,8 @@ impl Loop<'_> {
         let mut deadline = start;
         let mut last_refresh = 0u64;
         let mut first_switch: Option<u64> = None;
-        let mut last_holder_tid: Option<u32> = None;
+        // The holder at the last sample that saw one, and that sample's time.
+        let mut last_holder: Option<(u32, u64)> = None;
         let mut dodge = if config.dodge_holder && self.report.scheduling == Scheduling::Fifo {
             CpuDodge::new(self.target.pid)
         } else {
@@ -605,6 +631,14 @@ impl Loop<'_> {
                 };
                 tracked.owned_gil_mutex = owns_gil_mutex == Some(true);
                 let (state, basis) = classify(&evidence, &ranges);
+                let blocked_in = (state == GilState::Hold)
+                    .then(|| blocking_syscall(kernel[i], |addr| ranges.contains(addr)))
+                    .flatten();
+                tracked
+                    .blocked
+                    .observe(tracked.tid, t, blocked_in, &params, &mut |s| {
+                        sink(Record::HeldWhileBlocked(s))
+                    });
                 tracked.take_sleep_slices = match (state, basis) {
                     (GilState::Take, Basis::Direct) => tracked.sleep_proof.timeslices_asleep(),
                     (_, Basis::Ambiguous { .. }) => tracked.take_sleep_slices,
@@ -692,10 +726,18 @@ impl Loop<'_> {
                 sink(Record::Waiters { t_ns: t, count });
             }
             if let Some(tid) = holder_tid {
-                if last_holder_tid.is_some_and(|last| last != tid) {
+                if let Some((from_tid, last_held_ns)) = last_holder
+                    && from_tid != tid
+                {
                     self.report.handoffs_seen += 1;
+                    sink(Record::Handoff(Handoff {
+                        from_tid,
+                        to_tid: tid,
+                        last_held_ns,
+                        taken_ns: t,
+                    }));
                 }
-                last_holder_tid = Some(tid);
+                last_holder = Some((tid, t));
             }
             if dodge.as_mut().is_some_and(|d| d.check(t, holder_tid)) {
                 self.report.cpu_moves += 1;
@@ -791,6 +833,11 @@ impl Loop<'_> {
             tracked
                 .timeline
                 .close(Some(now), &params, &mut |iv| sink(Record::Interval(iv)));
+            tracked
+                .blocked
+                .close(tracked.tid, Some(now), &params, &mut |s| {
+                    sink(Record::HeldWhileBlocked(s))
+                });
             false
         });
         for r in refs {

@@ -15,7 +15,10 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
+use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::Interval;
+use crate::process::kernel::syscall_name;
+use crate::sample::sampler::Handoff;
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 
 /// Which clock trace timestamps use.
@@ -35,6 +38,8 @@ pub struct ChromeWriter {
     /// Added to monotonic nanoseconds to get trace nanoseconds.
     offset_ns: i64,
     events: u64,
+    /// Flow arrows written, which also numbers them.
+    flows: u64,
 }
 
 /// Nanoseconds as exact decimal microseconds (`123.456`).
@@ -78,6 +83,7 @@ impl ChromeWriter {
             pid,
             offset_ns,
             events: 0,
+            flows: 0,
         };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
@@ -124,6 +130,46 @@ impl ChromeWriter {
             self.out,
             "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}",
             self.pid, interval.tid
+        )
+        .map_err(|e| self.output_error(e))
+    }
+
+    /// Writes a stretch in which the holder slept in a syscall while holding the GIL: a slice named
+    /// `held_while_blocked` inside the thread's `hold_gil`, with the syscall by name in its args.
+    pub fn write_held_while_blocked(&mut self, stretch: &BlockedStretch) -> Result<()> {
+        self.separator()?;
+        let offset = self.offset_ns as i128;
+        let (ts, dur) = span_micros(
+            stretch.start_ns as i128 + offset,
+            stretch.end_ns as i128 + offset,
+        );
+        write!(
+            self.out,
+            "{{\"name\":\"held_while_blocked\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{},\"args\":{{\"syscall\":\"{}\"}}}}",
+            self.pid,
+            stretch.tid,
+            syscall_name(stretch.nr)
+        )
+        .map_err(|e| self.output_error(e))
+    }
+
+    /// Writes a hand-off as a flow arrow (Chrome trace flow events, drawn by Perfetto UI) from the
+    /// thread that let the GIL go, at its last sample holding it, to the one that took it, at the
+    /// start of its hold. Each arrow has its own id.
+    pub fn write_handoff(&mut self, handoff: &Handoff) -> Result<()> {
+        self.flows += 1;
+        let offset = self.offset_ns as i128;
+        let from = whole_micros(handoff.last_held_ns as i128 + offset);
+        let to = whole_micros(handoff.taken_ns as i128 + offset);
+        self.separator()?;
+        write!(
+            self.out,
+            "{{\"name\":\"GIL hand-off\",\"cat\":\"gil\",\"ph\":\"s\",\"id\":{id},\"ts\":{from},\"pid\":{pid},\"tid\":{}}},\n\
+             {{\"name\":\"GIL hand-off\",\"cat\":\"gil\",\"ph\":\"f\",\"bp\":\"e\",\"id\":{id},\"ts\":{to},\"pid\":{pid},\"tid\":{}}}",
+            handoff.from_tid,
+            handoff.to_tid,
+            id = self.flows,
+            pid = self.pid,
         )
         .map_err(|e| self.output_error(e))
     }

@@ -155,13 +155,18 @@ impl Workload {
 
     /// Like `start`, with the scenario's stdin from `stdin` (`Stdio::piped()` keeps it in `child`).
     pub fn start_with_stdin(python: &Python, args: &[&str], stdin: Stdio) -> Workload {
-        let mut child = python
-            .workload_command(args)
-            .stdin(stdin)
+        let mut cmd = python.workload_command(args);
+        cmd.stdin(stdin);
+        Workload::from_command(cmd)
+    }
+
+    /// Starts a workload command prepared by the caller (its environment, say) and waits for READY.
+    pub fn from_command(mut cmd: Command) -> Workload {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", python.command));
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)

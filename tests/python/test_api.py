@@ -92,6 +92,18 @@ class StartStop(TempDirTest):
         self.assertEqual(len(recording.files), 1)
         self.assertEqual(load(recording.files[0])["otherData"]["rate_requested_hz"], 5000.0)
 
+    def test_the_summary_is_the_reports_answer_as_data(self):
+        with Spinners(2) as spinners:
+            recording = gilsample.start(output_dir=self.dir, duration=0.5)
+            recording.wait()
+        processes = recording.summary["processes"]
+        self.assertEqual([p["pid"] for p in processes], [os.getpid()])
+        threads = {t["tid"]: t for t in processes[0]["threads"]}
+        for tid in spinners.tids:
+            self.assertGreater(threads[tid]["hold_s"], 0.0, "spinner %d held" % tid)
+        waited_for = [h["tid"] for t in threads.values() for h in t["waited_for"]]
+        self.assertTrue(set(spinners.tids) & set(waited_for), "waits are blamed on the spinners")
+
     def test_module_stop_stops_what_start_started(self):
         with Spinners(1):
             gilsample.start(output_dir=self.dir)

@@ -3,7 +3,7 @@
 // the GIL slices and their threads, and (for a merged trace) the profiler's slices.
 //
 //   node check_perfetto.js VIZVIEWER TRACE.json --expect-gil N [--expect-slice-like 'aten::%'] \
-//        [--expect-text TEXT] [--screenshot OUT.png]
+//        [--expect-text TEXT] [--expect-flows N] [--screenshot OUT.png]
 //
 // Exits non-zero with the reason when a check fails.
 'use strict';
@@ -18,6 +18,7 @@ function parseArgs(argv) {
     if (flag === '--expect-gil') args.expectGil = Number(value);
     else if (flag === '--expect-slice-like') args.sliceLike.push(value);
     else if (flag === '--expect-text') args.text.push(value);
+    else if (flag === '--expect-flows') args.flows = Number(value);
     else if (flag === '--screenshot') args.screenshot = value;
     else if (flag === '--port') args.port = Number(value);
     else if (flag === '--zoom') args.zoom = Number(value);
@@ -92,6 +93,13 @@ async function main() {
     for (const pattern of args.sliceLike) {
       const [{ n }] = await query(page, `select count(*) as n from slice where name like '${pattern}'`);
       if (Number(n) === 0) failures.push(`no slice named like ${pattern}`);
+    }
+    if (args.flows) {
+      // Hand-off arrows: flows whose two ends are slices on different threads' tracks.
+      const [{ n }] = await query(page,
+        'select count(*) as n from flow f join slice a on f.slice_out = a.id ' +
+        'join slice b on f.slice_in = b.id where a.track_id != b.track_id');
+      if (Number(n) < args.flows) failures.push(`${n} hand-off arrows between threads, expected at least ${args.flows}`);
     }
     await idle(page);
     // textContent includes the full track titles that the UI elides on screen.

@@ -1,0 +1,415 @@
+//! From one process's slices to the answer: per thread its time in each state, its waits'
+//! durations, and whom it waited for — every moment of a wait is blamed on the thread holding the
+//! GIL at that moment (where the trace shows a holder), and on the holder's code where the trace
+//! has it. Also the stretches a holder kept the GIL while asleep in a syscall, with the time others
+//! waited meanwhile. Pure: no I/O.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::report::load::{ProcessTrace, Slice, SliceKind};
+
+/// The answer for one process; the shape of `gilsample report --json` (docs/report-json.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessAnswer {
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub host: Option<String>,
+    pub file: String,
+    pub window_s: f64,
+    /// Share of the window during which some thread held the GIL.
+    pub gil_busy_share: f64,
+    /// Threads waiting for the GIL, on average over the window.
+    pub mean_waiters: f64,
+    /// Sorted by `wait_s`, largest first.
+    pub threads: Vec<ThreadAnswer>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ThreadAnswer {
+    pub tid: u32,
+    pub name: String,
+    pub hold_s: f64,
+    pub wait_s: f64,
+    pub drop_s: f64,
+    pub released_s: f64,
+    pub waits: Durations,
+    pub holds: Durations,
+    /// Sorted by seconds, largest first. A holder of `tid` 0 stands for time no holder was seen.
+    pub waited_for: Vec<Holder>,
+    pub hold_functions: Vec<Seconds<String>>,
+    pub held_while_blocked: Vec<Blocked>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Durations {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    pub tid: u32,
+    pub name: String,
+    pub s: f64,
+    /// The holder's code during those waits (innermost function), where the trace has stacks.
+    pub functions: Vec<Seconds<String>>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Seconds<T> {
+    pub function: T,
+    pub s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Blocked {
+    pub syscall: String,
+    pub s: f64,
+    /// Seconds other threads spent waiting for the GIL meanwhile (summed over them).
+    pub others_waited_s: f64,
+}
+
+/// The tid under which wait time with no holder in sight is filed.
+pub const NO_HOLDER_SEEN: u32 = 0;
+
+fn seconds(ns: i128) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Durations' count and percentiles (nearest rank).
+fn durations(mut ns: Vec<i128>) -> Durations {
+    if ns.is_empty() {
+        return Durations::default();
+    }
+    ns.sort_unstable();
+    let rank = |p: f64| {
+        let i = ((p * ns.len() as f64).ceil() as usize).clamp(1, ns.len()) - 1;
+        ns[i] as f64 / 1e6
+    };
+    Durations {
+        count: ns.len() as u64,
+        p50_ms: rank(0.50),
+        p99_ms: rank(0.99),
+        max_ms: *ns.last().unwrap() as f64 / 1e6,
+    }
+}
+
+/// Holds sorted by start, with the running maximum of their ends: every hold that overlaps a
+/// moment `t` lies at or before the last start <= `t`, and the walk back stops where the running
+/// maximum end falls to `t` or below.
+struct HoldIndex<'a> {
+    holds: Vec<&'a Slice>,
+    max_end: Vec<i128>,
+}
+
+impl<'a> HoldIndex<'a> {
+    fn new(slices: &'a [Slice], kind: SliceKind) -> HoldIndex<'a> {
+        let mut holds: Vec<&Slice> = slices.iter().filter(|s| s.kind == kind).collect();
+        holds.sort_by_key(|s| s.start_ns);
+        let mut max_end = Vec::with_capacity(holds.len());
+        let mut running = i128::MIN;
+        for h in &holds {
+            running = running.max(h.end_ns);
+            max_end.push(running);
+        }
+        HoldIndex { holds, max_end }
+    }
+
+    /// Calls `f(hold, overlap_ns)` for every hold overlapping `[start, end)`.
+    fn overlapping(&self, start: i128, end: i128, mut f: impl FnMut(&Slice, i128)) {
+        let mut i = self.holds.partition_point(|h| h.start_ns < end);
+        while i > 0 {
+            i -= 1;
+            if self.max_end[i] <= start {
+                break;
+            }
+            let h = self.holds[i];
+            let overlap = h.end_ns.min(end) - h.start_ns.max(start);
+            if overlap > 0 {
+                f(h, overlap);
+            }
+        }
+    }
+}
+
+/// Total length of the union of the slices of `kind`.
+fn union_ns(slices: &[Slice], kind: SliceKind) -> i128 {
+    let mut spans: Vec<(i128, i128)> = slices
+        .iter()
+        .filter(|s| s.kind == kind)
+        .map(|s| (s.start_ns, s.end_ns))
+        .collect();
+    spans.sort_unstable();
+    let mut total = 0;
+    let mut current: Option<(i128, i128)> = None;
+    for (s, e) in spans {
+        current = match current {
+            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    total + current.map_or(0, |(s, e)| e - s)
+}
+
+fn sorted_by_seconds<K: Ord + Clone>(map: &BTreeMap<K, i128>) -> Vec<(K, f64)> {
+    let mut v: Vec<(K, f64)> = map
+        .iter()
+        .map(|(k, &ns)| (k.clone(), seconds(ns)))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+#[derive(Default)]
+struct ThreadAcc {
+    ns: [i128; 3],
+    first: Option<i128>,
+    last: Option<i128>,
+    waits: Vec<i128>,
+    holds: Vec<i128>,
+    /// holder tid -> (ns, holder function -> ns)
+    waited_for: BTreeMap<u32, (i128, BTreeMap<String, i128>)>,
+    hold_functions: BTreeMap<String, i128>,
+    blocked: BTreeMap<String, (i128, i128)>,
+}
+
+pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
+    let slices = &process.slices;
+    let (window_start, window_end) = process.window_ns.unwrap_or_else(|| {
+        let start = slices.iter().map(|s| s.start_ns).min().unwrap_or(0);
+        let end = slices.iter().map(|s| s.end_ns).max().unwrap_or(0);
+        (start, end)
+    });
+    let window = (window_end - window_start).max(0);
+    let holds = HoldIndex::new(slices, SliceKind::Hold);
+    let takes = HoldIndex::new(slices, SliceKind::Take);
+    let label = |l: Option<u32>| l.map(|i| process.labels[i as usize].clone());
+    let mut threads: HashMap<u32, ThreadAcc> = HashMap::new();
+    for slice in slices {
+        let acc = threads.entry(slice.tid).or_default();
+        let len = slice.end_ns - slice.start_ns;
+        acc.first = Some(acc.first.map_or(slice.start_ns, |f| f.min(slice.start_ns)));
+        acc.last = Some(acc.last.map_or(slice.end_ns, |l| l.max(slice.end_ns)));
+        match slice.kind {
+            SliceKind::Take => {
+                acc.ns[0] += len;
+                acc.waits.push(len);
+                let mut blamed = 0;
+                let mut blame: Vec<(u32, Option<String>, i128)> = Vec::new();
+                holds.overlapping(slice.start_ns, slice.end_ns, |h, overlap| {
+                    if h.tid != slice.tid {
+                        blamed += overlap;
+                        blame.push((h.tid, label(h.label), overlap));
+                    }
+                });
+                // Holds that overlap each other (possible in inferred reference holds, never in
+                // gilsample's, which see one holder per sample) share the moment they overlap.
+                if blamed > len {
+                    for entry in &mut blame {
+                        entry.2 = entry.2 * len / blamed;
+                    }
+                    blamed = blame.iter().map(|b| b.2).sum();
+                }
+                let acc = threads.entry(slice.tid).or_default();
+                for (holder, function, ns) in blame {
+                    let entry = acc.waited_for.entry(holder).or_default();
+                    entry.0 += ns;
+                    if let Some(function) = function {
+                        *entry.1.entry(function).or_default() += ns;
+                    }
+                }
+                if len > blamed {
+                    acc.waited_for.entry(NO_HOLDER_SEEN).or_default().0 += len - blamed;
+                }
+            }
+            SliceKind::Hold => {
+                acc.ns[1] += len;
+                acc.holds.push(len);
+                if let Some(function) = label(slice.label) {
+                    *acc.hold_functions.entry(function).or_default() += len;
+                }
+            }
+            SliceKind::Drop => acc.ns[2] += len,
+            SliceKind::HeldWhileBlocked => {
+                let mut others = 0;
+                takes.overlapping(slice.start_ns, slice.end_ns, |t, overlap| {
+                    if t.tid != slice.tid {
+                        others += overlap;
+                    }
+                });
+                let syscall = label(slice.label).unwrap_or_else(|| "a syscall".into());
+                let acc = threads.entry(slice.tid).or_default();
+                let entry = acc.blocked.entry(syscall).or_default();
+                entry.0 += len;
+                entry.1 += others;
+            }
+        }
+    }
+    let mut answers: Vec<ThreadAnswer> = threads
+        .into_iter()
+        .map(|(tid, acc)| {
+            let span = acc.last.unwrap_or(0) - acc.first.unwrap_or(0);
+            let in_gil: i128 = acc.ns.iter().sum();
+            let waited_for = {
+                let totals: BTreeMap<u32, i128> =
+                    acc.waited_for.iter().map(|(k, v)| (*k, v.0)).collect();
+                sorted_by_seconds(&totals)
+                    .into_iter()
+                    .map(|(holder, s)| Holder {
+                        tid: holder,
+                        name: if holder == NO_HOLDER_SEEN {
+                            "no holder seen".into()
+                        } else {
+                            process.thread_name(holder)
+                        },
+                        s,
+                        functions: sorted_by_seconds(&acc.waited_for[&holder].1)
+                            .into_iter()
+                            .map(|(function, s)| Seconds { function, s })
+                            .collect(),
+                    })
+                    .collect()
+            };
+            ThreadAnswer {
+                tid,
+                name: process.thread_name(tid),
+                hold_s: seconds(acc.ns[1]),
+                wait_s: seconds(acc.ns[0]),
+                drop_s: seconds(acc.ns[2]),
+                released_s: seconds((span - in_gil).max(0)),
+                waits: durations(acc.waits),
+                holds: durations(acc.holds),
+                waited_for,
+                hold_functions: sorted_by_seconds(&acc.hold_functions)
+                    .into_iter()
+                    .map(|(function, s)| Seconds { function, s })
+                    .collect(),
+                held_while_blocked: {
+                    let mut v: Vec<Blocked> = acc
+                        .blocked
+                        .iter()
+                        .map(|(syscall, &(ns, others))| Blocked {
+                            syscall: syscall.clone(),
+                            s: seconds(ns),
+                            others_waited_s: seconds(others),
+                        })
+                        .collect();
+                    v.sort_by(|a, b| b.s.total_cmp(&a.s));
+                    v
+                },
+            }
+        })
+        .collect();
+    answers.sort_by(|a, b| b.wait_s.total_cmp(&a.wait_s).then(a.tid.cmp(&b.tid)));
+    let total_wait: i128 = slices
+        .iter()
+        .filter(|s| s.kind == SliceKind::Take)
+        .map(|s| s.end_ns - s.start_ns)
+        .sum();
+    let ratio = |ns: i128| {
+        if window > 0 {
+            ns as f64 / window as f64
+        } else {
+            0.0
+        }
+    };
+    ProcessAnswer {
+        pid: process.pid,
+        rank: process.rank,
+        host: process.host.clone(),
+        file: process.file.display().to_string(),
+        window_s: seconds(window),
+        gil_busy_share: ratio(union_ns(slices, SliceKind::Hold)).min(1.0),
+        mean_waiters: ratio(total_wait),
+        threads: answers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(kind: SliceKind, tid: u32, start_ms: i128, end_ms: i128) -> Slice {
+        Slice {
+            kind,
+            tid,
+            start_ns: start_ms * 1_000_000,
+            end_ns: end_ms * 1_000_000,
+            label: None,
+        }
+    }
+
+    #[test]
+    fn every_moment_of_a_wait_is_blamed_on_the_holder_of_that_moment() {
+        let mut process = ProcessTrace::default();
+        process.pid = 1;
+        process.window_ns = Some((0, 100_000_000));
+        process.names.insert(2, "prefetch-0".into());
+        process.names.insert(3, "prefetch-1".into());
+        process.labels.push("parse (p.py:4)".into());
+        let mut hold = slice(SliceKind::Hold, 2, 0, 30);
+        hold.label = Some(0);
+        process.slices = vec![
+            slice(SliceKind::Take, 1, 10, 60),
+            hold,
+            slice(SliceKind::Hold, 3, 30, 50),
+            // 50..60: nobody seen holding
+            slice(SliceKind::Hold, 1, 60, 100),
+        ];
+        let answer = analyze(&process);
+        let main = answer.threads.iter().find(|t| t.tid == 1).unwrap();
+        assert_eq!(main.wait_s, 0.05);
+        assert_eq!(main.waits.count, 1);
+        let blamed: Vec<(u32, f64)> = main.waited_for.iter().map(|h| (h.tid, h.s)).collect();
+        assert_eq!(blamed, vec![(2, 0.02), (3, 0.02), (NO_HOLDER_SEEN, 0.01)]);
+        assert_eq!(main.waited_for[0].name, "prefetch-0");
+        assert_eq!(main.waited_for[0].functions[0].function, "parse (p.py:4)");
+        assert_eq!(
+            answer.threads[0].tid, 1,
+            "the thread that waited most comes first"
+        );
+        assert!(
+            (answer.gil_busy_share - 0.9).abs() < 1e-9,
+            "held 0-50 and 60-100 of 100 ms"
+        );
+        assert!((answer.mean_waiters - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let d = durations((1..=100).map(|ms| ms * 1_000_000).collect());
+        assert_eq!(
+            (d.count, d.p50_ms, d.p99_ms, d.max_ms),
+            (100, 50.0, 99.0, 100.0)
+        );
+        assert_eq!(durations(Vec::new()).count, 0);
+    }
+
+    #[test]
+    fn time_others_waited_while_a_holder_was_blocked() {
+        let mut process = ProcessTrace::default();
+        process.pid = 1;
+        process.labels.push("read".into());
+        let mut blocked = slice(SliceKind::HeldWhileBlocked, 2, 10, 40);
+        blocked.label = Some(0);
+        process.slices = vec![
+            slice(SliceKind::Hold, 2, 0, 50),
+            blocked,
+            slice(SliceKind::Take, 1, 0, 50),
+            slice(SliceKind::Take, 3, 20, 50),
+        ];
+        let answer = analyze(&process);
+        let holder = answer.threads.iter().find(|t| t.tid == 2).unwrap();
+        assert_eq!(holder.held_while_blocked[0].syscall, "read");
+        assert!((holder.held_while_blocked[0].s - 0.03).abs() < 1e-9);
+        assert!((holder.held_while_blocked[0].others_waited_s - 0.05).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,356 @@
+//! Reading a GIL trace into what the analysis needs: per process its slices (compact: state, thread,
+//! start, end, and the holder's code where the trace has it), thread names and header facts. Reads
+//! gilsample traces (one process, or a merged file of many) and the reference tool's files, raw
+//! (`take_gil`/`drop_gil` only: holds are inferred between a take and the next drop, as its converter
+//! does) or converted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::decimal::parse_micros;
+use crate::error::{Error, Result};
+use crate::merge::document::{event_object, field_error, for_each_event};
+
+/// What a slice shows a thread doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SliceKind {
+    Take,
+    Hold,
+    Drop,
+    /// A stretch of a hold during which the holder slept in a syscall (`held_while_blocked`).
+    HeldWhileBlocked,
+}
+
+impl SliceKind {
+    fn from_name(name: &str) -> Option<SliceKind> {
+        Some(match name {
+            "take_gil" => SliceKind::Take,
+            "hold_gil" => SliceKind::Hold,
+            "drop_gil" => SliceKind::Drop,
+            "held_while_blocked" => SliceKind::HeldWhileBlocked,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slice {
+    pub kind: SliceKind,
+    pub tid: u32,
+    pub start_ns: i128,
+    pub end_ns: i128,
+    /// Index into `ProcessTrace::labels`: the holder's innermost function for a hold, the syscall for
+    /// a held-while-blocked stretch; `None` when the trace does not say.
+    pub label: Option<u32>,
+}
+
+/// One process of one trace file.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessTrace {
+    pub file: PathBuf,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub host: Option<String>,
+    /// The recording's window, when the trace says it (gilsample's `otherData`).
+    pub window_ns: Option<(i128, i128)>,
+    pub names: BTreeMap<u32, String>,
+    pub slices: Vec<Slice>,
+    /// Interned labels (function names, syscall names).
+    pub labels: Vec<String>,
+    label_index: HashMap<String, u32>,
+}
+
+impl ProcessTrace {
+    fn label(&mut self, text: &str) -> u32 {
+        if let Some(&i) = self.label_index.get(text) {
+            return i;
+        }
+        let i = self.labels.len() as u32;
+        self.labels.push(text.to_string());
+        self.label_index.insert(text.to_string(), i);
+        i
+    }
+
+    /// The name a person knows a thread by: its Python or kernel name, else its id; with the id
+    /// beside it when another thread of the process has the same name.
+    pub fn thread_name(&self, tid: u32) -> String {
+        match self.names.get(&tid) {
+            Some(name) if self.names.iter().any(|(t, n)| *t != tid && n == name) => {
+                format!("{name} [{tid}]")
+            }
+            Some(name) => name.clone(),
+            None => format!("thread {tid}"),
+        }
+    }
+}
+
+/// Whether a file is a GIL trace at all, as found while reading it.
+#[derive(Default)]
+struct Shape {
+    gil_slices: u64,
+    holds: u64,
+}
+
+/// Reads every process of a GIL trace. A file with no GIL slice is refused: it is not a GIL trace.
+pub fn load(path: &Path) -> Result<Vec<ProcessTrace>> {
+    let mut processes: BTreeMap<u32, ProcessTrace> = BTreeMap::new();
+    let mut shape = Shape::default();
+    let header = for_each_event(path, |index, event| {
+        accept(index, &event, &mut processes, &mut shape)
+    })?;
+    let other = header.keys.get("otherData").and_then(Value::as_object);
+    // A gilsample recording in which no thread touched the GIL (all asleep) is a real answer.
+    let recorded_pid = other
+        .filter(|o| {
+            o.get("producer")
+                .and_then(Value::as_str)
+                .is_some_and(|p| p.starts_with("gilsample"))
+        })
+        .and_then(|o| o.get("pid")?.as_u64())
+        .and_then(|p| u32::try_from(p).ok());
+    if let Some(pid) = recorded_pid {
+        processes.entry(pid).or_default().pid = pid;
+    } else if shape.gil_slices == 0 {
+        return Err(Error::Input {
+            path: path.to_path_buf(),
+            why: "no take_gil, hold_gil or drop_gil events: not a GIL trace".into(),
+        });
+    }
+    if let Some(other) = other {
+        apply_other_data(other, &mut processes);
+    }
+    let mut out: Vec<ProcessTrace> = processes.into_values().collect();
+    for process in &mut out {
+        process.file = path.to_path_buf();
+        if shape.holds == 0 && recorded_pid.is_none() {
+            infer_holds(process);
+        }
+        process.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
+    }
+    Ok(out)
+}
+
+fn accept(
+    index: u64,
+    event: &Value,
+    processes: &mut BTreeMap<u32, ProcessTrace>,
+    shape: &mut Shape,
+) -> std::result::Result<(), String> {
+    let object = event_object(index, event)?;
+    let name = object.get("name").and_then(Value::as_str).unwrap_or("");
+    let id = |field: &str| -> std::result::Result<Option<u32>, String> {
+        match object.get(field) {
+            None => Ok(None),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .map(Some)
+                .ok_or_else(|| field_error(index, field, "not a process/thread id")),
+            Some(Value::String(s)) => s
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| field_error(index, field, "not a process/thread id")),
+            Some(_) => Err(field_error(index, field, "not a process/thread id")),
+        }
+    };
+    let ph = object.get("ph").and_then(Value::as_str).unwrap_or("X");
+    if ph == "M" {
+        if let (Some(pid), "thread_name") = (id("pid")?, name)
+            && let Some(tid) = id("tid")?
+            && let Some(text) = object
+                .get("args")
+                .and_then(|a| a.get("name"))
+                .and_then(Value::as_str)
+        {
+            let process = processes.entry(pid).or_default();
+            process.pid = pid;
+            process.names.insert(tid, thread_label(text));
+        }
+        return Ok(());
+    }
+    let Some(kind) = SliceKind::from_name(name) else {
+        return Ok(());
+    };
+    if ph != "X" {
+        return Ok(());
+    }
+    let (Some(pid), Some(tid)) = (id("pid")?, id("tid")?) else {
+        return Err(field_error(index, "pid", "missing"));
+    };
+    let number = |field: &str| -> std::result::Result<i128, String> {
+        let value = object
+            .get(field)
+            .ok_or_else(|| field_error(index, field, "missing"))?;
+        parse_micros(value).map_err(|why| field_error(index, field, why))
+    };
+    let start_ns = number("ts")?;
+    let dur_ns = number("dur")?;
+    if dur_ns < 0 {
+        return Err(field_error(index, "dur", "negative"));
+    }
+    shape.gil_slices += 1;
+    if kind == SliceKind::Hold {
+        shape.holds += 1;
+    }
+    let process = processes.entry(pid).or_default();
+    process.pid = pid;
+    let label = object
+        .get("args")
+        .and_then(Value::as_object)
+        .and_then(|args| slice_label(kind, args))
+        .map(|text| process.label(&text));
+    process.slices.push(Slice {
+        kind,
+        tid,
+        start_ns,
+        end_ns: start_ns + dur_ns,
+        label,
+    });
+    Ok(())
+}
+
+/// The thread name of a gilsample trace is `Python name (kernel name)`; the reference writes
+/// `Thread <tid>`. Either is shown as written, less a kernel name that only repeats the process's.
+fn thread_label(text: &str) -> String {
+    text.to_string()
+}
+
+/// What a slice's `args` say about its code or syscall: for a hold the innermost function of the
+/// stack it was seen in most (`stack`: frames innermost first, each `{"function", "file", "line"}`
+/// or a string; or `stacks`: `[{"stack": [...], "samples": n}]`); for a held-while-blocked
+/// stretch its `syscall`.
+fn slice_label(kind: SliceKind, args: &Map<String, Value>) -> Option<String> {
+    match kind {
+        SliceKind::HeldWhileBlocked => args.get("syscall")?.as_str().map(str::to_string),
+        SliceKind::Hold => {
+            let stack = match args.get("stacks").and_then(Value::as_array) {
+                Some(stacks) => stacks
+                    .iter()
+                    .max_by_key(|s| s.get("samples").and_then(Value::as_u64).unwrap_or(0))?
+                    .get("stack")?,
+                None => args.get("stack")?,
+            };
+            frame_text(stack.as_array()?.first()?)
+        }
+        _ => None,
+    }
+}
+
+/// `function (file:line)` of one frame, from an object or a string.
+pub fn frame_text(frame: &Value) -> Option<String> {
+    match frame {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(f) => {
+            let function = f.get("function")?.as_str()?;
+            let file = f
+                .get("file")
+                .and_then(Value::as_str)
+                .map(|p| p.rsplit('/').next().unwrap_or(p));
+            Some(match (file, f.get("line").and_then(Value::as_u64)) {
+                (Some(file), Some(line)) => format!("{function} ({file}:{line})"),
+                (Some(file), None) => format!("{function} ({file})"),
+                _ => function.to_string(),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// gilsample's `otherData`: pid, rank, host, and the recording's window on the trace clock.
+fn apply_other_data(other: &Map<String, Value>, processes: &mut BTreeMap<u32, ProcessTrace>) {
+    let Some(pid) = other
+        .get("pid")
+        .and_then(Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+    else {
+        return;
+    };
+    let Some(process) = processes.get_mut(&pid) else {
+        return;
+    };
+    process.rank = other
+        .get("rank")
+        .and_then(Value::as_u64)
+        .and_then(|r| u32::try_from(r).ok());
+    process.host = other
+        .get("host")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let int = |key: &str| other.get(key).and_then(Value::as_i64).map(i128::from);
+    if let (Some(start), Some(end), Some(to_trace)) = (
+        int("recording_start_monotonic_ns"),
+        int("recording_end_monotonic_ns"),
+        int("monotonic_to_trace_offset_ns"),
+    ) && end > start
+    {
+        process.window_ns = Some((start + to_trace, end + to_trace));
+    }
+}
+
+/// A raw reference file has takes and drops only: the hold is from a take's end to the next drop's
+/// start of the same thread, as the reference's converter inserts it.
+fn infer_holds(process: &mut ProcessTrace) {
+    let mut by_thread: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
+    for slice in &process.slices {
+        by_thread.entry(slice.tid).or_default().push(*slice);
+    }
+    for slices in by_thread.values_mut() {
+        slices.sort_by_key(|s| s.start_ns);
+        let mut open_take_end = None;
+        for slice in slices.iter() {
+            match slice.kind {
+                SliceKind::Take => open_take_end = Some(slice.end_ns),
+                SliceKind::Drop => {
+                    if let Some(start) = open_take_end.take()
+                        && slice.start_ns >= start
+                    {
+                        process.slices.push(Slice {
+                            kind: SliceKind::Hold,
+                            tid: slice.tid,
+                            start_ns: start,
+                            end_ns: slice.start_ns,
+                            label: None,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn frames_read_as_function_file_and_line() {
+        assert_eq!(
+            frame_text(&json!({"function": "parse", "file": "/a/b/pipe.py", "line": 41})),
+            Some("parse (pipe.py:41)".into())
+        );
+        assert_eq!(frame_text(&json!("f (x.py:1)")), Some("f (x.py:1)".into()));
+        assert_eq!(frame_text(&json!(3)), None);
+    }
+
+    #[test]
+    fn a_hold_is_labelled_by_its_most_seen_stack() {
+        let args = json!({"stacks": [
+            {"stack": [{"function": "a"}], "samples": 2},
+            {"stack": [{"function": "b"}, {"function": "main"}], "samples": 5},
+        ]});
+        assert_eq!(
+            slice_label(SliceKind::Hold, args.as_object().unwrap()),
+            Some("b".into())
+        );
+        let blocked = json!({"syscall": "read"});
+        assert_eq!(
+            slice_label(SliceKind::HeldWhileBlocked, blocked.as_object().unwrap()),
+            Some("read".into())
+        );
+    }
+}

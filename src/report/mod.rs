@@ -1,0 +1,165 @@
+//! `gilsample report`: the answer for traces already recorded — per process who waited for the GIL,
+//! for whom, in what code — and across processes, ranks and hosts, which waited most. Inputs are
+//! trace files or directories searched for `GIL_*.json`; files are read in parallel, each in one
+//! pass. The end-of-recording summary is the same analysis of the file just written.
+
+pub mod analyze;
+pub mod load;
+pub mod text;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde_json::json;
+
+use crate::error::{Error, Result};
+use analyze::{ProcessAnswer, analyze};
+
+/// What `report` found: the answers, sorted by total wait (largest first), and the inputs it
+/// passed over, with why.
+pub struct Report {
+    pub processes: Vec<ProcessAnswer>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// An input passed over, with why.
+pub type Skipped = (PathBuf, String);
+
+/// Depth to which directories are searched: deep enough for `job/host/rank/` trees, bounded so a
+/// symlink loop or a huge tree cannot run away.
+const MAX_DEPTH: usize = 16;
+
+/// The trace files named by `inputs`: files as given, directories searched for `GIL_*.json`
+/// (not `GIL_merged.json`, which repeats the per-process files), sorted, without duplicates.
+pub fn find_traces(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<Skipped>)> {
+    let mut found = Vec::new();
+    let mut skipped = Vec::new();
+    for input in inputs {
+        let meta = std::fs::metadata(input).map_err(|e| Error::Input {
+            path: input.clone(),
+            why: e.to_string(),
+        })?;
+        if meta.is_dir() {
+            walk(input, 0, &mut found);
+        } else {
+            found.push(input.clone());
+        }
+    }
+    let mut seen = HashSet::new();
+    let mut unique = Vec::new();
+    for path in found {
+        let key = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if seen.insert(key) {
+            unique.push(path);
+        } else {
+            skipped.push((path, "given twice".into()));
+        }
+    }
+    unique.sort();
+    Ok((unique, skipped))
+}
+
+fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            walk(&path, depth + 1, found);
+        } else if kind.is_file()
+            && let Some(name) = path.file_name().and_then(|n| n.to_str())
+            && name.starts_with("GIL_")
+            && name.ends_with(".json")
+            && name != crate::trace::output::MERGED_FILE_NAME
+        {
+            found.push(path);
+        }
+    }
+}
+
+/// Reads and analyses every trace of `inputs`. Unreadable or non-GIL files are passed over with a
+/// reason; when none is left the first reason is the error (exit 7).
+pub fn report(inputs: &[PathBuf]) -> Result<Report> {
+    let (files, mut skipped) = find_traces(inputs)?;
+    if files.is_empty() {
+        return Err(Error::Input {
+            path: inputs.first().cloned().unwrap_or_default(),
+            why: "no GIL trace found (files named GIL_*.json, or files given by name)".into(),
+        });
+    }
+    let results: Vec<(PathBuf, Result<Vec<ProcessAnswer>>)> = files
+        .par_iter()
+        .map(|path| {
+            let answers = load::load(path).map(|ps| ps.iter().map(analyze).collect());
+            (path.clone(), answers)
+        })
+        .collect();
+    let mut processes = Vec::new();
+    let mut seen = HashSet::new();
+    let mut first_error = None;
+    for (path, result) in results {
+        match result {
+            Ok(answers) => {
+                for answer in answers {
+                    // The same recording twice (a copied file): counted once.
+                    let identity = (
+                        answer.pid,
+                        answer.rank,
+                        answer.host.clone(),
+                        answer.window_s.to_bits(),
+                        answer.threads.len(),
+                    );
+                    if seen.insert(identity) {
+                        processes.push(answer);
+                    } else {
+                        skipped.push((path.clone(), format!("repeats process {}", answer.pid)));
+                    }
+                }
+            }
+            Err(e) => {
+                skipped.push((path, e.to_string()));
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if processes.is_empty()
+        && let Some(e) = first_error
+    {
+        return Err(e);
+    }
+    processes.sort_by(|a, b| text::total_wait_s(b).total_cmp(&text::total_wait_s(a)));
+    Ok(Report { processes, skipped })
+}
+
+impl Report {
+    /// The answer in words: each process, then the ranking across them when there are several.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for p in &self.processes {
+            text::format_process(&mut out, p);
+            out.push('\n');
+        }
+        if self.processes.len() > 1 {
+            text::format_ranking(&mut out, &self.processes);
+        }
+        out
+    }
+
+    /// The stable document of `--json` (docs/report-json.md).
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "processes": self.processes,
+            "skipped": self.skipped.iter().map(|(path, why)| json!({
+                "file": path.display().to_string(), "why": why,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}

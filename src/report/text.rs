@@ -1,0 +1,245 @@
+//! The answer in words, most important first: per process a headline, the threads that waited most
+//! with whom they waited for and in what code, the holders that kept the GIL while blocked, and a
+//! hint of what that usually means; across processes, which waited most.
+
+use std::fmt::Write;
+
+use crate::report::analyze::{NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
+
+/// At most this many threads per process are listed; the rest are counted.
+pub const MAX_THREADS_SHOWN: usize = 10;
+/// At most this many holders per waiter, and functions per holder.
+const MAX_HOLDERS_SHOWN: usize = 3;
+const MAX_FUNCTIONS_SHOWN: usize = 2;
+/// A thread whose waits are under this share of the window is not worth a line.
+const NOTABLE_WAIT_SHARE: f64 = 0.01;
+
+fn pct(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        100.0 * part / whole
+    } else {
+        0.0
+    }
+}
+
+/// `1,267`
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn ms(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0} ms")
+    } else if v >= 1.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
+}
+
+/// The headline of one process.
+pub fn headline(p: &ProcessAnswer) -> String {
+    let mut whose = format!("process {}", p.pid);
+    let mut facts = Vec::new();
+    if let Some(rank) = p.rank {
+        facts.push(format!("rank {rank}"));
+    }
+    if let Some(host) = &p.host {
+        facts.push(format!("host {host}"));
+    }
+    if !facts.is_empty() {
+        whose += &format!(" ({})", facts.join(", "));
+    }
+    format!(
+        "{whose} — {:.1} s; the GIL was held {:.0}% of the time, {:.1} threads waiting on average",
+        p.window_s,
+        100.0 * p.gil_busy_share,
+        p.mean_waiters
+    )
+}
+
+fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
+    let _ = writeln!(
+        out,
+        "  {} waited {:.0}% ({:.2} s, {} waits, p50 {}, p99 {}, longest {})",
+        t.name,
+        pct(t.wait_s, p.window_s),
+        t.wait_s,
+        thousands(t.waits.count),
+        ms(t.waits.p50_ms),
+        ms(t.waits.p99_ms),
+        ms(t.waits.max_ms)
+    );
+    let shown = t
+        .waited_for
+        .iter()
+        .filter(|h| pct(h.s, t.wait_s) >= 1.0)
+        .take(MAX_HOLDERS_SHOWN);
+    for holder in shown {
+        let mut line = format!(
+            "      for {} {:.0}%",
+            if holder.tid == NO_HOLDER_SEEN {
+                "(no holder seen: between samples, or a thread not recorded)".to_string()
+            } else {
+                holder.name.clone()
+            },
+            pct(holder.s, t.wait_s)
+        );
+        let code: Vec<String> = holder
+            .functions
+            .iter()
+            .take(MAX_FUNCTIONS_SHOWN)
+            .map(|f| format!("in {} {:.0}%", f.function, pct(f.s, holder.s)))
+            .collect();
+        if !code.is_empty() {
+            line += &format!(" — {}", code.join(", "));
+            if holder.functions.len() > MAX_FUNCTIONS_SHOWN {
+                line += ", ...";
+            }
+        }
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// The hint a person can act on, from what this process shows; `None` when nothing stands out.
+pub fn hint(p: &ProcessAnswer) -> Option<String> {
+    if let Some((t, b)) = p
+        .threads
+        .iter()
+        .flat_map(|t| t.held_while_blocked.iter().map(move |b| (t, b)))
+        .max_by(|a, b| a.1.others_waited_s.total_cmp(&b.1.others_waited_s))
+        .filter(|(_, b)| b.others_waited_s > 0.0)
+    {
+        return Some(format!(
+            "{} keeps the GIL while it sleeps in {}: native code (a C extension, a ctypes.PyDLL or \
+             pybind11 call) that does not release the GIL around a blocking call. Release it there \
+             (Py_BEGIN_ALLOW_THREADS, py::gil_scoped_release, ctypes.CDLL instead of PyDLL).",
+            t.name, b.syscall
+        ));
+    }
+    let top = p.threads.first()?;
+    if pct(top.wait_s, p.window_s) < 10.0 {
+        return None;
+    }
+    let holder = top.waited_for.iter().find(|h| h.tid != NO_HOLDER_SEEN)?;
+    let code = holder
+        .functions
+        .first()
+        .map(|f| format!(" in {}", f.function))
+        .unwrap_or_default();
+    Some(format!(
+        "{} spends {:.0}% of its time waiting, mostly for {}{code}. Python code there keeps the GIL: \
+         make it cheaper, move it to another process (multiprocessing, DataLoader workers), or into \
+         native code that releases the GIL{}.",
+        top.name,
+        pct(top.wait_s, p.window_s),
+        holder.name,
+        if p.mean_waiters > 1.0 {
+            format!(
+                "; with {:.1} threads queueing on average, more threads will not help",
+                p.mean_waiters
+            )
+        } else {
+            String::new()
+        }
+    ))
+}
+
+/// One process's answer, most important first.
+pub fn format_process(out: &mut String, p: &ProcessAnswer) {
+    let _ = writeln!(out, "{}", headline(p));
+    let notable: Vec<&ThreadAnswer> = p
+        .threads
+        .iter()
+        .filter(|t| t.wait_s > 0.0 && pct(t.wait_s, p.window_s) >= 100.0 * NOTABLE_WAIT_SHARE)
+        .collect();
+    if notable.is_empty() {
+        let _ = writeln!(out, "  no thread waited noticeably for the GIL");
+    }
+    for t in notable.iter().take(MAX_THREADS_SHOWN) {
+        waiter_lines(out, p, t);
+    }
+    if notable.len() > MAX_THREADS_SHOWN {
+        let _ = writeln!(
+            out,
+            "  and {} more threads that waited",
+            notable.len() - MAX_THREADS_SHOWN
+        );
+    }
+    let mut blocked: Vec<(&ThreadAnswer, &crate::report::analyze::Blocked)> = p
+        .threads
+        .iter()
+        .flat_map(|t| t.held_while_blocked.iter().map(move |b| (t, b)))
+        .collect();
+    blocked.sort_by(|a, b| b.1.s.total_cmp(&a.1.s));
+    for (t, b) in blocked.iter().take(MAX_THREADS_SHOWN) {
+        let _ = writeln!(
+            out,
+            "  {} held the GIL while blocked in {}: {:.2} s, while others waited {:.2} s",
+            t.name, b.syscall, b.s, b.others_waited_s
+        );
+    }
+    if let Some(hint) = hint(p) {
+        let _ = writeln!(out, "  hint: {hint}");
+    }
+}
+
+/// Total wait of a process: what ranks processes against each other.
+pub fn total_wait_s(p: &ProcessAnswer) -> f64 {
+    p.threads.iter().map(|t| t.wait_s).sum()
+}
+
+/// Across processes: which waited most, sorted.
+pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
+    let mut ranked: Vec<&ProcessAnswer> = processes.iter().collect();
+    ranked.sort_by(|a, b| total_wait_s(b).total_cmp(&total_wait_s(a)));
+    let _ = writeln!(
+        out,
+        "across {} processes, most waiting first:",
+        ranked.len()
+    );
+    for p in ranked.iter().take(MAX_THREADS_SHOWN * 2) {
+        let top = p.threads.first();
+        let _ = writeln!(
+            out,
+            "  {:>8.2} thread-s waiting  process {}{}{}{}",
+            total_wait_s(p),
+            p.pid,
+            p.rank.map(|r| format!(" rank {r}")).unwrap_or_default(),
+            p.host
+                .as_ref()
+                .map(|h| format!(" host {h}"))
+                .unwrap_or_default(),
+            top.filter(|t| t.wait_s > 0.0)
+                .map(|t| format!(" (most: {} {:.0}%)", t.name, pct(t.wait_s, p.window_s)))
+                .unwrap_or_default()
+        );
+    }
+    if ranked.len() > MAX_THREADS_SHOWN * 2 {
+        let _ = writeln!(
+            out,
+            "  and {} more processes",
+            ranked.len() - MAX_THREADS_SHOWN * 2
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(thousands(7), "7");
+        assert_eq!(thousands(1267), "1,267");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+    }
+}

@@ -1,0 +1,328 @@
+//! Who made whom wait: the answer-first summary of a recording, `gilsample report` on files and
+//! directories of many processes, ranks and hosts, the GIL held while blocked in a syscall, and
+//! every way report's input can be wrong.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Trace, Workload, gilsample, interpreter};
+use serde_json::Value;
+
+const INPUT: i32 = 7;
+
+/// `gilsample report --json` on `inputs`: the document and stderr.
+fn report_json(inputs: &[&Path]) -> (Value, String) {
+    let out = gilsample()
+        .arg("report")
+        .args(inputs)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
+}
+
+/// Records `pid` for `seconds` of its own time (the clock starts once attached): the stderr.
+fn record_for(pid: u32, out: &Path, seconds: &str, extra: &[&str]) -> String {
+    let recording = gilsample()
+        .args(["--pid", &pid.to_string(), "--duration", seconds, "-o"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&recording.stderr).into_owned();
+    assert!(recording.status.success(), "{stderr}");
+    stderr
+}
+
+fn thread(process: &Value, tid: u32) -> &Value {
+    process["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .unwrap_or_else(|| panic!("no thread {tid} in {process}"))
+}
+
+#[test]
+fn a_holder_blocked_in_a_syscall_is_named_with_the_time_others_waited() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["blocker", "--threads", "2"]);
+    let blocker = workload.tid("blocker");
+    let dir = tempfile::tempdir().unwrap();
+    // The blocker keeps the GIL 20 ms of every 22 asleep in usleep: any recording of more than a
+    // few samples sees it.
+    let stderr = record_for(workload.pid, dir.path(), "1", &[]);
+    let trace = Trace::load_single(dir.path());
+    let blocked: Vec<_> = trace.value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "held_while_blocked")
+        .cloned()
+        .collect();
+    assert!(!blocked.is_empty(), "no held_while_blocked slice");
+    let events = trace.value["traceEvents"].as_array().unwrap();
+    for e in &blocked {
+        assert_eq!(e["tid"], blocker, "{e}");
+        assert_eq!(e["args"]["syscall"], "clock_nanosleep", "{e}");
+        // Inside one hold_gil slice of the blocker: viewers drop a child that sticks out.
+        let (start, end) = (
+            e["ts"].as_f64().unwrap(),
+            e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap(),
+        );
+        assert!(
+            events.iter().any(|h| h["name"] == "hold_gil"
+                && h["tid"] == blocker
+                && h["ts"].as_f64().unwrap() <= start
+                && end <= h["ts"].as_f64().unwrap() + h["dur"].as_f64().unwrap()),
+            "{e} is not inside a hold of its thread"
+        );
+    }
+    assert!(
+        stderr.contains("held the GIL while blocked in clock_nanosleep"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint:"), "{stderr}");
+
+    let (doc, _) = report_json(&[dir.path()]);
+    let process = &doc["processes"][0];
+    let holder = thread(process, blocker);
+    assert_eq!(
+        holder["held_while_blocked"][0]["syscall"],
+        "clock_nanosleep"
+    );
+    assert!(
+        holder["held_while_blocked"][0]["others_waited_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    // A spinner's wait is blamed on the threads that held the GIL meanwhile, the blocker among them.
+    let spinner = thread(process, workload.tid("spinner-0"));
+    let holders: Vec<u64> = spinner["waited_for"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["tid"].as_u64().unwrap())
+        .collect();
+    assert!(holders.contains(&(blocker as u64)), "{spinner}");
+}
+
+#[test]
+fn the_summary_answers_first_and_keeps_the_internals_for_verbose() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let plain = record_for(workload.pid, dir.path(), "0.5", &[]);
+    assert!(plain.contains("the GIL was held"), "{plain}");
+    assert!(plain.contains(" waited "), "{plain}");
+    assert!(
+        !plain.contains("samples,"),
+        "internals without --verbose: {plain}"
+    );
+    let verbose_dir = tempfile::tempdir().unwrap();
+    let verbose = record_for(workload.pid, verbose_dir.path(), "0.5", &["--verbose"]);
+    assert!(verbose.contains("Hz achieved"), "{verbose}");
+    assert!(verbose.contains("GIL hand-offs"), "{verbose}");
+}
+
+/// Starts a workload with `RANK` set, as torchrun sets it for each rank.
+fn ranked(args: &[&str], rank: u32) -> Workload {
+    let python = interpreter("3.12");
+    let mut cmd = python.workload_command(args);
+    cmd.env("RANK", rank.to_string());
+    Workload::from_command(cmd)
+}
+
+#[test]
+fn report_over_two_hosts_and_four_ranks_ranks_the_contended_one_first() {
+    // Rank 2 has four spinners; the others one napper each. Two "hosts" (UTS namespaces with their
+    // own host names) record two ranks each into their own folder of one tree.
+    let workloads = [
+        ranked(&["sleeper"], 0),
+        ranked(&["sleeper"], 1),
+        ranked(&["contention", "--threads", "4"], 2),
+        ranked(&["sleeper"], 3),
+    ];
+    let tree = tempfile::tempdir().unwrap();
+    for (host, pair) in [("node-a", &workloads[..2]), ("node-b", &workloads[2..])] {
+        let out = tree.path().join(host);
+        let pids: Vec<String> = pair.iter().map(|w| w.pid.to_string()).collect();
+        let script = format!(
+            "hostname {host} && exec {} --pid {} --duration 0.5 --quiet -o {}",
+            env!("CARGO_BIN_EXE_gilsample"),
+            pids.join(","),
+            out.display()
+        );
+        let status = Command::new("unshare")
+            .args(["--uts", "sh", "-c", &script])
+            .status()
+            .unwrap();
+        assert!(status.success(), "recording on {host}");
+    }
+    let (doc, _) = report_json(&[tree.path()]);
+    let processes = doc["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 4, "{doc}");
+    assert_eq!(processes[0]["pid"], workloads[2].pid, "{doc}");
+    assert_eq!(processes[0]["rank"], 2);
+    assert_eq!(processes[0]["host"], "node-b");
+    let hosts: std::collections::BTreeSet<&str> = processes
+        .iter()
+        .map(|p| p["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts.into_iter().collect::<Vec<_>>(), ["node-a", "node-b"]);
+    // And the text says the same, the contended rank first.
+    let out = gilsample().arg("report").arg(tree.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ranking = text.split("across 4 processes").nth(1).unwrap_or_default();
+    let first = ranking.lines().nth(1).unwrap_or_default();
+    assert!(
+        first.contains(&format!("process {}", workloads[2].pid)) && first.contains("host node-b"),
+        "{text}"
+    );
+}
+
+#[test]
+fn report_reads_the_reference_format() {
+    let input =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference/GIL_12345_rank_0.json");
+    let (doc, _) = report_json(&[&input]);
+    let process = &doc["processes"][0];
+    assert_eq!(process["pid"], 12345);
+    // Holds are inferred between each take and the next drop, as the reference converter does.
+    let total_hold: f64 = process["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["hold_s"].as_f64().unwrap())
+        .sum();
+    assert!(total_hold > 0.0, "{process}");
+}
+
+fn refused(content: &[u8], message: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("GIL_1_rank_0.json");
+    std::fs::write(&path, content).unwrap();
+    let out = gilsample().arg("report").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(INPUT), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+    assert!(
+        stderr.contains("GIL_1_rank_0.json"),
+        "names the file: {stderr}"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_with_exit_7() {
+    refused(b"", "empty");
+    refused(
+        b"[{\"name\": \"take_gil\", \"ph\": \"X\", \"ts\": 1",
+        "truncated",
+    );
+    refused(b"{\"hello\": 1}", "traceEvents");
+    refused(
+        b"[{\"name\": \"other\", \"ph\": \"X\", \"ts\": 1, \"dur\": 1}]",
+        "not a GIL trace",
+    );
+    refused(b"\x00\xff garbage", "not valid JSON");
+    refused(
+        b"[{\"name\": \"take_gil\", \"ph\": \"X\", \"ts\": \"x\", \"dur\": 1, \"pid\": 1, \"tid\": 1}]",
+        "ts",
+    );
+}
+
+#[test]
+fn bad_files_among_good_ones_are_skipped_with_a_warning_and_duplicates_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let good =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference/GIL_12345_rank_0.json");
+    std::fs::copy(&good, dir.path().join("GIL_12345_rank_0.json")).unwrap();
+    std::fs::create_dir(dir.path().join("copy")).unwrap();
+    std::fs::copy(&good, dir.path().join("copy/GIL_12345_rank_0.json")).unwrap();
+    std::fs::write(dir.path().join("GIL_9_rank_0.json"), "not json").unwrap();
+    let (doc, stderr) = report_json(&[dir.path(), &dir.path().join("GIL_12345_rank_0.json")]);
+    assert_eq!(doc["processes"].as_array().unwrap().len(), 1, "{doc}");
+    assert!(stderr.contains("GIL_9_rank_0.json: skipped"), "{stderr}");
+    assert!(stderr.contains("repeats process 12345"), "{stderr}");
+    assert!(stderr.contains("given twice"), "{stderr}");
+}
+
+#[test]
+fn a_missing_path_is_an_input_error() {
+    let out = gilsample()
+        .args(["report", "/nonexistent/gil_traces"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(INPUT));
+}
+
+#[test]
+fn hand_offs_are_arrows_from_the_thread_that_let_go_to_the_one_that_took() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    record_for(workload.pid, dir.path(), "0.5", &["--quiet"]);
+    let trace = Trace::load_single(dir.path());
+    let events = trace.value["traceEvents"].as_array().unwrap();
+    let flows = |ph: &str| -> std::collections::BTreeMap<u64, (u64, f64)> {
+        events
+            .iter()
+            .filter(|e| e["name"] == "GIL hand-off" && e["ph"] == ph)
+            .map(|e| {
+                (
+                    e["id"].as_u64().unwrap(),
+                    (e["tid"].as_u64().unwrap(), e["ts"].as_f64().unwrap()),
+                )
+            })
+            .collect()
+    };
+    let (starts, ends) = (flows("s"), flows("f"));
+    assert!(!starts.is_empty(), "no hand-off arrows");
+    assert_eq!(
+        starts.keys().collect::<Vec<_>>(),
+        ends.keys().collect::<Vec<_>>()
+    );
+    for (id, (from, from_ts)) in &starts {
+        let (to, to_ts) = ends[id];
+        assert_ne!(*from, to, "arrow {id} goes nowhere");
+        assert!(*from_ts <= to_ts, "arrow {id} goes back in time");
+        // Each end lies inside a hold of its thread, the slice a viewer binds it to.
+        let inside_hold = |tid: u64, ts: f64| {
+            events.iter().any(|e| {
+                e["name"] == "hold_gil" && e["tid"] == tid && {
+                    let start = e["ts"].as_f64().unwrap();
+                    start <= ts && ts <= start + e["dur"].as_f64().unwrap()
+                }
+            })
+        };
+        assert!(
+            inside_hold(*from, *from_ts),
+            "arrow {id} starts outside a hold of {from}"
+        );
+        assert!(
+            inside_hold(to, to_ts),
+            "arrow {id} ends outside a hold of {to}"
+        );
+    }
+
+    let off = tempfile::tempdir().unwrap();
+    record_for(
+        workload.pid,
+        off.path(),
+        "0.3",
+        &["--quiet", "--no-handoff-arrows"],
+    );
+    let trace = Trace::load_single(off.path());
+    assert!(
+        !trace.value["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "GIL hand-off")
+    );
+}

@@ -28,9 +28,22 @@ fn assert_tids_belong(trace: &Trace, allowed: &HashSet<u32>) {
     }
 }
 
-/// Intervals of one thread never overlap.
+/// A thread's GIL states never overlap, and a `held_while_blocked` stretch lies inside a hold of
+/// its thread.
 fn assert_no_overlaps(trace: &Trace) {
-    let mut events = trace.events();
+    let (blocked, mut events): (Vec<_>, Vec<_>) = trace
+        .events()
+        .into_iter()
+        .partition(|e| e.name == "held_while_blocked");
+    for stretch in &blocked {
+        assert!(
+            events.iter().any(|h| h.name == "hold_gil"
+                && h.tid == stretch.tid
+                && h.ts <= stretch.ts + 0.5
+                && stretch.ts + stretch.dur <= h.ts + h.dur + 0.5),
+            "{stretch:?} is not inside a hold of its thread"
+        );
+    }
     events.sort_by(|a, b| (a.tid, a.ts).partial_cmp(&(b.tid, b.ts)).unwrap());
     for pair in events.windows(2) {
         if pair[0].tid == pair[1].tid {

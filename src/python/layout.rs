@@ -48,6 +48,20 @@ const INTERP: &str = "_is";
 const TSTATE: &str = "_ts";
 const GIL: &str = "_gil_runtime_state";
 const DEBUG_OFFSETS: &str = "_Py_DebugOffsets";
+const OBJECT: &str = "_object";
+const VAR_OBJECT: &str = "typedef PyVarObject";
+const TYPE: &str = "_typeobject";
+const HEAP_TYPE: &str = "_heaptypeobject";
+const GC_HEAD: &str = "typedef PyGC_Head";
+const DICT: &str = "typedef PyDictObject";
+const DICT_KEYS: &str = "_dictkeysobject";
+const DICT_ENTRY: &str = "typedef PyDictKeyEntry";
+const DICT_UNICODE_ENTRY: &str = "typedef PyDictUnicodeEntry";
+const DICT_VALUES: &str = "_dictvalues";
+const MODULE: &str = "typedef PyModuleObject";
+const ASCII_STR: &str = "typedef PyASCIIObject";
+const COMPACT_STR: &str = "typedef PyCompactUnicodeObject";
+const LONG: &str = "_longobject";
 
 /// Every field, with the CPython member paths that hold it (see Include/internal/pycore_runtime.h,
 /// pycore_interp.h, pycore_gil.h and Include/cpython/pystate.h of each version).
@@ -169,7 +183,280 @@ pub const FIELD_QUERIES: &[FieldSpec] = &[
         root: GIL,
         paths: &["switch_mutex"],
         required: false,
-    }, // 3.13+: where each entry sits inside `_Py_DebugOffsets` (Include/internal/pycore_debug_offsets.h),
+    },
+    // Python objects, for thread names and stacks (Include/object.h, cpython/dictobject.h,
+    // internal/pycore_dict.h or Objects/dict-common.h before 3.11, cpython/unicodeobject.h,
+    // cpython/longintrepr.h, moduleobject.c or internal/pycore_moduleobject.h).
+    FieldSpec {
+        name: "interp.modules",
+        root: INTERP,
+        paths: &["imports.modules", "modules"],
+        required: false,
+    },
+    FieldSpec {
+        name: "object.ob_type",
+        root: OBJECT,
+        paths: &["ob_type"],
+        required: false,
+    },
+    FieldSpec {
+        name: "varobject.ob_size",
+        root: VAR_OBJECT,
+        paths: &["ob_size"],
+        required: false,
+    },
+    FieldSpec {
+        name: "type.tp_basicsize",
+        root: TYPE,
+        paths: &["tp_basicsize"],
+        required: false,
+    },
+    FieldSpec {
+        name: "type.tp_dictoffset",
+        root: TYPE,
+        paths: &["tp_dictoffset"],
+        required: false,
+    },
+    FieldSpec {
+        name: "type.tp_flags",
+        root: TYPE,
+        paths: &["tp_flags"],
+        required: false,
+    },
+    FieldSpec {
+        name: "heaptype.ht_cached_keys",
+        root: HEAP_TYPE,
+        paths: &["ht_cached_keys"],
+        required: false,
+    },
+    FieldSpec {
+        name: "gc_head",
+        root: GC_HEAD,
+        paths: &[""],
+        required: false,
+    },
+    FieldSpec {
+        name: "dict.ma_keys",
+        root: DICT,
+        paths: &["ma_keys"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dict.ma_values",
+        root: DICT,
+        paths: &["ma_values"],
+        required: false,
+    },
+    // Before 3.11 a table of 2^n slots (`dk_size`); from 3.11 `dk_log2_size` and friends.
+    FieldSpec {
+        name: "dictkeys.dk_size",
+        root: DICT_KEYS,
+        paths: &["dk_size"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dictkeys.dk_log2_size",
+        root: DICT_KEYS,
+        paths: &["dk_log2_size"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dictkeys.dk_log2_index_bytes",
+        root: DICT_KEYS,
+        paths: &["dk_log2_index_bytes"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dictkeys.dk_kind",
+        root: DICT_KEYS,
+        paths: &["dk_kind"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dictkeys.dk_nentries",
+        root: DICT_KEYS,
+        paths: &["dk_nentries"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dictkeys.dk_indices",
+        root: DICT_KEYS,
+        paths: &["dk_indices"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dict_entry",
+        root: DICT_ENTRY,
+        paths: &[""],
+        required: false,
+    },
+    FieldSpec {
+        name: "dict_entry.me_key",
+        root: DICT_ENTRY,
+        paths: &["me_key"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dict_entry.me_value",
+        root: DICT_ENTRY,
+        paths: &["me_value"],
+        required: false,
+    },
+    // 3.11+: the entries of dicts whose keys are all strings (no stored hash).
+    FieldSpec {
+        name: "dict_unicode_entry",
+        root: DICT_UNICODE_ENTRY,
+        paths: &[""],
+        required: false,
+    },
+    FieldSpec {
+        name: "dict_unicode_entry.me_key",
+        root: DICT_UNICODE_ENTRY,
+        paths: &["me_key"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dict_unicode_entry.me_value",
+        root: DICT_UNICODE_ENTRY,
+        paths: &["me_value"],
+        required: false,
+    },
+    // 3.11+: `ma_values` points to a `PyDictValues`; 3.13+ says whether its values are current.
+    FieldSpec {
+        name: "dictvalues.values",
+        root: DICT_VALUES,
+        paths: &["values"],
+        required: false,
+    },
+    FieldSpec {
+        name: "dictvalues.valid",
+        root: DICT_VALUES,
+        paths: &["valid"],
+        required: false,
+    },
+    FieldSpec {
+        name: "module.md_dict",
+        root: MODULE,
+        paths: &["md_dict"],
+        required: false,
+    },
+    FieldSpec {
+        name: "str",
+        root: ASCII_STR,
+        paths: &[""],
+        required: false,
+    },
+    FieldSpec {
+        name: "str.state",
+        root: ASCII_STR,
+        paths: &["state"],
+        required: false,
+    },
+    FieldSpec {
+        name: "str.length",
+        root: ASCII_STR,
+        paths: &["length"],
+        required: false,
+    },
+    FieldSpec {
+        name: "str.state.kind",
+        root: ASCII_STR,
+        paths: &["state.kind"],
+        required: false,
+    },
+    FieldSpec {
+        name: "str.state.compact",
+        root: ASCII_STR,
+        paths: &["state.compact"],
+        required: false,
+    },
+    FieldSpec {
+        name: "str.state.ascii",
+        root: ASCII_STR,
+        paths: &["state.ascii"],
+        required: false,
+    },
+    FieldSpec {
+        name: "compact_str",
+        root: COMPACT_STR,
+        paths: &[""],
+        required: false,
+    },
+    // Before 3.12 the digit count is `ob_size`; from 3.12 `long_value.lv_tag`.
+    FieldSpec {
+        name: "long.ob_digit",
+        root: LONG,
+        paths: &["long_value.ob_digit", "ob_digit"],
+        required: false,
+    },
+    FieldSpec {
+        name: "long.lv_tag",
+        root: LONG,
+        paths: &["long_value.lv_tag"],
+        required: false,
+    },
+    // 3.13+: where `_Py_DebugOffsets` reports the object fields it has.
+    FieldSpec {
+        name: "debug_offsets.interpreter_state.imports_modules",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_state.imports_modules"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.pyobject.ob_type",
+        root: DEBUG_OFFSETS,
+        paths: &["pyobject.ob_type"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.type_object.tp_flags",
+        root: DEBUG_OFFSETS,
+        paths: &["type_object.tp_flags"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.dict_object.ma_keys",
+        root: DEBUG_OFFSETS,
+        paths: &["dict_object.ma_keys"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.dict_object.ma_values",
+        root: DEBUG_OFFSETS,
+        paths: &["dict_object.ma_values"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.long_object.lv_tag",
+        root: DEBUG_OFFSETS,
+        paths: &["long_object.lv_tag"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.long_object.ob_digit",
+        root: DEBUG_OFFSETS,
+        paths: &["long_object.ob_digit"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.unicode_object.state",
+        root: DEBUG_OFFSETS,
+        paths: &["unicode_object.state"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.unicode_object.length",
+        root: DEBUG_OFFSETS,
+        paths: &["unicode_object.length"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.unicode_object.asciiobject_size",
+        root: DEBUG_OFFSETS,
+        paths: &["unicode_object.asciiobject_size"],
+        required: false,
+    },
+    // 3.13+: where each entry sits inside `_Py_DebugOffsets` (Include/internal/pycore_debug_offsets.h),
     // the table at the start of `_PyRuntime` through which the target reports its own offsets.
     FieldSpec {
         name: "debug_offsets",
@@ -494,13 +781,9 @@ mod tests {
         let (_, text) = SHIPPED[0];
         let mut layout: Layout = serde_json::from_str(text).unwrap();
         let gil = layout.fields["gil"];
-        layout.fields.insert(
-            "gil.locked".into(),
-            FieldInfo {
-                offset: gil.size,
-                size: 4,
-            },
-        );
+        layout
+            .fields
+            .insert("gil.locked".into(), FieldInfo::at(gil.size, 4));
         assert!(layout.check().unwrap_err().contains("gil.locked"));
     }
 }

@@ -4,5 +4,7 @@
 pub mod attach;
 pub mod debug_offsets;
 pub mod layout;
+pub mod names;
+pub mod objects;
 pub mod runtime;
 pub mod version;

@@ -17,6 +17,7 @@ use crate::process::kernel::{KernelReading, KernelState, SchedStat, SleepProof, 
 use crate::process::memory::ReadError;
 use crate::process::tasks::TidMap;
 use crate::python::attach::{GilReading, GilWaitRanges, Target, WaiterCounts, Waiters};
+use crate::python::names::{NameStats, ThreadNamer};
 use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{
     Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, back_in_take_after_a_switch_request,
@@ -135,6 +136,8 @@ pub struct SamplerReport {
     /// Kernel readings not taken because the thread was idle in a non-GIL wait.
     pub kernel_reads_skipped: u64,
     pub thread_names: BTreeMap<u32, String>,
+    /// How reading the threads' Python names went (python/names.rs).
+    pub name_reads: NameStats,
     pub max_threads: usize,
     pub scheduling: Scheduling,
     /// Times the sampler left the GIL holder's CPU (dodge.rs).
@@ -171,6 +174,7 @@ impl SamplerReport {
             kernel_reads_skipped: 0,
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
+            name_reads: NameStats::default(),
             max_threads: 0,
             scheduling,
             cpu_moves: 0,
@@ -368,6 +372,7 @@ struct Loop<'a> {
     threads: Vec<Tracked>,
     refs: Vec<ThreadRef>,
     walker: ThreadWalker,
+    namer: ThreadNamer,
     report: SamplerReport,
 }
 
@@ -389,9 +394,17 @@ pub fn run_sampler(
         threads: Vec::with_capacity(64),
         refs: Vec::with_capacity(64),
         walker: ThreadWalker::default(),
+        namer: ThreadNamer::new(target.object_reader()),
         report: SamplerReport::new(start, apply_to_current_thread(config.priority)),
     };
     let end = state.run(config, stop, live, sink, start);
+    // Names again at the end, for threads renamed since they were first seen.
+    let (refs, names) = (&state.refs, &mut state.report.thread_names);
+    let memory = &target.memory;
+    state
+        .namer
+        .name_threads(memory, &target.layout, target.runtime, refs, names);
+    state.report.name_reads = state.namer.stats;
     let last = state.report.end_ns;
     for tracked in &mut state.threads {
         tracked.settle(None, None, &state.params, &mut state.report, sink);
@@ -808,6 +821,9 @@ impl Loop<'_> {
                 .or_insert_with(|| thread_name(target.pid, r.tid));
             self.threads.push(Tracked::new(*r, files));
         }
+        let names = &mut self.report.thread_names;
+        self.namer
+            .name_new_threads(&target.memory, &target.layout, target.runtime, refs, names);
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
         Ok(())
     }

@@ -170,6 +170,7 @@ fn run_record(
         cpus: args.cpus.map(|c| c.0),
         idle_backoff: !args.no_idle_backoff,
         waiter_counts: !args.no_waiter_counts,
+        stacks: !args.no_stacks,
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());

@@ -60,6 +60,8 @@ pub struct RecordOptions {
     pub idle_backoff: bool,
     /// Read glibc's GIL waiter counts where the target has them (off only to measure them).
     pub waiter_counts: bool,
+    /// Read the Python stacks of waiters and holders (sample/stack_watch.rs).
+    pub stacks: bool,
 }
 
 /// One finished target.
@@ -170,6 +172,7 @@ pub fn record(
             priority: opts.priority,
             idle_backoff: opts.idle_backoff,
             waiter_counts: opts.waiter_counts,
+            stacks: opts.stacks,
             dodge_holder: opts.cpus.is_none(),
         },
         offset_ns: match opts.clock {
@@ -560,6 +563,13 @@ fn record_one(
                         writer.write_interval(&interval)?;
                     }
                     Record::Waiters { t_ns, count } => writer.write_waiters(t_ns, count)?,
+                    Record::Stack {
+                        tid,
+                        t_ns,
+                        state,
+                        frames,
+                        samples,
+                    } => writer.note_stack(tid, t_ns, state, frames, samples),
                 }
             }
             Ok((writer, totals))
@@ -721,6 +731,13 @@ fn metadata(
         "thread_name_reads": report.name_reads.reads,
         "thread_names_read": report.name_reads.names,
         "thread_name_reads_torn": report.name_reads.torn,
+        "stacks": if opts.stacks { report.stacks.unavailable.clone().unwrap_or_else(|| "read".into()) } else { "not read: --no-stacks".into() },
+        "stacks_read": report.stacks.read.stacks,
+        "stack_frames_read": report.stacks.read.frames,
+        "stack_reads_torn": report.stacks.read.torn,
+        "stack_innermost_checks": report.stacks.innermost_checks,
+        "code_objects_read": report.stacks.read.code_objects_read,
+        "code_objects_replaced_at_a_cached_address": report.stacks.read.code_objects_replaced,
         "recording_start_monotonic_ns": report.start_ns,
         "recording_end_monotonic_ns": report.end_ns,
         "end_reason": format!("{:?}", report.end),

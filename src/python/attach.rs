@@ -629,7 +629,7 @@ fn find_interpreter(pid: u32, mappings: &[Mapping]) -> Result<(Binary, ElfImage,
             load_bias: bias,
             mapping: candidate.clone(),
             types: {
-                let [dict, str, int, module] = TypeObjects::SYMBOLS.map(|name| {
+                let [dict, str, int, module, code, bytes] = TypeObjects::SYMBOLS.map(|name| {
                     elf::find_symbol(&parsed, name).map(|s| RemoteAddr(s.vaddr.wrapping_add(bias)))
                 });
                 TypeObjects {
@@ -637,6 +637,8 @@ fn find_interpreter(pid: u32, mappings: &[Mapping]) -> Result<(Binary, ElfImage,
                     str,
                     int,
                     module,
+                    code,
+                    bytes,
                 }
             },
         };

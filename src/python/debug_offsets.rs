@@ -192,6 +192,14 @@ pub fn decode(
 /// them, and the target's table overrides those it reports.
 const OBJECT_FIELDS: &[&str] = &[
     "interp.modules",
+    "tstate.frame",
+    "tstate.cframe",
+    "tstate.current_frame",
+    "cframe.",
+    "frame.",
+    "iframe",
+    "code.",
+    "bytes.",
     "object.",
     "varobject.",
     "type.",
@@ -214,6 +222,18 @@ const REPORTED_OBJECT_FIELDS: &[(&str, &str)] = &[
     ("long.lv_tag", "long_object.lv_tag"),
     ("long.ob_digit", "long_object.ob_digit"),
     ("str.length", "unicode_object.length"),
+    ("tstate.current_frame", "thread_state.current_frame"),
+    ("iframe.previous", "interpreter_frame.previous"),
+    ("iframe.executable", "interpreter_frame.executable"),
+    ("iframe.instr_ptr", "interpreter_frame.instr_ptr"),
+    ("iframe.owner", "interpreter_frame.owner"),
+    ("code.co_filename", "code_object.filename"),
+    ("code.co_name", "code_object.name"),
+    ("code.co_qualname", "code_object.qualname"),
+    ("code.co_linetable", "code_object.linetable"),
+    ("code.co_firstlineno", "code_object.firstlineno"),
+    ("code.co_code_adaptive", "code_object.co_code_adaptive"),
+    ("bytes.ob_sval", "bytes_object.ob_sval"),
 ];
 
 /// Struct offsets beyond this are not what any CPython object has.

@@ -62,6 +62,11 @@ const MODULE: &str = "typedef PyModuleObject";
 const ASCII_STR: &str = "typedef PyASCIIObject";
 const COMPACT_STR: &str = "typedef PyCompactUnicodeObject";
 const LONG: &str = "_longobject";
+const CFRAME: &str = "_PyCFrame";
+const FRAME: &str = "_frame";
+const IFRAME: &str = "_PyInterpreterFrame";
+const CODE: &str = "typedef PyCodeObject";
+const BYTES: &str = "typedef PyBytesObject";
 
 /// Every field, with the CPython member paths that hold it (see Include/internal/pycore_runtime.h,
 /// pycore_interp.h, pycore_gil.h and Include/cpython/pystate.h of each version).
@@ -393,6 +398,195 @@ pub const FIELD_QUERIES: &[FieldSpec] = &[
         name: "long.lv_tag",
         root: LONG,
         paths: &["long_value.lv_tag"],
+        required: false,
+    },
+    // Stacks: the innermost frame of a thread (3.7-3.10 `frame`, 3.11/3.12 `cframe->current_frame`,
+    // 3.13+ `current_frame`), frames (`struct _frame`, 3.11+ `_PyInterpreterFrame`) and code objects.
+    FieldSpec {
+        name: "tstate.frame",
+        root: TSTATE,
+        paths: &["frame"],
+        required: false,
+    },
+    FieldSpec {
+        name: "tstate.cframe",
+        root: TSTATE,
+        paths: &["cframe"],
+        required: false,
+    },
+    FieldSpec {
+        name: "tstate.current_frame",
+        root: TSTATE,
+        paths: &["current_frame"],
+        required: false,
+    },
+    FieldSpec {
+        name: "cframe.current_frame",
+        root: CFRAME,
+        paths: &["current_frame"],
+        required: false,
+    },
+    FieldSpec {
+        name: "frame.f_back",
+        root: FRAME,
+        paths: &["f_back"],
+        required: false,
+    },
+    FieldSpec {
+        name: "frame.f_code",
+        root: FRAME,
+        paths: &["f_code"],
+        required: false,
+    },
+    FieldSpec {
+        name: "frame.f_lasti",
+        root: FRAME,
+        paths: &["f_lasti"],
+        required: false,
+    },
+    FieldSpec {
+        name: "iframe",
+        root: IFRAME,
+        paths: &[""],
+        required: false,
+    },
+    FieldSpec {
+        name: "iframe.previous",
+        root: IFRAME,
+        paths: &["previous"],
+        required: false,
+    },
+    FieldSpec {
+        name: "iframe.executable",
+        root: IFRAME,
+        paths: &["f_executable", "f_code"],
+        required: false,
+    },
+    FieldSpec {
+        name: "iframe.instr_ptr",
+        root: IFRAME,
+        paths: &["instr_ptr", "prev_instr"],
+        required: false,
+    },
+    FieldSpec {
+        name: "iframe.owner",
+        root: IFRAME,
+        paths: &["owner"],
+        required: false,
+    },
+    FieldSpec {
+        name: "code.co_name",
+        root: CODE,
+        paths: &["co_name"],
+        required: false,
+    },
+    FieldSpec {
+        name: "code.co_qualname",
+        root: CODE,
+        paths: &["co_qualname"],
+        required: false,
+    },
+    FieldSpec {
+        name: "code.co_filename",
+        root: CODE,
+        paths: &["co_filename"],
+        required: false,
+    },
+    FieldSpec {
+        name: "code.co_firstlineno",
+        root: CODE,
+        paths: &["co_firstlineno"],
+        required: false,
+    },
+    // Before 3.10 `co_lnotab`; 3.10 a table of (bytes, line) pairs; 3.11+ the location table.
+    FieldSpec {
+        name: "code.co_linetable",
+        root: CODE,
+        paths: &["co_linetable", "co_lnotab"],
+        required: false,
+    },
+    FieldSpec {
+        name: "code.co_code_adaptive",
+        root: CODE,
+        paths: &["co_code_adaptive"],
+        required: false,
+    },
+    FieldSpec {
+        name: "bytes.ob_sval",
+        root: BYTES,
+        paths: &["ob_sval"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.thread_state.current_frame",
+        root: DEBUG_OFFSETS,
+        paths: &["thread_state.current_frame"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_frame.previous",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_frame.previous"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_frame.executable",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_frame.executable"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_frame.instr_ptr",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_frame.instr_ptr"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.interpreter_frame.owner",
+        root: DEBUG_OFFSETS,
+        paths: &["interpreter_frame.owner"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.code_object.filename",
+        root: DEBUG_OFFSETS,
+        paths: &["code_object.filename"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.code_object.name",
+        root: DEBUG_OFFSETS,
+        paths: &["code_object.name"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.code_object.qualname",
+        root: DEBUG_OFFSETS,
+        paths: &["code_object.qualname"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.code_object.linetable",
+        root: DEBUG_OFFSETS,
+        paths: &["code_object.linetable"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.code_object.firstlineno",
+        root: DEBUG_OFFSETS,
+        paths: &["code_object.firstlineno"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.code_object.co_code_adaptive",
+        root: DEBUG_OFFSETS,
+        paths: &["code_object.co_code_adaptive"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.bytes_object.ob_sval",
+        root: DEBUG_OFFSETS,
+        paths: &["bytes_object.ob_sval"],
         required: false,
     },
     // 3.13+: where `_Py_DebugOffsets` reports the object fields it has.

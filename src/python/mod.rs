@@ -4,7 +4,9 @@
 pub mod attach;
 pub mod debug_offsets;
 pub mod layout;
+pub mod linetable;
 pub mod names;
 pub mod objects;
 pub mod runtime;
+pub mod stacks;
 pub mod version;

@@ -356,6 +356,7 @@ mod tests {
             str: Some(RemoteAddr(STR_TYPE)),
             int: Some(RemoteAddr(INT_TYPE)),
             module: Some(RemoteAddr(MODULE_TYPE)),
+            ..TypeObjects::default()
         };
         ThreadNamer::new(ObjectReader::new(
             layout,

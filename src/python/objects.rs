@@ -40,15 +40,19 @@ pub struct TypeObjects {
     pub str: Option<RemoteAddr>,
     pub int: Option<RemoteAddr>,
     pub module: Option<RemoteAddr>,
+    pub code: Option<RemoteAddr>,
+    pub bytes: Option<RemoteAddr>,
 }
 
 impl TypeObjects {
     /// The exported symbols that name them.
-    pub const SYMBOLS: [&'static str; 4] = [
+    pub const SYMBOLS: [&'static str; 6] = [
         "PyDict_Type",
         "PyUnicode_Type",
         "PyLong_Type",
         "PyModule_Type",
+        "PyCode_Type",
+        "PyBytes_Type",
     ];
 }
 
@@ -128,6 +132,7 @@ pub struct ObjectReader {
     digits_at: u64,
     digit_bytes: u64,
     lv_tag: Option<u64>,
+    bytes_data: Option<u64>,
     pub types: TypeObjects,
 }
 
@@ -216,6 +221,7 @@ impl ObjectReader {
             digits_at: get("long.ob_digit")?.offset,
             digit_bytes,
             lv_tag,
+            bytes_data: layout.field("bytes.ob_sval").map(|f| f.offset),
             types,
         })
     }
@@ -293,6 +299,33 @@ impl ObjectReader {
             data
         };
         decode_str(&data, kind, ascii == 1)
+    }
+
+    /// A `bytes` object's contents, at most `max` of them.
+    pub fn read_bytes(
+        &self,
+        mem: &dyn MemorySource,
+        addr: RemoteAddr,
+        max: u64,
+    ) -> ObjectResult<Vec<u8>> {
+        check_object_pointer(addr)?;
+        let data_at = self.bytes_data.ok_or(ObjectError::Absent)?;
+        let mut header = vec![0u8; data_at as usize];
+        mem.read_into(addr, &mut header)?;
+        self.check_type(&header, self.types.bytes)?;
+        let size = field_value(&header, FieldInfo::at(self.ob_size, 8))? as i64;
+        if size < 0 || size as u64 > max {
+            return Err(ObjectError::Torn("a bytes size out of bounds"));
+        }
+        let mut data = vec![0u8; size as usize];
+        mem.read_into(RemoteAddr(addr.0 + data_at), &mut data)?;
+        Ok(data)
+    }
+
+    /// Whether the object whose first bytes are `header` has type `expected` (unknown types pass
+    /// when the type pointer is plausible).
+    pub fn has_type(&self, header: &[u8], expected: Option<RemoteAddr>) -> bool {
+        self.check_type(header, expected).is_ok()
     }
 
     /// Whether `addr` is a `str` equal to `wanted` (one read; anything else is `false`).

@@ -8,3 +8,4 @@ pub mod dodge;
 pub mod handoff_age;
 pub mod priority;
 pub mod sampler;
+pub mod stack_watch;

@@ -27,6 +27,8 @@ use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
 use crate::sample::handoff_age::{HandoffAge, may_have_lasted};
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
+use crate::sample::stack_watch::{StackReport, StackWatch};
+use crate::trace::stacks::Frames;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
@@ -43,6 +45,8 @@ pub struct SamplerConfig {
     pub waiter_counts: bool,
     /// Keep a real-time sampler off the GIL holder's CPU (dodge.rs); off when `--cpus` chose.
     pub dodge_holder: bool,
+    /// Read the Python stacks of waiters and holders (stack_watch.rs).
+    pub stacks: bool,
 }
 
 impl SamplerConfig {
@@ -59,9 +63,18 @@ pub struct LiveCounters {
 }
 
 /// What the sampler hands downstream, in time order per thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     Interval(Interval),
+    /// A Python stack read at `t_ns` while the thread was in `state`, standing for `samples` samples
+    /// (stack_watch.rs); the trace puts it into the args of the slice that covers `t_ns`.
+    Stack {
+        tid: u32,
+        t_ns: u64,
+        state: GilState,
+        frames: Frames,
+        samples: u64,
+    },
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
     Waiters {
         t_ns: u64,
@@ -75,6 +88,7 @@ impl Record {
         match self {
             Record::Interval(interval) => interval.end_ns,
             Record::Waiters { t_ns, .. } => *t_ns,
+            Record::Stack { t_ns, .. } => *t_ns,
         }
     }
 }
@@ -138,6 +152,8 @@ pub struct SamplerReport {
     pub thread_names: BTreeMap<u32, String>,
     /// How reading the threads' Python names went (python/names.rs).
     pub name_reads: NameStats,
+    /// How reading stacks went (stack_watch.rs).
+    pub stacks: StackReport,
     pub max_threads: usize,
     pub scheduling: Scheduling,
     /// Times the sampler left the GIL holder's CPU (dodge.rs).
@@ -175,6 +191,7 @@ impl SamplerReport {
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
             name_reads: NameStats::default(),
+            stacks: StackReport::default(),
             max_threads: 0,
             scheduling,
             cpu_moves: 0,
@@ -373,6 +390,7 @@ struct Loop<'a> {
     refs: Vec<ThreadRef>,
     walker: ThreadWalker,
     namer: ThreadNamer,
+    stacks: Option<StackWatch>,
     report: SamplerReport,
 }
 
@@ -395,8 +413,15 @@ pub fn run_sampler(
         refs: Vec::with_capacity(64),
         walker: ThreadWalker::default(),
         namer: ThreadNamer::new(target.object_reader()),
+        stacks: None,
         report: SamplerReport::new(start, apply_to_current_thread(config.priority)),
     };
+    if config.stacks {
+        match StackWatch::new(target) {
+            Ok(watch) => state.stacks = Some(watch),
+            Err(why) => state.report.stacks.unavailable = Some(why),
+        }
+    }
     let end = state.run(config, stop, live, sink, start);
     // Names again at the end, for threads renamed since they were first seen.
     let (refs, names) = (&state.refs, &mut state.report.thread_names);
@@ -405,6 +430,9 @@ pub fn run_sampler(
         .namer
         .name_threads(memory, &target.layout, target.runtime, refs, names);
     state.report.name_reads = state.namer.stats;
+    if let Some(watch) = &state.stacks {
+        watch.report_into(&mut state.report.stacks);
+    }
     let last = state.report.end_ns;
     for tracked in &mut state.threads {
         tracked.settle(None, None, &state.params, &mut state.report, sink);
@@ -691,6 +719,10 @@ impl Loop<'_> {
                 if state == GilState::Hold {
                     tracked.at_hold = tracked.files.read_schedstat();
                     tracked.hold_handoff_after = handoff_age.after_ns();
+                }
+                if let Some(watch) = self.stacks.as_mut() {
+                    let thread = (tracked.tid, tracked.tstate);
+                    watch.observe(&self.target.memory, thread, previous, state, t, sink);
                 }
                 tracked
                     .timeline

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
-use crate::infer::intervals::Interval;
+use crate::infer::intervals::{GilState, Interval};
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
+use crate::trace::stacks::{Frames, PendingStacks};
 
 /// Which clock trace timestamps use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -35,6 +36,8 @@ pub struct ChromeWriter {
     /// Added to monotonic nanoseconds to get trace nanoseconds.
     offset_ns: i64,
     events: u64,
+    /// Stacks waiting for the slice they belong in.
+    stacks: PendingStacks,
 }
 
 /// Nanoseconds as exact decimal microseconds (`123.456`).
@@ -78,6 +81,7 @@ impl ChromeWriter {
             pid,
             offset_ns,
             events: 0,
+            stacks: PendingStacks::default(),
         };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
@@ -122,10 +126,28 @@ impl ChromeWriter {
         // Straight into the buffered file: a String per event was a twentieth of gilsample's CPU.
         write!(
             self.out,
-            "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}",
+            "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}",
             self.pid, interval.tid
         )
+        .map_err(|e| self.output_error(e))?;
+        match self.stacks.args_for(interval) {
+            Some(args) => write!(self.out, ",\"args\":{args}}}"),
+            None => write!(self.out, "}}"),
+        }
         .map_err(|e| self.output_error(e))
+    }
+
+    /// A stack the sampler read for thread `tid` at `t_ns` (monotonic) in `state`, standing for
+    /// `samples` samples: it goes into the `args` of the slice of that thread that covers `t_ns`.
+    pub fn note_stack(
+        &mut self,
+        tid: u32,
+        t_ns: u64,
+        state: GilState,
+        frames: Frames,
+        samples: u64,
+    ) {
+        self.stacks.note(tid, t_ns, state, frames, samples);
     }
 
     /// Writes a counter sample on the process's "GIL waiters" track.

@@ -27,6 +27,8 @@ rm -f "$out/GIL_contended.json" "$out/merged.json"
 target/debug/gilsample --quiet --duration 1 -o "$out/GIL_contended.json" -- \
     "$python" fixtures/workloads/gil_workload.py contention --threads 4 --seconds 30
 check "$out/GIL_contended.json" --expect-gil 4 --expect-text "GIL waiters" --zoom 1500 \
+    --expect-thread spinner-0 --expect-thread spinner-3 \
+    --expect-stack-arg "take_gil:spin (" --expect-stack-arg "hold_gil:gil_workload.py:" \
     --screenshot "$shots/perfetto-contended.png"
 
 gil=$(ls fixtures/torch-profiler/GIL_*_rank_0.json)

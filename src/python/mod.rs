@@ -9,4 +9,6 @@ pub mod names;
 pub mod objects;
 pub mod runtime;
 pub mod stacks;
+#[cfg(test)]
+pub(crate) mod test_heap;
 pub mod version;

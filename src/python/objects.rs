@@ -267,11 +267,11 @@ impl ObjectReader {
         check_object_pointer(addr)?;
         // Header and a short string's characters in one read; a string near the end of a mapping
         // faults that read, so then header and characters are read apart.
-        let header_len = self.compact_str_header as usize;
-        let mut buf = vec![0u8; header_len + 64];
+        // (An ASCII string's header is the shorter one; the fields read here are all in it.)
+        let mut buf = vec![0u8; self.compact_str_header as usize + 64];
         let whole = mem.read_into(addr, &mut buf).is_ok();
         if !whole {
-            buf.truncate(header_len);
+            buf.truncate(self.str_header as usize);
             mem.read_into(addr, &mut buf)?;
         }
         self.check_type(&buf, self.types.str)?;

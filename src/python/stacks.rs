@@ -413,3 +413,126 @@ fn read_le(bytes: &[u8], offset: u64, size: u64) -> ObjectResult<u64> {
     word[..raw.len()].copy_from_slice(raw);
     Ok(u64::from_le_bytes(word))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::memory::SnapshotMemory;
+    use crate::python::layout::{Flavour, find_shipped};
+    use crate::python::objects::TypeObjects;
+    use crate::python::test_heap::{BASE, BYTES_TYPE, CODE_TYPE, Heap, STR_TYPE};
+
+    /// A 3.9 thread state whose one frame runs a code object named `name`; returns the heap, the
+    /// thread state and the code object's address.
+    fn one_frame(name: &str) -> (Heap, u64, u64) {
+        let layout = find_shipped("3.9", Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap();
+        let mut heap = Heap {
+            layout,
+            bytes: Vec::new(),
+        };
+        let function = heap.str(name, true);
+        let file = heap.str("a.py", true);
+        let sval = heap.field("bytes.ob_sval");
+        // co_lnotab: bytes 0-3 on the first line, then one line on.
+        let table = heap.object(BYTES_TYPE, sval + 8);
+        heap.put(table + heap.field("varobject.ob_size"), 2, 8);
+        heap.put(
+            table + sval,
+            u64::from_le_bytes([4, 1, 0, 0, 0, 0, 0, 0]),
+            8,
+        );
+        let code = heap.object(CODE_TYPE, 256);
+        heap.put(code + heap.field("code.co_name"), function, 8);
+        heap.put(code + heap.field("code.co_filename"), file, 8);
+        heap.put(code + heap.field("code.co_firstlineno"), 10, 4);
+        heap.put(code + heap.field("code.co_linetable"), table, 8);
+        let frame = heap.alloc(512);
+        heap.put(frame + heap.field("frame.f_code"), code, 8);
+        heap.put(frame + heap.field("frame.f_lasti"), 6, 4);
+        let tstate = heap.alloc(512);
+        heap.put(tstate + heap.field("tstate.frame"), frame, 8);
+        (heap, tstate, code)
+    }
+
+    fn reader(layout: &Layout) -> StackReader {
+        let version = PyVersion::from_hex(0x0309_00f0);
+        let types = TypeObjects {
+            str: Some(RemoteAddr(STR_TYPE)),
+            code: Some(RemoteAddr(CODE_TYPE)),
+            bytes: Some(RemoteAddr(BYTES_TYPE)),
+            ..TypeObjects::default()
+        };
+        let objects = ObjectReader::new(layout, version, types).unwrap();
+        StackReader::new(layout, version, objects).unwrap()
+    }
+
+    fn memory(heap: &Heap) -> SnapshotMemory {
+        let mut mem = SnapshotMemory::new();
+        mem.insert(RemoteAddr(BASE), heap.bytes.clone());
+        mem
+    }
+
+    #[test]
+    fn reads_function_file_and_line() {
+        let (heap, tstate, _) = one_frame("prefetch");
+        let mut reader = reader(&heap.layout);
+        let stack = reader
+            .read_stack(&memory(&heap), RemoteAddr(tstate))
+            .unwrap();
+        assert_eq!(stack, ["prefetch (a.py:11)"]);
+    }
+
+    #[test]
+    fn a_code_object_replaced_at_the_same_address_is_read_afresh() {
+        let (mut heap, tstate, code) = one_frame("before");
+        let mut reader = reader(&heap.layout);
+        let tstate = RemoteAddr(tstate);
+        assert_eq!(
+            reader.read_stack(&memory(&heap), tstate).unwrap(),
+            ["before (a.py:11)"]
+        );
+        // The code object is freed and another allocated at its address, named otherwise.
+        let other = heap.str("after", true);
+        let name = heap.field("code.co_name");
+        heap.put(code + name, other, 8);
+        assert_eq!(
+            reader.read_stack(&memory(&heap), tstate).unwrap(),
+            ["after (a.py:11)"]
+        );
+        assert_eq!(reader.stats.code_objects_replaced, 1);
+        assert_eq!(reader.stats.code_objects_read, 2);
+        // Unchanged: served from the cache.
+        reader.read_stack(&memory(&heap), tstate).unwrap();
+        assert_eq!(reader.stats.code_objects_read, 2);
+    }
+
+    #[test]
+    fn a_frame_list_that_loops_ends() {
+        let (mut heap, tstate, _) = one_frame("spin");
+        let at = (tstate + heap.field("tstate.frame") - BASE) as usize;
+        let frame = u64::from_le_bytes(heap.bytes[at..at + 8].try_into().unwrap());
+        let back = heap.field("frame.f_back");
+        heap.put(frame + back, frame, 8);
+        let mut reader = reader(&heap.layout);
+        let stack = reader
+            .read_stack(&memory(&heap), RemoteAddr(tstate))
+            .unwrap();
+        assert_eq!(stack, ["spin (a.py:11)"]);
+    }
+
+    #[test]
+    fn what_is_not_a_code_object_is_not_shown() {
+        let (mut heap, tstate, code) = one_frame("spin");
+        let ob_type = heap.field("object.ob_type");
+        heap.put(code + ob_type, STR_TYPE, 8);
+        let mut reader = reader(&heap.layout);
+        assert_eq!(
+            reader
+                .read_stack(&memory(&heap), RemoteAddr(tstate))
+                .unwrap(),
+            Vec::<String>::new()
+        );
+    }
+}

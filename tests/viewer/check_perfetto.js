@@ -20,6 +20,7 @@ function parseArgs(argv) {
     else if (flag === '--expect-text') args.text.push(value);
     else if (flag === '--expect-thread') args.threads.push(value);
     else if (flag === '--expect-stack-arg') args.stackArgs.push(value);
+    else if (flag === '--select-slice') args.select = value;
     else if (flag === '--screenshot') args.screenshot = value;
     else if (flag === '--port') args.port = Number(value);
     else if (flag === '--zoom') args.zoom = Number(value);
@@ -75,7 +76,7 @@ async function main() {
   });
   const failures = [];
   try {
-    const page = await browser.newPage({ viewport: { width: 1600, height: 520 } });
+    const page = await browser.newPage({ viewport: { width: 1600, height: args.select ? 1000 : 520 } });
     await page.goto(url);
     // The UI publishes the loaded trace on window.app once the import is done.
     await page.waitForFunction(() => window.app && window.app.trace, null, { timeout: 120000 });
@@ -125,6 +126,27 @@ async function main() {
       await page.keyboard.down('w');
       await page.waitForTimeout(args.zoom); // how far to zoom, in ms of key hold: not a synchronisation
       await page.keyboard.up('w');
+    }
+    if (args.select) {
+      // Open the details of the longest slice NAME that has a stack, so the screenshot shows its args.
+      const rows = await query(page,
+        `select s.id as id from slice s join args a using (arg_set_id) where s.name = '${args.select}' ` +
+        `and a.key = 'args.stack[0]' order by s.dur desc limit 1`);
+      if (!rows.length) failures.push(`no ${args.select} slice with a stack to select`);
+      else {
+        await page.evaluate((id) => window.app.trace.selection.selectSqlEvent('slice', Number(id), {
+          scrollToSelection: true, switchToCurrentSelectionTab: true }), rows[0].id);
+        await idle(page);
+        // Pull the details panel up by its tab bar, so the args show in full.
+        const tab = await page.$('text="Current Selection"');
+        const box = tab && await tab.boundingBox();
+        if (box) {
+          await page.mouse.move(box.x + box.width + 300, box.y + box.height / 2);
+          await page.mouse.down();
+          await page.mouse.move(box.x + box.width + 300, 330, { steps: 10 });
+          await page.mouse.up();
+        }
+      }
     }
     await idle(page);
     if (args.screenshot) await page.screenshot({ path: args.screenshot });

@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod debug_offsets;
+pub mod fields;
 pub mod layout;
 pub mod linetable;
 pub mod names;

@@ -195,6 +195,8 @@ const OBJECT_FIELDS: &[&str] = &[
     "tstate.frame",
     "tstate.cframe",
     "tstate.current_frame",
+    "tstate.holds_gil",
+    "tstate.gil_requested",
     "cframe.",
     "frame.",
     "iframe",
@@ -234,6 +236,8 @@ const REPORTED_OBJECT_FIELDS: &[(&str, &str)] = &[
     ("code.co_firstlineno", "code_object.firstlineno"),
     ("code.co_code_adaptive", "code_object.co_code_adaptive"),
     ("bytes.ob_sval", "bytes_object.ob_sval"),
+    ("tstate.holds_gil", "thread_state.holds_gil"),
+    ("tstate.gil_requested", "thread_state.gil_requested"),
 ];
 
 /// Struct offsets beyond this are not what any CPython object has.

@@ -368,6 +368,31 @@ pub const FIELD_QUERIES: &[FieldSpec] = &[
         paths: &["long_value.lv_tag"],
         required: false,
     },
+    // 3.14+: the interpreter's own per-thread GIL flags (3.14 `holds_gil`; 3.15 also `gil_requested`).
+    FieldSpec {
+        name: "tstate.holds_gil",
+        root: TSTATE,
+        paths: &["holds_gil"],
+        required: false,
+    },
+    FieldSpec {
+        name: "tstate.gil_requested",
+        root: TSTATE,
+        paths: &["gil_requested"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.thread_state.holds_gil",
+        root: DEBUG_OFFSETS,
+        paths: &["thread_state.holds_gil"],
+        required: false,
+    },
+    FieldSpec {
+        name: "debug_offsets.thread_state.gil_requested",
+        root: DEBUG_OFFSETS,
+        paths: &["thread_state.gil_requested"],
+        required: false,
+    },
     // Stacks: the innermost frame of a thread (3.7-3.10 `frame`, 3.11/3.12 `cframe->current_frame`,
     // 3.13+ `current_frame`), frames (`struct _frame`, 3.11+ `_PyInterpreterFrame`) and code objects.
     FieldSpec {

@@ -25,6 +25,7 @@ use crate::sample::classify::{
 };
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
+use crate::sample::gil_flags::{FlagStats, GilFlags};
 use crate::sample::handoff_age::{HandoffAge, may_have_lasted};
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 use crate::sample::stack_watch::{StackReport, StackWatch};
@@ -154,6 +155,8 @@ pub struct SamplerReport {
     pub name_reads: NameStats,
     /// How reading stacks went (stack_watch.rs).
     pub stacks: StackReport,
+    /// What 3.15's own GIL flags decided (gil_flags.rs); `None` where the target has none.
+    pub gil_flags: Option<FlagStats>,
     pub max_threads: usize,
     pub scheduling: Scheduling,
     /// Times the sampler left the GIL holder's CPU (dodge.rs).
@@ -192,6 +195,7 @@ impl SamplerReport {
             thread_names: BTreeMap::new(),
             name_reads: NameStats::default(),
             stacks: StackReport::default(),
+            gil_flags: None,
             max_threads: 0,
             scheduling,
             cpu_moves: 0,
@@ -391,6 +395,7 @@ struct Loop<'a> {
     walker: ThreadWalker,
     namer: ThreadNamer,
     stacks: Option<StackWatch>,
+    gil_flags: Option<GilFlags>,
     report: SamplerReport,
 }
 
@@ -414,6 +419,7 @@ pub fn run_sampler(
         walker: ThreadWalker::default(),
         namer: ThreadNamer::new(target.object_reader()),
         stacks: None,
+        gil_flags: GilFlags::new(&target.layout),
         report: SamplerReport::new(start, apply_to_current_thread(config.priority)),
     };
     if config.stacks {
@@ -430,6 +436,7 @@ pub fn run_sampler(
         .namer
         .name_threads(memory, &target.layout, target.runtime, refs, names);
     state.report.name_reads = state.namer.stats;
+    state.report.gil_flags = state.gil_flags.as_ref().map(|f| f.stats);
     if let Some(watch) = &state.stacks {
         watch.report_into(&mut state.report.stacks);
     }
@@ -646,6 +653,13 @@ impl Loop<'_> {
                 };
                 tracked.owned_gil_mutex = owns_gil_mutex == Some(true);
                 let (state, basis) = classify(&evidence, &ranges);
+                let (state, basis) = match self.gil_flags.as_mut() {
+                    Some(flags) => {
+                        let memory = &self.target.memory;
+                        flags.decide(memory, tracked.tstate, (state, basis), evidence.holds)
+                    }
+                    None => (state, basis),
+                };
                 tracked.take_sleep_slices = match (state, basis) {
                     (GilState::Take, Basis::Direct) => tracked.sleep_proof.timeslices_asleep(),
                     (_, Basis::Ambiguous { .. }) => tracked.take_sleep_slices,
@@ -856,6 +870,9 @@ impl Loop<'_> {
         let names = &mut self.report.thread_names;
         self.namer
             .name_new_threads(&target.memory, &target.layout, target.runtime, refs, names);
+        if let Some(watch) = self.stacks.as_mut() {
+            watch.retain(|tid| refs.iter().any(|r| r.tid == tid));
+        }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
         Ok(())
     }

@@ -30,6 +30,8 @@ pub struct StackReport {
     pub unavailable: Option<String>,
     pub read: StackStats,
     pub innermost_checks: u64,
+    /// Stack reads answered from the thread's last one (same innermost frame and instruction).
+    pub reused: u64,
 }
 
 /// A hold being watched: the innermost frame and stack last read, and the samples since reported.
@@ -44,7 +46,12 @@ struct Hold {
 pub struct StackWatch {
     reader: StackReader,
     holds: BTreeMap<u32, Hold>,
+    /// Per thread: the innermost frame (frame, code, instruction) at its last stack read and that
+    /// stack. A thread back at the very same instruction of the very same frame has the same stack
+    /// (a worker loop that lets the GIL go around each call): one or two reads instead of a walk.
+    last: BTreeMap<u32, (FrameId, Frames)>,
     innermost_checks: u64,
+    pub stacks_reused: u64,
 }
 
 impl StackWatch {
@@ -53,8 +60,43 @@ impl StackWatch {
         Ok(StackWatch {
             reader: StackReader::new(&target.layout, target.version, objects)?,
             holds: BTreeMap::new(),
+            last: BTreeMap::new(),
             innermost_checks: 0,
+            stacks_reused: 0,
         })
+    }
+
+    /// The stack of `tstate`, reused from the thread's last read when its innermost frame is the
+    /// same frame at the same instruction; `None` where it does not decode.
+    fn stack_of(
+        &mut self,
+        mem: &dyn crate::process::memory::MemorySource,
+        tid: u32,
+        tstate: RemoteAddr,
+    ) -> Option<(Option<FrameId>, Frames)> {
+        let innermost = self.reader.innermost(mem, tstate).ok()?;
+        if let (Some(now), Some((then, frames))) = (innermost, self.last.get(&tid))
+            && now == *then
+        {
+            self.stacks_reused += 1;
+            return Some((innermost, frames.clone()));
+        }
+        let frames = Arc::new(self.reader.read_stack(mem, tstate).ok()?);
+        match innermost {
+            Some(id) => {
+                self.last.insert(tid, (id, frames.clone()));
+            }
+            None => {
+                self.last.remove(&tid);
+            }
+        }
+        Some((innermost, frames))
+    }
+
+    /// Forgets threads that are gone (called with the live tids after a thread-list walk).
+    pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
+        self.last.retain(|tid, _| live(*tid));
+        self.holds.retain(|tid, _| live(*tid));
     }
 
     /// One thread at one sample: `previous` is its state before, `state` the one it is in now.
@@ -74,8 +116,8 @@ impl StackWatch {
         }
         match state {
             GilState::Take if previous != Some(GilState::Take) => {
-                if let Ok(frames) = self.reader.read_stack(mem, tstate) {
-                    sink(stack(tid, t, GilState::Take, Arc::new(frames), 1));
+                if let Some((_, frames)) = self.stack_of(mem, tid, tstate) {
+                    sink(stack(tid, t, GilState::Take, frames, 1));
                 }
             }
             GilState::Hold => {
@@ -120,10 +162,12 @@ impl StackWatch {
         t: u64,
         sink: &mut dyn FnMut(Record),
     ) {
-        let innermost = self.reader.innermost(mem, tstate).ok().map(key);
         // A stack that does not decode is watched as empty (and not shown), so that a holder whose
         // memory keeps changing under the reads is not read again at every sample.
-        let frames = Arc::new(self.reader.read_stack(mem, tstate).unwrap_or_default());
+        let (innermost, frames) = match self.stack_of(mem, tid, tstate) {
+            Some((innermost, frames)) => (Some(key(innermost)), frames),
+            None => (None, Arc::new(Vec::new())),
+        };
         if !frames.is_empty() {
             sink(stack(tid, t, GilState::Hold, frames.clone(), 1));
         }
@@ -142,6 +186,7 @@ impl StackWatch {
     pub fn report_into(&self, report: &mut StackReport) {
         report.read = self.reader.stats;
         report.innermost_checks = self.innermost_checks;
+        report.reused = self.stacks_reused;
     }
 }
 

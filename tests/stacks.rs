@@ -81,12 +81,44 @@ fn spinners_hold_and_wait_in_spin(label: &str) {
     assert!(trace.other("stacks_read").as_u64().unwrap() > 0, "{label}");
 }
 
+/// A hold that moved from one function to another says so, with each stack and its samples.
+fn a_hold_that_moved_lists_its_stacks(label: &str) {
+    let python = common::interpreter_running(label, "stack_workload.py");
+    let workload = Workload::start(&python, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let pid = workload.pid.to_string();
+    let (status, stderr) = run(&["--pid", &pid, "--duration", "0.5"], dir.path());
+    assert!(status.success(), "{label}: {stderr}");
+    let trace = Trace::load_single(dir.path());
+    let holds = slices(&trace, workload.tid("phases"), "hold_gil");
+    let moved = holds
+        .iter()
+        .find(|s| s["args"]["stack_changed"] == true)
+        .unwrap_or_else(|| panic!("{label}: no hold_gil slice says its stack changed: {holds:?}"));
+    let stacks = moved["args"]["stacks"].as_array().unwrap();
+    let seen_in = |function: &str| {
+        stacks.iter().any(|s| {
+            s["samples"].as_u64().unwrap() > 0
+                && s["stack"][0]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{function} ("))
+        })
+    };
+    assert!(
+        seen_in("in_phase_a") && seen_in("in_phase_b"),
+        "{label}: {stacks:?}"
+    );
+}
+
 macro_rules! stack_tests {
     ($($module:ident => $label:expr),* $(,)?) => {
         $(
             mod $module {
                 #[test]
                 fn spinners_hold_and_wait_in_spin() { super::spinners_hold_and_wait_in_spin($label) }
+                #[test]
+                fn a_hold_that_moved_lists_its_stacks() { super::a_hold_that_moved_lists_its_stacks($label) }
             }
         )*
     };

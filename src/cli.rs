@@ -173,6 +173,10 @@ pub struct RecordArgs {
     #[arg(long, hide_short_help = true)]
     pub no_waiter_counts: bool,
 
+    /// Do not read Python stacks: take_gil and hold_gil slices then carry no `stack` in their args.
+    #[arg(long)]
+    pub no_stacks: bool,
+
     /// For programs that drive gilsample (the Python API): an inherited socket. gilsample waits for a
     /// byte on it before attaching, reports progress on it as JSON lines, and stops when it reads
     /// another byte or the other end closes.

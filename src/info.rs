@@ -7,6 +7,7 @@ use crate::process::kernel::ThreadFiles;
 use crate::process::memory::ReadError;
 use crate::process::tasks::{TidMap, read_namespace_pid};
 use crate::python::attach::{GilReading, LayoutChoice, attach};
+use crate::python::names::ThreadNamer;
 use crate::python::runtime::ThreadWalker;
 use crate::sample::classify::{Census, ThreadEvidence, classify};
 
@@ -82,6 +83,14 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     for t in &mut threads {
         t.tid = tid_map.to_ours(t.tid).unwrap_or(t.tid);
     }
+    let mut names = std::collections::BTreeMap::new();
+    ThreadNamer::new(target.object_reader()).name_threads(
+        &target.memory,
+        &target.layout,
+        target.runtime,
+        &threads,
+        &mut names,
+    );
     for t in &threads {
         let kernel = ThreadFiles::open(pid, t.tid)
             .ok()
@@ -101,13 +110,15 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             arrivals_since_take_sleep: None,
         };
         let (state, _) = classify(&evidence, &ranges);
+        let name = names.get(&t.tid).map(|n| format!("  name: {n}"));
         let _ = writeln!(
             out,
-            "  tid {:>8}  tstate {}  {:<9} kernel: {:?}",
+            "  tid {:>8}  tstate {}  {:<9} kernel: {:?}{}",
             t.tid,
             t.tstate,
             state.to_string(),
-            kernel
+            kernel,
+            name.unwrap_or_default()
         );
     }
     Ok(out)

@@ -179,6 +179,7 @@ fn run_record(
         idle_backoff: !args.no_idle_backoff,
         waiter_counts: !args.no_waiter_counts,
         handoff_arrows: !args.no_handoff_arrows,
+        stacks: !args.no_stacks,
     };
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());

@@ -62,6 +62,8 @@ pub struct RecordOptions {
     pub waiter_counts: bool,
     /// Draw each hand-off of the GIL as an arrow between the two threads' tracks.
     pub handoff_arrows: bool,
+    /// Read the Python stacks of waiters and holders (sample/stack_watch.rs).
+    pub stacks: bool,
 }
 
 /// One finished target.
@@ -193,6 +195,7 @@ pub fn record(
             priority: opts.priority,
             idle_backoff: opts.idle_backoff,
             waiter_counts: opts.waiter_counts,
+            stacks: opts.stacks,
             dodge_holder: opts.cpus.is_none(),
         },
         offset_ns: match opts.clock {
@@ -658,6 +661,13 @@ fn record_one(
                     }
                     Record::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff)?,
                     Record::Handoff(_) => {}
+                    Record::Stack {
+                        tid,
+                        t_ns,
+                        state,
+                        frames,
+                        samples,
+                    } => writer.note_stack(tid, t_ns, state, frames, samples),
                 }
             }
             Ok((writer, totals))
@@ -820,6 +830,27 @@ fn metadata(
         "handoffs_counted": report.handoffs_counted,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
+        "thread_name_reads": report.name_reads.reads,
+        "thread_names_read": report.name_reads.names,
+        "thread_name_reads_torn": report.name_reads.torn,
+        "stacks": if opts.stacks { report.stacks.unavailable.clone().unwrap_or_else(|| "read".into()) } else { "not read: --no-stacks".into() },
+        "stacks_read": report.stacks.read.stacks,
+        "stack_frames_read": report.stacks.read.frames,
+        "stack_reads_torn": report.stacks.read.torn,
+        "stack_innermost_checks": report.stacks.innermost_checks,
+        "stacks_reused_same_innermost_frame": report.stacks.reused,
+        "code_objects_read": report.stacks.read.code_objects_read,
+        "code_objects_replaced_at_a_cached_address": report.stacks.read.code_objects_replaced,
+        "interpreter_gil_flags": match report.gil_flags {
+            Some(f) => json!({
+                "read_where_rules_infer": f.read,
+                "decided_take_gil": f.decided_take,
+                "changed_the_rules_answer": f.changed,
+                "agreed_with_direct_evidence": f.agreed_with_direct,
+                "disagreed_with_direct_evidence": f.disagreed_with_direct,
+            }),
+            None => Value::Null,
+        },
         "recording_start_monotonic_ns": report.start_ns,
         "recording_end_monotonic_ns": report.end_ns,
         "end_reason": format!("{:?}", report.end),

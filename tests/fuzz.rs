@@ -5,6 +5,7 @@
 //! `PROPTEST_CASES` sets the number of cases (CI runs these longer); failures found are persisted in
 //! fixtures/fuzz-corpus/ so they are replayed on every run.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use proptest::prelude::*;
@@ -15,9 +16,13 @@ use gilsample::process::kernel::parse_syscall;
 use gilsample::process::memory::SnapshotMemory;
 use gilsample::python::debug_offsets;
 use gilsample::python::layout::{FIELD_QUERIES, Flavour, Layout, find_shipped};
+use gilsample::python::linetable::LineTableFormat;
+use gilsample::python::names::{MAX_NAME_CHARS, ThreadNamer};
+use gilsample::python::objects::{MAX_DICT_ENTRIES, ObjectReader, TypeObjects};
 use gilsample::python::runtime::{
-    ThreadWalker, TidSource, find_gil, find_tid_source, read_interpreters,
+    ThreadRef, ThreadWalker, TidSource, find_gil, find_tid_source, read_interpreters,
 };
+use gilsample::python::stacks::{SHOWN_FRAMES, StackReader};
 use gilsample::python::version::PyVersion;
 use gilsample::symbols::dwarf::{FieldQuery, find_fields};
 use gilsample::symbols::elf::{self, ElfImage};
@@ -166,6 +171,75 @@ proptest! {
                 let _ = ThreadWalker::default().walk(&mem, &layout, runtime, source, &mut out);
                 prop_assert!(out.len() <= gilsample::python::runtime::MAX_THREADS);
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config("thread-names"))]
+    #[test]
+    fn thread_names_over_arbitrary_memory_terminate_without_panic(mem in memory_strategy()) {
+        // The same memory, read as `sys.modules` → threading → `_active` → each Thread's `_name`,
+        // with every dict layout (sized tables, log2 tables, managed dicts, inline values).
+        let runtime = RemoteAddr(0x10_0000);
+        let threads: Vec<ThreadRef> = (0..4)
+            .map(|i| ThreadRef { tstate: RemoteAddr(0x20_0000 + i * 0x100), tid: i as u32 + 1, their_tid: i as u32 + 1 })
+            .collect();
+        for (key, hex) in [("3.9", 0x0309_00f0), ("3.11", 0x030b_00f0), ("3.12", 0x030c_00f0), ("3.14", 0x030e_00f0)] {
+            let layout = find_shipped(key, Flavour::Default, "x86_64").unwrap().unwrap();
+            let version = PyVersion::from_hex(hex);
+            let types = TypeObjects::default();
+            let reader = ObjectReader::new(&layout, version, types).unwrap();
+            let mut names = BTreeMap::new();
+            let mut namer = ThreadNamer::new(Ok(reader.clone()));
+            namer.name_new_threads(&mem, &layout, runtime, &threads, &mut names);
+            namer.name_threads(&mem, &layout, runtime, &threads, &mut names);
+            for name in names.values() {
+                prop_assert!(name.chars().count() as u64 <= MAX_NAME_CHARS);
+            }
+            // Every object reader entry point, at addresses inside the fuzzed regions.
+            for at in [0x10_0000u64, 0x20_0000, 0x30_0008, 0x40_0010] {
+                let at = RemoteAddr(at);
+                if let Ok(items) = reader.dict_items(&mem, at, MAX_DICT_ENTRIES) {
+                    prop_assert!(items.len() as u64 <= MAX_DICT_ENTRIES);
+                }
+                let _ = reader.read_str(&mem, at, MAX_NAME_CHARS);
+                let _ = reader.read_u64_int(&mem, at);
+                let _ = reader.attribute(&mem, at, "_name");
+                let _ = reader.module_dict(&mem, at);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config("stacks"))]
+    #[test]
+    fn stacks_over_arbitrary_memory_terminate_without_panic(mem in memory_strategy()) {
+        // Frame lists that loop, code objects of any content, line tables of any bytes: each
+        // version's walk ends, within its bounds.
+        for (key, hex) in [("3.9", 0x0309_00f0), ("3.10", 0x030a_00f0), ("3.11", 0x030b_00f0), ("3.12", 0x030c_00f0), ("3.14", 0x030e_00f0)] {
+            let layout = find_shipped(key, Flavour::Default, "x86_64").unwrap().unwrap();
+            let version = PyVersion::from_hex(hex);
+            let objects = ObjectReader::new(&layout, version, TypeObjects::default()).unwrap();
+            let mut reader = StackReader::new(&layout, version, objects).unwrap();
+            for tstate in [0x10_0000u64, 0x20_0000, 0x30_0100, 0x40_0200] {
+                let _ = reader.innermost(&mem, RemoteAddr(tstate));
+                if let Ok(stack) = reader.read_stack(&mem, RemoteAddr(tstate)) {
+                    prop_assert!(stack.len() <= SHOWN_FRAMES + 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn line_tables_of_any_bytes_decode_without_panic(
+        table in prop::collection::vec(any::<u8>(), 0..512),
+        first in any::<i32>(),
+        offset in any::<u64>(),
+    ) {
+        for format in [LineTableFormat::Lnotab, LineTableFormat::Pairs, LineTableFormat::Locations] {
+            let _ = format.line(&table, first, offset);
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
 use crate::process::tasks::TidMap;
 use crate::python::debug_offsets;
 use crate::python::layout::{Flavour, Layout, find_shipped, shipped_keys};
+use crate::python::objects::{ObjectReader, TypeObjects};
 use crate::python::runtime::{
     GilWord, GilWordFields, ThreadRef, ThreadWalker, TidSource, WalkError, find_gil,
     find_tid_source,
@@ -67,6 +68,8 @@ pub struct Binary {
     pub load_bias: u64,
     /// The mapping that holds `_PyRuntime`, to notice when the target execs something else.
     pub mapping: Mapping,
+    /// The interpreter's type objects (`PyDict_Type`, …), to check objects read from memory.
+    pub types: TypeObjects,
 }
 
 /// A target ready to be sampled: everything the sampler needs, checked against the live process.
@@ -121,6 +124,11 @@ impl Target {
                 .zip(counted)
                 .and_then(|(at, bytes)| at.decode_mutex_owner(bytes)),
         })
+    }
+
+    /// A reader of the target's Python objects (thread names), or why its layout cannot give one.
+    pub fn object_reader(&self) -> std::result::Result<ObjectReader, String> {
+        ObjectReader::new(&self.layout, self.version, self.binary.types)
     }
 
     /// The target's thread states, walked with `walker` (which keeps what it needs between walks).
@@ -630,6 +638,19 @@ fn find_interpreter(pid: u32, mappings: &[Mapping]) -> Result<(Binary, ElfImage,
             runtime_symbol: RemoteAddr(symbol.vaddr.wrapping_add(bias)),
             load_bias: bias,
             mapping: candidate.clone(),
+            types: {
+                let [dict, str, int, module, code, bytes] = TypeObjects::SYMBOLS.map(|name| {
+                    elf::find_symbol(&parsed, name).map(|s| RemoteAddr(s.vaddr.wrapping_add(bias)))
+                });
+                TypeObjects {
+                    dict,
+                    str,
+                    int,
+                    module,
+                    code,
+                    bytes,
+                }
+            },
         };
         drop(parsed);
         check_version_supported(pid, version)?;

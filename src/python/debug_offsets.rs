@@ -91,10 +91,7 @@ pub fn decode(
                 "{name} = {offset} lies outside its {limit}-byte struct"
             ));
         }
-        Ok(FieldInfo {
-            offset,
-            size: width,
-        })
+        Ok(FieldInfo::at(offset, width))
     };
     let mut fields: BTreeMap<String, FieldInfo> = BTreeMap::new();
     let mut put = |key: &str, info: FieldInfo| {
@@ -156,6 +153,7 @@ pub fn decode(
     {
         fields.insert(name.clone(), *info);
     }
+    put_object_fields(&mut fields, descriptor, &entry)?;
     if free_threaded {
         // Free-threaded builds may run without the GIL; `enabled` (relative to the interpreter) says.
         let enabled = entry("interpreter_state.gil_runtime_state_enabled")?;
@@ -164,13 +162,7 @@ pub fn decode(
                 "free-threaded build without a usable gil_runtime_state_enabled offset".into(),
             );
         }
-        fields.insert(
-            "interp.gil_enabled".into(),
-            FieldInfo {
-                offset: enabled,
-                size: 4,
-            },
-        );
+        fields.insert("interp.gil_enabled".into(), FieldInfo::at(enabled, 4));
     }
     let layout = Layout {
         version: descriptor.version.clone(),
@@ -194,6 +186,126 @@ pub fn decode(
             free_threaded,
         },
     ))
+}
+
+/// Field-name prefixes of the object fields (thread names, stacks): the version's layout gives
+/// them, and the target's table overrides those it reports.
+const OBJECT_FIELDS: &[&str] = &[
+    "interp.modules",
+    "tstate.frame",
+    "tstate.cframe",
+    "tstate.current_frame",
+    "tstate.holds_gil",
+    "tstate.gil_requested",
+    "cframe.",
+    "frame.",
+    "iframe",
+    "code.",
+    "bytes.",
+    "object.",
+    "varobject.",
+    "type.",
+    "heaptype.",
+    "gc_head",
+    "dict",
+    "module.",
+    "str",
+    "compact_str",
+    "long.",
+];
+
+/// Our object field, and the table's entry that reports its offset.
+const REPORTED_OBJECT_FIELDS: &[(&str, &str)] = &[
+    ("interp.modules", "interpreter_state.imports_modules"),
+    ("object.ob_type", "pyobject.ob_type"),
+    ("type.tp_flags", "type_object.tp_flags"),
+    ("dict.ma_keys", "dict_object.ma_keys"),
+    ("dict.ma_values", "dict_object.ma_values"),
+    ("long.lv_tag", "long_object.lv_tag"),
+    ("long.ob_digit", "long_object.ob_digit"),
+    ("str.length", "unicode_object.length"),
+    ("tstate.current_frame", "thread_state.current_frame"),
+    ("iframe.previous", "interpreter_frame.previous"),
+    ("iframe.executable", "interpreter_frame.executable"),
+    ("iframe.instr_ptr", "interpreter_frame.instr_ptr"),
+    ("iframe.owner", "interpreter_frame.owner"),
+    ("code.co_filename", "code_object.filename"),
+    ("code.co_name", "code_object.name"),
+    ("code.co_qualname", "code_object.qualname"),
+    ("code.co_linetable", "code_object.linetable"),
+    ("code.co_firstlineno", "code_object.firstlineno"),
+    ("code.co_code_adaptive", "code_object.co_code_adaptive"),
+    ("bytes.ob_sval", "bytes_object.ob_sval"),
+    ("tstate.holds_gil", "thread_state.holds_gil"),
+    ("tstate.gil_requested", "thread_state.gil_requested"),
+];
+
+/// Struct offsets beyond this are not what any CPython object has.
+const MAX_OBJECT_OFFSET: u64 = 1 << 16;
+
+fn put_object_fields(
+    fields: &mut BTreeMap<String, FieldInfo>,
+    descriptor: &Layout,
+    entry: &dyn Fn(&str) -> Result<u64, String>,
+) -> Result<(), String> {
+    for (name, info) in descriptor
+        .fields
+        .iter()
+        .filter(|(n, _)| OBJECT_FIELDS.iter().any(|p| n.starts_with(p)))
+        .filter(|(n, _)| !n.starts_with("debug_offsets"))
+    {
+        fields.insert(name.clone(), *info);
+    }
+    let has = |name: &str| descriptor.field(&format!("debug_offsets.{name}")).is_some();
+    for &(ours, theirs) in REPORTED_OBJECT_FIELDS {
+        let Some(known) = descriptor.field(ours) else {
+            continue;
+        };
+        if !has(theirs) {
+            continue;
+        }
+        let offset = entry(theirs)?;
+        if offset > MAX_OBJECT_OFFSET {
+            return Err(format!("{theirs} = {offset} is implausible"));
+        }
+        fields.insert(ours.to_string(), FieldInfo { offset, ..known });
+    }
+    // The string's header size and its `state` bit-fields, moved to where the target says `state` is.
+    if has("unicode_object.asciiobject_size")
+        && let Some(known) = descriptor.field("str")
+    {
+        let size = entry("unicode_object.asciiobject_size")?;
+        if size > MAX_OBJECT_OFFSET {
+            return Err(format!("asciiobject_size = {size} is implausible"));
+        }
+        fields.insert("str".into(), FieldInfo { size, ..known });
+    }
+    if has("unicode_object.state")
+        && let Some(state) = descriptor.field("str.state")
+    {
+        let reported = entry("unicode_object.state")?;
+        if reported > MAX_OBJECT_OFFSET {
+            return Err(format!("unicode_object.state = {reported} is implausible"));
+        }
+        for bit in [
+            "str.state",
+            "str.state.kind",
+            "str.state.compact",
+            "str.state.ascii",
+        ] {
+            if let Some(info) = descriptor.field(bit) {
+                let within = info.offset.saturating_sub(state.offset);
+                fields.insert(
+                    bit.into(),
+                    FieldInfo {
+                        offset: reported + within,
+                        ..info
+                    },
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

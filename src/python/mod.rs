@@ -3,6 +3,13 @@
 
 pub mod attach;
 pub mod debug_offsets;
+pub mod fields;
 pub mod layout;
+pub mod linetable;
+pub mod names;
+pub mod objects;
 pub mod runtime;
+pub mod stacks;
+#[cfg(test)]
+pub(crate) mod test_heap;
 pub mod version;

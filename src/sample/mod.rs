@@ -5,6 +5,8 @@ pub mod affinity;
 pub mod classify;
 pub mod clock;
 pub mod dodge;
+pub mod gil_flags;
 pub mod handoff_age;
 pub mod priority;
 pub mod sampler;
+pub mod stack_watch;

@@ -18,6 +18,7 @@ use crate::process::kernel::{KernelReading, KernelState, SchedStat, SleepProof, 
 use crate::process::memory::ReadError;
 use crate::process::tasks::TidMap;
 use crate::python::attach::{GilReading, GilWaitRanges, Target, WaiterCounts, Waiters};
+use crate::python::names::{NameStats, ThreadNamer};
 use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::classify::{
     Arrival, Basis, Census, ThreadEvidence, asleep_elsewhere, back_in_take_after_a_switch_request,
@@ -25,8 +26,11 @@ use crate::sample::classify::{
 };
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
+use crate::sample::gil_flags::{FlagStats, GilFlags};
 use crate::sample::handoff_age::{HandoffAge, may_have_lasted};
 use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
+use crate::sample::stack_watch::{StackReport, StackWatch};
+use crate::trace::stacks::Frames;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
@@ -43,6 +47,8 @@ pub struct SamplerConfig {
     pub waiter_counts: bool,
     /// Keep a real-time sampler off the GIL holder's CPU (dodge.rs); off when `--cpus` chose.
     pub dodge_holder: bool,
+    /// Read the Python stacks of waiters and holders (stack_watch.rs).
+    pub stacks: bool,
 }
 
 impl SamplerConfig {
@@ -69,13 +75,22 @@ pub struct Handoff {
 }
 
 /// What the sampler hands downstream, in time order per thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     Interval(Interval),
     /// The holder slept in a syscall while holding the GIL (infer/held_blocked.rs).
     HeldWhileBlocked(BlockedStretch),
     /// The GIL went from one thread to another between two samples.
     Handoff(Handoff),
+    /// A Python stack read at `t_ns` while the thread was in `state`, standing for `samples` samples
+    /// (stack_watch.rs); the trace puts it into the args of the slice that covers `t_ns`.
+    Stack {
+        tid: u32,
+        t_ns: u64,
+        state: GilState,
+        frames: Frames,
+        samples: u64,
+    },
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
     Waiters {
         t_ns: u64,
@@ -91,6 +106,7 @@ impl Record {
             Record::HeldWhileBlocked(stretch) => stretch.end_ns,
             Record::Handoff(handoff) => handoff.taken_ns,
             Record::Waiters { t_ns, .. } => *t_ns,
+            Record::Stack { t_ns, .. } => *t_ns,
         }
     }
 }
@@ -152,6 +168,12 @@ pub struct SamplerReport {
     /// Kernel readings not taken because the thread was idle in a non-GIL wait.
     pub kernel_reads_skipped: u64,
     pub thread_names: BTreeMap<u32, String>,
+    /// How reading the threads' Python names went (python/names.rs).
+    pub name_reads: NameStats,
+    /// How reading stacks went (stack_watch.rs).
+    pub stacks: StackReport,
+    /// What 3.15's own GIL flags decided (gil_flags.rs); `None` where the target has none.
+    pub gil_flags: Option<FlagStats>,
     pub max_threads: usize,
     pub scheduling: Scheduling,
     /// Times the sampler left the GIL holder's CPU (dodge.rs).
@@ -188,6 +210,9 @@ impl SamplerReport {
             kernel_reads_skipped: 0,
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
+            name_reads: NameStats::default(),
+            stacks: StackReport::default(),
+            gil_flags: None,
             max_threads: 0,
             scheduling,
             cpu_moves: 0,
@@ -388,6 +413,9 @@ struct Loop<'a> {
     threads: Vec<Tracked>,
     refs: Vec<ThreadRef>,
     walker: ThreadWalker,
+    namer: ThreadNamer,
+    stacks: Option<StackWatch>,
+    gil_flags: Option<GilFlags>,
     report: SamplerReport,
 }
 
@@ -409,9 +437,29 @@ pub fn run_sampler(
         threads: Vec::with_capacity(64),
         refs: Vec::with_capacity(64),
         walker: ThreadWalker::default(),
+        namer: ThreadNamer::new(target.object_reader()),
+        stacks: None,
+        gil_flags: GilFlags::new(&target.layout),
         report: SamplerReport::new(start, apply_to_current_thread(config.priority)),
     };
+    if config.stacks {
+        match StackWatch::new(target) {
+            Ok(watch) => state.stacks = Some(watch),
+            Err(why) => state.report.stacks.unavailable = Some(why),
+        }
+    }
     let end = state.run(config, stop, live, sink, start);
+    // Names again at the end, for threads renamed since they were first seen.
+    let (refs, names) = (&state.refs, &mut state.report.thread_names);
+    let memory = &target.memory;
+    state
+        .namer
+        .name_threads(memory, &target.layout, target.runtime, refs, names);
+    state.report.name_reads = state.namer.stats;
+    state.report.gil_flags = state.gil_flags.as_ref().map(|f| f.stats);
+    if let Some(watch) = &state.stacks {
+        watch.report_into(&mut state.report.stacks);
+    }
     let last = state.report.end_ns;
     for tracked in &mut state.threads {
         tracked.settle(None, None, &state.params, &mut state.report, sink);
@@ -631,6 +679,13 @@ impl Loop<'_> {
                 };
                 tracked.owned_gil_mutex = owns_gil_mutex == Some(true);
                 let (state, basis) = classify(&evidence, &ranges);
+                let (state, basis) = match self.gil_flags.as_mut() {
+                    Some(flags) => {
+                        let memory = &self.target.memory;
+                        flags.decide(memory, tracked.tstate, (state, basis), evidence.holds)
+                    }
+                    None => (state, basis),
+                };
                 let blocked_in = (state == GilState::Hold)
                     .then(|| blocking_syscall(kernel[i], |addr| ranges.contains(addr)))
                     .flatten();
@@ -712,6 +767,10 @@ impl Loop<'_> {
                 if state == GilState::Hold {
                     tracked.at_hold = tracked.files.read_schedstat();
                     tracked.hold_handoff_after = handoff_age.after_ns();
+                }
+                if let Some(watch) = self.stacks.as_mut() {
+                    let thread = (tracked.tid, tracked.tstate);
+                    watch.observe(&self.target.memory, thread, previous, state, t, sink);
                 }
                 tracked
                     .timeline
@@ -854,6 +913,12 @@ impl Loop<'_> {
                 .entry(r.tid)
                 .or_insert_with(|| thread_name(target.pid, r.tid));
             self.threads.push(Tracked::new(*r, files));
+        }
+        let names = &mut self.report.thread_names;
+        self.namer
+            .name_new_threads(&target.memory, &target.layout, target.runtime, refs, names);
+        if let Some(watch) = self.stacks.as_mut() {
+            watch.retain(|tid| refs.iter().any(|r| r.tid == tid));
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
         Ok(())

@@ -2,7 +2,10 @@
 //! `ceval.gil.locked`, read with gimli from an interpreter build (or its separate debug file).
 //!
 //! Only complete definitions count (a `DW_AT_declaration` is skipped), anonymous struct and union
-//! members are searched through, and typedef/const/volatile/_Atomic wrappers are looked through.
+//! members are searched through, and typedef/const/volatile/_Atomic wrappers are looked through. A root
+//! written `typedef NAME` names a typedef of an anonymous struct (`PyDictObject`, `PyASCIIObject`), as
+//! most of CPython's object structs are. A bit-field member answers with its storage bytes and the
+//! bits it takes in them (`FieldInfo::bits`).
 //! Compressed debug sections (`SHF_COMPRESSED`, zlib), as Debian's `-dbg` packages ship them, are
 //! inflated first.
 
@@ -25,6 +28,27 @@ type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 pub struct FieldInfo {
     pub offset: u64,
     pub size: u64,
+    /// For a bit-field: which bits of the little-endian value in `offset..offset + size` hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bits: Option<BitRange>,
+}
+
+/// The bits of a bit-field inside the bytes its `FieldInfo` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BitRange {
+    pub shift: u32,
+    pub width: u32,
+}
+
+impl FieldInfo {
+    /// A plain (not bit-field) member.
+    pub const fn at(offset: u64, size: u64) -> FieldInfo {
+        FieldInfo {
+            offset,
+            size,
+            bits: None,
+        }
+    }
 }
 
 /// A request: the struct tag that is the root, and a dotted member path (empty: the struct itself).
@@ -179,23 +203,52 @@ fn find_struct_definitions<'q>(
     let mut hits: Vec<(&'q str, UnitOffset)> = Vec::new();
     let mut entries = unit.entries();
     while let Some(entry) = entries.next_dfs()? {
-        if entry.tag() != gimli::DW_TAG_structure_type
-            || entry.attr(gimli::DW_AT_declaration).is_some()
-        {
+        let typedef = match entry.tag() {
+            gimli::DW_TAG_structure_type | gimli::DW_TAG_union_type => false,
+            gimli::DW_TAG_typedef => true,
+            _ => continue,
+        };
+        if entry.attr(gimli::DW_AT_declaration).is_some() {
             continue;
         }
         let Some(name) = entry.attr_value(gimli::DW_AT_name) else {
             continue;
         };
         let name = dwarf.attr_string(unit, name)?;
-        let Some(root) = roots.iter().find(|r| r.as_bytes() == name.slice()) else {
+        let Some(root) = roots.iter().find(|r| {
+            let wanted = match r.strip_prefix(TYPEDEF_PREFIX) {
+                Some(typedef_name) if typedef => typedef_name,
+                None if !typedef => r,
+                _ => return false,
+            };
+            wanted.as_bytes() == name.slice()
+        }) else {
             continue;
         };
+        // A typedef counts only where it names a complete definition in this unit.
+        if typedef && !names_a_definition(unit, entry.offset())? {
+            continue;
+        }
         if !found.contains_key(root) && !hits.iter().any(|(n, _)| n == root) {
             hits.push((root, entry.offset()));
         }
     }
     Ok(hits)
+}
+
+/// Roots of this form name a typedef rather than a struct tag.
+pub const TYPEDEF_PREFIX: &str = "typedef ";
+
+/// Whether the typedef at `offset` leads to a struct or union with members (not a declaration).
+fn names_a_definition(unit: &Unit<Reader<'_>>, offset: UnitOffset) -> gimli::Result<bool> {
+    let Some(target) = strip_wrappers(unit, offset)? else {
+        return Ok(false);
+    };
+    let entry = unit.entry(target)?;
+    Ok(matches!(
+        entry.tag(),
+        gimli::DW_TAG_structure_type | gimli::DW_TAG_union_type
+    ) && entry.attr(gimli::DW_AT_declaration).is_none())
 }
 
 /// Follows typedef, const, volatile and _Atomic to the underlying type.
@@ -230,10 +283,50 @@ fn type_size(unit: &Unit<Reader<'_>>, offset: UnitOffset) -> gimli::Result<Optio
     {
         return Ok(Some(size));
     }
-    Ok(
-        (entry.tag() == gimli::DW_TAG_pointer_type)
-            .then_some(u64::from(unit.header.address_size())),
-    )
+    match entry.tag() {
+        gimli::DW_TAG_pointer_type => Ok(Some(u64::from(unit.header.address_size()))),
+        gimli::DW_TAG_array_type => array_size(unit, offset),
+        _ => Ok(None),
+    }
+}
+
+/// An array's size: element size times count, 0 for a flexible array member (`dk_indices[]`).
+fn array_size(unit: &Unit<Reader<'_>>, offset: UnitOffset) -> gimli::Result<Option<u64>> {
+    let entry = unit.entry(offset)?;
+    let Some(AttributeValue::UnitRef(element)) = entry.attr_value(gimli::DW_AT_type) else {
+        return Ok(None);
+    };
+    let Some(element_size) = type_size(unit, element)? else {
+        return Ok(None);
+    };
+    let mut entries = unit.entries_at_offset(offset)?;
+    let _ = entries.next_dfs()?;
+    let mut count = 1u64;
+    let mut dimensions = 0;
+    while let Some(child) = entries.next_dfs()? {
+        if child.depth() <= 0 {
+            break;
+        }
+        if child.depth() != 1 || child.tag() != gimli::DW_TAG_subrange_type {
+            continue;
+        }
+        dimensions += 1;
+        let n = if let Some(n) = child
+            .attr_value(gimli::DW_AT_count)
+            .and_then(|v| v.udata_value())
+        {
+            n
+        } else if let Some(upper) = child
+            .attr_value(gimli::DW_AT_upper_bound)
+            .and_then(|v| v.udata_value())
+        {
+            upper.saturating_add(1)
+        } else {
+            0
+        };
+        count = count.saturating_mul(n);
+    }
+    Ok((dimensions > 0).then(|| element_size.saturating_mul(count)))
 }
 
 fn resolve_path(
@@ -244,18 +337,68 @@ fn resolve_path(
 ) -> gimli::Result<Option<FieldInfo>> {
     let mut offset = 0u64;
     let mut current = root;
+    let mut bits = None;
     for name in path {
+        if bits.is_some() {
+            return Ok(None); // a bit-field has no members
+        }
         let Some(container) = strip_wrappers(unit, current)? else {
             return Ok(None);
         };
-        let Some((member_offset, member_type)) = find_member(dwarf, unit, container, name, 0)?
-        else {
+        let Some(member) = find_member(dwarf, unit, container, name, 0)? else {
             return Ok(None);
         };
-        offset += member_offset;
-        current = member_type;
+        offset += member.offset;
+        current = member.ty;
+        bits = member.bits;
     }
-    Ok(type_size(unit, current)?.map(|size| FieldInfo { offset, size }))
+    let Some(size) = type_size(unit, current)? else {
+        return Ok(None);
+    };
+    Ok(Some(match bits {
+        None => FieldInfo::at(offset, size),
+        Some(bits) => bit_field(offset, size, bits),
+    }))
+}
+
+/// Where a bit-field's bits lie, as DWARF gives them: `DW_AT_data_bit_offset` (from the start of the
+/// struct, DWARF 4+), or `DW_AT_bit_offset` counted from the most significant bit of a storage unit at
+/// the member's location (DWARF 2/3; little-endian targets).
+#[derive(Clone, Copy, Debug)]
+enum MemberBits {
+    FromStart { bit_offset: u64, width: u64 },
+    FromStorageTop { bit_offset: u64, width: u64 },
+}
+
+/// The bytes to read for a bit-field and its bits in them. `offset` is the member's byte location
+/// (0 for `FromStart`, which counts from the container) plus the containers' offsets.
+fn bit_field(offset: u64, storage: u64, bits: MemberBits) -> FieldInfo {
+    let (first_bit, width) = match bits {
+        MemberBits::FromStart { bit_offset, width } => (offset * 8 + bit_offset, width),
+        MemberBits::FromStorageTop { bit_offset, width } => (
+            (offset * 8 + storage * 8).saturating_sub(bit_offset + width),
+            width,
+        ),
+    };
+    let byte = first_bit / 8;
+    let shift = first_bit % 8;
+    let needed = (shift + width).div_ceil(8);
+    let size = [1, 2, 4, 8].into_iter().find(|&s| s >= needed).unwrap_or(8);
+    FieldInfo {
+        offset: byte,
+        size,
+        bits: Some(BitRange {
+            shift: shift as u32,
+            width: width as u32,
+        }),
+    }
+}
+
+/// A member found by name: its byte location, type, and bit-field position where it is one.
+struct Member {
+    offset: u64,
+    ty: UnitOffset,
+    bits: Option<MemberBits>,
 }
 
 /// Finds member `name` of the struct or union at `container`, descending into anonymous members.
@@ -265,7 +408,7 @@ fn find_member(
     container: UnitOffset,
     name: &str,
     nesting: u32,
-) -> gimli::Result<Option<(u64, UnitOffset)>> {
+) -> gimli::Result<Option<Member>> {
     if nesting > 8 {
         return Ok(None);
     }
@@ -289,7 +432,29 @@ fn find_member(
         match entry.attr_value(gimli::DW_AT_name) {
             Some(attr) => {
                 if dwarf.attr_string(unit, attr)?.slice() == name.as_bytes() {
-                    return Ok(Some((location, member_type)));
+                    let udata = |at| entry.attr_value(at).and_then(|v| v.udata_value());
+                    let bits = match (
+                        udata(gimli::DW_AT_bit_size),
+                        udata(gimli::DW_AT_data_bit_offset),
+                        udata(gimli::DW_AT_bit_offset),
+                    ) {
+                        (Some(width), Some(bit_offset), _) => {
+                            Some(MemberBits::FromStart { bit_offset, width })
+                        }
+                        (Some(width), None, Some(bit_offset)) => {
+                            Some(MemberBits::FromStorageTop { bit_offset, width })
+                        }
+                        (Some(width), None, None) => Some(MemberBits::FromStart {
+                            bit_offset: 0,
+                            width,
+                        }),
+                        _ => None,
+                    };
+                    return Ok(Some(Member {
+                        offset: location,
+                        ty: member_type,
+                        bits,
+                    }));
                 }
             }
             None => anonymous.push((location, member_type)),
@@ -299,8 +464,9 @@ fn find_member(
         let Some(inner) = strip_wrappers(unit, member_type)? else {
             continue;
         };
-        if let Some((off, ty)) = find_member(dwarf, unit, inner, name, nesting + 1)? {
-            return Ok(Some((location + off, ty)));
+        if let Some(mut member) = find_member(dwarf, unit, inner, name, nesting + 1)? {
+            member.offset += location;
+            return Ok(Some(member));
         }
     }
     Ok(None)

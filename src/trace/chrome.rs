@@ -16,10 +16,11 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
 use crate::infer::held_blocked::BlockedStretch;
-use crate::infer::intervals::Interval;
+use crate::infer::intervals::{GilState, Interval};
 use crate::process::kernel::syscall_name;
 use crate::sample::sampler::Handoff;
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
+use crate::trace::stacks::{Frames, PendingStacks};
 
 /// Which clock trace timestamps use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -40,6 +41,8 @@ pub struct ChromeWriter {
     events: u64,
     /// Flow arrows written, which also numbers them.
     flows: u64,
+    /// Stacks waiting for the slice they belong in.
+    stacks: PendingStacks,
 }
 
 /// Nanoseconds as exact decimal microseconds (`123.456`).
@@ -84,6 +87,7 @@ impl ChromeWriter {
             offset_ns,
             events: 0,
             flows: 0,
+            stacks: PendingStacks::default(),
         };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
@@ -128,9 +132,14 @@ impl ChromeWriter {
         // Straight into the buffered file: a String per event was a twentieth of gilsample's CPU.
         write!(
             self.out,
-            "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}}}",
+            "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}",
             self.pid, interval.tid
         )
+        .map_err(|e| self.output_error(e))?;
+        match self.stacks.args_for(interval) {
+            Some(args) => write!(self.out, ",\"args\":{args}}}"),
+            None => write!(self.out, "}}"),
+        }
         .map_err(|e| self.output_error(e))
     }
 
@@ -172,6 +181,19 @@ impl ChromeWriter {
             pid = self.pid,
         )
         .map_err(|e| self.output_error(e))
+    }
+
+    /// A stack the sampler read for thread `tid` at `t_ns` (monotonic) in `state`, standing for
+    /// `samples` samples: it goes into the `args` of the slice of that thread that covers `t_ns`.
+    pub fn note_stack(
+        &mut self,
+        tid: u32,
+        t_ns: u64,
+        state: GilState,
+        frames: Frames,
+        samples: u64,
+    ) {
+        self.stacks.note(tid, t_ns, state, frames, samples);
     }
 
     /// Writes a counter sample on the process's "GIL waiters" track.

@@ -3,3 +3,4 @@
 
 pub mod chrome;
 pub mod output;
+pub mod stacks;

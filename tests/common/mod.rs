@@ -67,7 +67,14 @@ impl Python {
 
 /// The interpreter for a label of `EXPECTED`; panics (fails the test) when it is not installed.
 pub fn interpreter(label: &str) -> Python {
-    let workload = fixture("workloads/gil_workload.py").display().to_string();
+    interpreter_running(label, "gil_workload.py")
+}
+
+/// The interpreter for `label`, with `script` (a file of fixtures/workloads/) as its workload.
+pub fn interpreter_running(label: &str, script: &str) -> Python {
+    let workload = fixture(&format!("workloads/{script}"))
+        .display()
+        .to_string();
     if let Some(minor) = label.strip_prefix("debian-") {
         let path = PathBuf::from(format!("/usr/bin/python{minor}"));
         assert!(
@@ -93,10 +100,10 @@ pub fn interpreter(label: &str) -> Python {
         // into place, so concurrent tests never see a half-written script.
         let staged = tempfile::NamedTempFile::new_in(root.join("tmp")).unwrap();
         std::fs::copy(&workload, staged.path()).unwrap();
-        staged.persist(root.join("tmp/gil_workload.py")).unwrap();
+        staged.persist(root.join("tmp").join(script)).unwrap();
         return Python {
             command: vec!["chroot".into(), root.display().to_string(), inside],
-            workload: "/tmp/gil_workload.py".into(),
+            workload: format!("/tmp/{script}"),
         };
     }
     let versions = pyenv_root().join("versions");

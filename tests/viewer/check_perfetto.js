@@ -3,7 +3,8 @@
 // the GIL slices and their threads, and (for a merged trace) the profiler's slices.
 //
 //   node check_perfetto.js VIZVIEWER TRACE.json --expect-gil N [--expect-slice-like 'aten::%'] \
-//        [--expect-text TEXT] [--expect-flows N] [--screenshot OUT.png]
+//        [--expect-text TEXT] [--expect-flows N] [--expect-thread NAME] [--expect-stack-arg NAME:TEXT]
+//        [--select-slice NAME] [--screenshot OUT.png]
 //
 // Exits non-zero with the reason when a check fails.
 'use strict';
@@ -12,13 +13,16 @@ const readline = require('readline');
 const { chromium } = require('playwright-core');
 
 function parseArgs(argv) {
-  const args = { vizviewer: argv[0], trace: argv[1], expectGil: 1, sliceLike: [], text: [] };
+  const args = { vizviewer: argv[0], trace: argv[1], expectGil: 1, sliceLike: [], text: [], threads: [], stackArgs: [] };
   for (let i = 2; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     if (flag === '--expect-gil') args.expectGil = Number(value);
     else if (flag === '--expect-slice-like') args.sliceLike.push(value);
     else if (flag === '--expect-text') args.text.push(value);
     else if (flag === '--expect-flows') args.flows = Number(value);
+    else if (flag === '--expect-thread') args.threads.push(value);
+    else if (flag === '--expect-stack-arg') args.stackArgs.push(value);
+    else if (flag === '--select-slice') args.select = value;
     else if (flag === '--screenshot') args.screenshot = value;
     else if (flag === '--port') args.port = Number(value);
     else if (flag === '--zoom') args.zoom = Number(value);
@@ -74,7 +78,7 @@ async function main() {
   });
   const failures = [];
   try {
-    const page = await browser.newPage({ viewport: { width: 1600, height: 520 } });
+    const page = await browser.newPage({ viewport: { width: 1600, height: args.select ? 1000 : 520 } });
     await page.goto(url);
     // The UI publishes the loaded trace on window.app once the import is done.
     await page.waitForFunction(() => window.app && window.app.trace, null, { timeout: 120000 });
@@ -101,6 +105,19 @@ async function main() {
         'join slice b on f.slice_in = b.id where a.track_id != b.track_id');
       if (Number(n) < args.flows) failures.push(`${n} hand-off arrows between threads, expected at least ${args.flows}`);
     }
+    // Thread tracks named by the trace's thread_name metadata (the Python names).
+    for (const name of args.threads) {
+      const [{ n }] = await query(page, `select count(*) as n from thread where name = '${name}'`);
+      if (Number(n) === 0) failures.push(`no thread named ${name}`);
+    }
+    // A slice NAME whose args hold a stack frame containing TEXT, as the UI's args panel shows it.
+    for (const wanted of args.stackArgs) {
+      const [slice, text] = [wanted.slice(0, wanted.indexOf(':')), wanted.slice(wanted.indexOf(':') + 1)];
+      const [{ n }] = await query(page,
+        `select count(*) as n from slice s join args a using (arg_set_id) ` +
+        `where s.name = '${slice}' and a.key glob 'args.stack*' and a.display_value like '%${text}%'`);
+      if (Number(n) === 0) failures.push(`no ${slice} slice with a stack frame like ${text}`);
+    }
     await idle(page);
     // textContent includes the full track titles that the UI elides on screen.
     const shown = await page.evaluate(() => document.body.textContent);
@@ -118,6 +135,27 @@ async function main() {
       await page.keyboard.down('w');
       await page.waitForTimeout(args.zoom); // how far to zoom, in ms of key hold: not a synchronisation
       await page.keyboard.up('w');
+    }
+    if (args.select) {
+      // Open the details of the longest slice NAME that has a stack, so the screenshot shows its args.
+      const rows = await query(page,
+        `select s.id as id from slice s join args a using (arg_set_id) where s.name = '${args.select}' ` +
+        `and a.key = 'args.stack[0]' order by s.dur desc limit 1`);
+      if (!rows.length) failures.push(`no ${args.select} slice with a stack to select`);
+      else {
+        await page.evaluate((id) => window.app.trace.selection.selectSqlEvent('slice', Number(id), {
+          scrollToSelection: true, switchToCurrentSelectionTab: true }), rows[0].id);
+        await idle(page);
+        // Pull the details panel up by its tab bar, so the args show in full.
+        const tab = await page.$('text="Current Selection"');
+        const box = tab && await tab.boundingBox();
+        if (box) {
+          await page.mouse.move(box.x + box.width + 300, box.y + box.height / 2);
+          await page.mouse.down();
+          await page.mouse.move(box.x + box.width + 300, 330, { steps: 10 });
+          await page.mouse.up();
+        }
+      }
     }
     await idle(page);
     if (args.screenshot) await page.screenshot({ path: args.screenshot });

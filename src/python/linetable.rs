@@ -1,0 +1,166 @@
+//! Line numbers from a code object's line table, in each version's format (Objects/lnotab_notes.txt
+//! of each version, and `PyCode_Addr2Line` in Objects/codeobject.c):
+//! - before 3.10, `co_lnotab`: (byte offset increment, signed line increment) pairs;
+//! - 3.10, `co_linetable`: (bytes covered, signed line delta or -128 for "no line") pairs;
+//! - 3.11+, the location table: entries of a header byte (bit 7 set, a 4-bit code, the number of code
+//!   units covered minus one) followed by varints; codes 13 and 14 carry a signed line delta, 10–12
+//!   mean a delta of 0–2, 15 means no location, and 0–9 (short forms) keep the line.
+//!
+//! The tables come from the target: a decoder stops at the table's end and never indexes past it.
+
+/// Which format a version's `co_linetable` (or `co_lnotab`) is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineTableFormat {
+    Lnotab,
+    Pairs,
+    Locations,
+}
+
+impl LineTableFormat {
+    pub fn for_version(major: u32, minor: u32) -> LineTableFormat {
+        match (major, minor) {
+            (3, m) if m < 10 => LineTableFormat::Lnotab,
+            (3, 10) => LineTableFormat::Pairs,
+            _ => LineTableFormat::Locations,
+        }
+    }
+
+    /// The source line of the instruction at byte offset `offset` of the bytecode, or `None` where
+    /// the table says it has none (or ends first).
+    pub fn line(self, table: &[u8], first_line: i32, offset: u64) -> Option<i32> {
+        match self {
+            LineTableFormat::Lnotab => Some(lnotab_line(table, first_line, offset)),
+            LineTableFormat::Pairs => pairs_line(table, first_line, offset),
+            LineTableFormat::Locations => locations_line(table, first_line, offset / 2),
+        }
+    }
+}
+
+fn lnotab_line(table: &[u8], first_line: i32, offset: u64) -> i32 {
+    let mut line = first_line;
+    let mut addr = 0u64;
+    for pair in table.chunks_exact(2) {
+        addr += u64::from(pair[0]);
+        if addr > offset {
+            break;
+        }
+        line = line.wrapping_add(i32::from(pair[1] as i8));
+    }
+    line
+}
+
+fn pairs_line(table: &[u8], first_line: i32, offset: u64) -> Option<i32> {
+    let mut line = first_line;
+    let mut end = 0u64;
+    let mut current = None;
+    let mut pairs = table.chunks_exact(2);
+    while end <= offset {
+        let pair = pairs.next()?;
+        end += u64::from(pair[0]);
+        let delta = pair[1] as i8;
+        current = if delta == -128 {
+            None
+        } else {
+            line = line.wrapping_add(i32::from(delta));
+            Some(line)
+        };
+    }
+    current
+}
+
+/// `unit` is the offset in code units (two bytes each).
+fn locations_line(table: &[u8], first_line: i32, unit: u64) -> Option<i32> {
+    let mut line = first_line;
+    let mut end = 0u64;
+    let mut pos = 0usize;
+    loop {
+        let header = *table.get(pos)?;
+        if header & 0x80 == 0 {
+            return None; // not at an entry's start: a table that is not one
+        }
+        let code = (header >> 3) & 15;
+        let delta = match code {
+            13 | 14 => signed_varint(table, pos + 1)?,
+            10..=12 => i32::from(code - 10),
+            _ => 0,
+        };
+        line = line.wrapping_add(delta);
+        end += u64::from(header & 7) + 1;
+        if unit < end {
+            return (code != 15).then_some(line);
+        }
+        pos += 1;
+        while table.get(pos).is_some_and(|b| b & 0x80 == 0) {
+            pos += 1;
+        }
+    }
+}
+
+/// A varint of 6-bit chunks, bit 6 meaning "more follows"; the low bit of the value is its sign.
+fn signed_varint(table: &[u8], mut pos: usize) -> Option<i32> {
+    let mut byte = *table.get(pos)?;
+    let mut value = u64::from(byte & 63);
+    let mut shift = 0;
+    while byte & 64 != 0 {
+        pos += 1;
+        shift += 6;
+        if shift > 30 {
+            return None;
+        }
+        byte = *table.get(pos)?;
+        value |= u64::from(byte & 63) << shift;
+    }
+    let magnitude = (value >> 1) as i32;
+    Some(if value & 1 == 1 {
+        -magnitude
+    } else {
+        magnitude
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lnotab_adds_line_increments_up_to_the_offset() {
+        // Lines 10 (bytes 0-5), 11 (6-9), 13 (10-).
+        let table = [6, 1, 4, 2];
+        assert_eq!(lnotab_line(&table, 10, 0), 10);
+        assert_eq!(lnotab_line(&table, 10, 6), 11);
+        assert_eq!(lnotab_line(&table, 10, 12), 13);
+    }
+
+    #[test]
+    fn pairs_cover_ranges_and_mark_lines_missing() {
+        // 4 bytes at line 10, 4 bytes with no line, 6 bytes at line 12.
+        let table = [4, 0, 4, 0x80, 6, 2];
+        assert_eq!(pairs_line(&table, 10, 2), Some(10));
+        assert_eq!(pairs_line(&table, 10, 5), None);
+        assert_eq!(pairs_line(&table, 10, 9), Some(12));
+        assert_eq!(pairs_line(&table, 10, 40), None, "past the table");
+    }
+
+    #[test]
+    fn locations_decode_short_one_line_and_long_forms() {
+        // One unit on the first line (code 10: delta 0), two units one line on (code 11), then a
+        // no-columns entry (code 13) with delta -1 (varint 3), then no location (code 15).
+        let table = [
+            0x80 | (10 << 3),
+            0,
+            0,
+            0x80 | (11 << 3) | 1,
+            0,
+            0,
+            0x80 | (13 << 3),
+            3,
+            0x80 | (15 << 3),
+        ];
+        assert_eq!(locations_line(&table, 5, 0), Some(5));
+        assert_eq!(locations_line(&table, 5, 2), Some(6));
+        assert_eq!(locations_line(&table, 5, 3), Some(5));
+        assert_eq!(locations_line(&table, 5, 4), None);
+        assert_eq!(locations_line(&table, 5, 9), None, "past the table");
+        assert_eq!(locations_line(&[0x05], 5, 0), None, "not an entry");
+    }
+}

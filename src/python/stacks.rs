@@ -1,0 +1,538 @@
+//! A thread's Python stack, innermost frame first: function, file and line of each frame, read from
+//! the target's memory.
+//!
+//! The innermost frame is `tstate->frame` (3.7–3.10, a `PyFrameObject` list through `f_back`),
+//! `tstate->cframe->current_frame` (3.11, 3.12) or `tstate->current_frame` (3.13+), each a
+//! `_PyInterpreterFrame` list through `previous`. A frame's code is `f_code` (≤3.12) or
+//! `f_executable` (3.13+; from 3.14 a `_PyStackRef` whose low bits are tags). Frames whose
+//! executable is not a code object (the C-stack shims of 3.12+) are skipped. The instruction offset
+//! is `f_lasti` (bytes before 3.10, code units in 3.10) or the instruction pointer minus the start of
+//! `co_code_adaptive` (3.11+); the line comes from the line table (linetable.rs).
+//!
+//! Code objects are cached by address. Each use re-reads the code object's header and checks its
+//! type, name, file, first line and line table pointers against the cached ones, so a code object
+//! freed and another allocated at its address is read afresh, never shown under the old name. The
+//! walk is bounded (`MAX_FRAMES`), stops at a frame seen before, and counts what does not decode.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::addr::RemoteAddr;
+use crate::process::memory::MemorySource;
+use crate::python::layout::Layout;
+use crate::python::linetable::LineTableFormat;
+use crate::python::objects::{ObjectError, ObjectReader, ObjectResult};
+use crate::python::version::PyVersion;
+use crate::symbols::dwarf::FieldInfo;
+
+/// Frames walked at most; a deeper stack is cut (its outermost frames are not read).
+pub const MAX_FRAMES: usize = 256;
+/// Frames kept per stack, innermost first; the rest are counted in a last entry.
+pub const SHOWN_FRAMES: usize = 16;
+/// Names, paths and line tables longer than these are taken for torn reads.
+const MAX_TEXT: u64 = 4096;
+const MAX_LINE_TABLE: u64 = 1 << 20;
+/// Code objects kept; the cache is emptied when it grows past this (a program that keeps creating
+/// code, e.g. with `exec`, must not grow gilsample's memory).
+const MAX_CACHED_CODE: usize = 8192;
+
+/// How reading stacks went over a recording.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackStats {
+    pub stacks: u64,
+    pub frames: u64,
+    /// Stacks that did not decode (a frame or code object changing under the read): not shown.
+    pub torn: u64,
+    pub code_objects_read: u64,
+    /// Cached code objects found replaced by another object at the same address.
+    pub code_objects_replaced: u64,
+}
+
+/// What a code object says about itself, and the header words that identify it.
+#[derive(Debug)]
+struct CodeInfo {
+    function: String,
+    file: String,
+    first_line: i32,
+    table: Vec<u8>,
+    identity: [u64; 4],
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Top {
+    Frame(u64),
+    ViaCFrame { cframe: u64, current: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Frames {
+    /// Before 3.11: `PyFrameObject`s. `lasti_scale` turns `f_lasti` into a byte offset.
+    Objects {
+        back: u64,
+        code: u64,
+        lasti: FieldInfo,
+        lasti_scale: u64,
+    },
+    /// 3.11+: `_PyInterpreterFrame`s; `tag_bits` are cleared from the executable reference.
+    Interpreter {
+        previous: u64,
+        executable: u64,
+        instr: u64,
+        tag_bits: u64,
+        bytecode: u64,
+        /// 3.12: frames owned by the C stack (`FRAME_OWNED_BY_CSTACK`) are the interpreter's
+        /// trampolines, not Python code: the owner byte's offset and that value.
+        shim: Option<(u64, u64)>,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CodeFields {
+    name: u64,
+    filename: u64,
+    first_line: FieldInfo,
+    table: u64,
+    header: u64,
+}
+
+/// Reads stacks of one target.
+pub struct StackReader {
+    objects: ObjectReader,
+    top: Top,
+    frames: Frames,
+    frame_header: u64,
+    code: CodeFields,
+    format: LineTableFormat,
+    cache: HashMap<u64, Arc<CodeInfo>>,
+    pub stats: StackStats,
+}
+
+/// One frame: where it is, what code it runs, and at which instruction (for telling frames apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameId {
+    pub frame: u64,
+    pub code: u64,
+    pub instr: u64,
+}
+
+impl StackReader {
+    pub fn new(
+        layout: &Layout,
+        version: PyVersion,
+        objects: ObjectReader,
+    ) -> Result<StackReader, String> {
+        let get = |name: &str| {
+            layout
+                .field(name)
+                .ok_or_else(|| format!("layout {} lacks {name}", layout.key()))
+        };
+        let interpreter_frames = layout.field("iframe.previous").is_some();
+        let (top, frames, fields) = if interpreter_frames {
+            let top = match layout.field("tstate.current_frame") {
+                Some(f) => Top::Frame(f.offset),
+                None => Top::ViaCFrame {
+                    cframe: get("tstate.cframe")?.offset,
+                    current: get("cframe.current_frame")?.offset,
+                },
+            };
+            let (previous, executable, instr) = (
+                get("iframe.previous")?,
+                get("iframe.executable")?,
+                get("iframe.instr_ptr")?,
+            );
+            let frames = Frames::Interpreter {
+                previous: previous.offset,
+                executable: executable.offset,
+                instr: instr.offset,
+                // 3.14+: `_PyStackRef` tags live in the two low bits (Include/internal/
+                // pycore_stackref.h); objects are at least 8-aligned, so clearing them is exact.
+                tag_bits: if (version.major, version.minor) >= (3, 14) {
+                    3
+                } else {
+                    0
+                },
+                bytecode: get("code.co_code_adaptive")?.offset,
+                // Include/internal/pycore_frame.h of 3.12: `FRAME_OWNED_BY_CSTACK = 3`. 3.13+
+                // shims have no code object as their executable and are skipped as such.
+                shim: match (version.minor, layout.field("iframe.owner")) {
+                    (12, Some(owner)) => Some((owner.offset, 3)),
+                    _ => None,
+                },
+            };
+            let owner = layout.field("iframe.owner").unwrap_or(previous);
+            (top, frames, [previous, executable, instr, owner])
+        } else {
+            let (back, code, lasti) = (
+                get("frame.f_back")?,
+                get("frame.f_code")?,
+                get("frame.f_lasti")?,
+            );
+            let frames = Frames::Objects {
+                back: back.offset,
+                code: code.offset,
+                lasti,
+                // 3.10 counts f_lasti in code units (`f_lasti * sizeof(_Py_CODEUNIT)`).
+                lasti_scale: if version.minor == 10 { 2 } else { 1 },
+            };
+            (
+                Top::Frame(get("tstate.frame")?.offset),
+                frames,
+                [back, code, lasti, back],
+            )
+        };
+        let frame_header = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0);
+        let name = match layout.field("code.co_qualname") {
+            Some(f) => f,
+            None => get("code.co_name")?,
+        };
+        let code_fields = [
+            name,
+            get("code.co_filename")?,
+            get("code.co_firstlineno")?,
+            get("code.co_linetable")?,
+            get("object.ob_type")?,
+        ];
+        get("bytes.ob_sval")?;
+        Ok(StackReader {
+            objects,
+            top,
+            frames,
+            frame_header,
+            code: CodeFields {
+                name: code_fields[0].offset,
+                filename: code_fields[1].offset,
+                first_line: code_fields[2],
+                table: code_fields[3].offset,
+                header: code_fields
+                    .iter()
+                    .map(|f| f.offset + f.size)
+                    .max()
+                    .unwrap_or(0),
+            },
+            format: LineTableFormat::for_version(version.major, version.minor),
+            cache: HashMap::new(),
+            stats: StackStats::default(),
+        })
+    }
+
+    /// The innermost frame's address (0 when the thread runs no Python code).
+    fn top_frame(&self, mem: &dyn MemorySource, tstate: RemoteAddr) -> ObjectResult<u64> {
+        let at = |base: u64, offset: u64| -> ObjectResult<u64> {
+            Ok(mem.read_u64(RemoteAddr(base.wrapping_add(offset)))?)
+        };
+        let frame = match self.top {
+            Top::Frame(offset) => at(tstate.0, offset)?,
+            Top::ViaCFrame { cframe, current } => {
+                let cframe = at(tstate.0, cframe)?;
+                if cframe == 0 {
+                    return Ok(0);
+                }
+                check_pointer(cframe)?;
+                at(cframe, current)?
+            }
+        };
+        if frame != 0 {
+            check_pointer(frame)?;
+        }
+        Ok(frame)
+    }
+
+    /// One frame: its code object, its instruction (an address from 3.11, a byte offset before),
+    /// and the next frame out.
+    fn read_frame(&self, mem: &dyn MemorySource, frame: u64) -> ObjectResult<(u64, u64, u64)> {
+        let mut header = vec![0u8; self.frame_header as usize];
+        mem.read_into(RemoteAddr(frame), &mut header)?;
+        let word = |offset: u64| read_le(&header, offset, 8);
+        Ok(match self.frames {
+            Frames::Objects {
+                back,
+                code,
+                lasti,
+                lasti_scale,
+            } => {
+                let lasti = read_le(&header, lasti.offset, lasti.size)? as i32;
+                // -1: the frame has not started; its line is the first one.
+                let offset = u64::try_from(lasti).unwrap_or(0) * lasti_scale;
+                (word(code)?, offset, word(back)?)
+            }
+            Frames::Interpreter {
+                previous,
+                executable,
+                instr,
+                tag_bits,
+                shim,
+                ..
+            } => {
+                let is_shim = match shim {
+                    Some((owner, value)) => read_le(&header, owner, 1)? == value,
+                    None => false,
+                };
+                // A shim's "code" is reported as none, so the walk skips it.
+                let code = if is_shim {
+                    0
+                } else {
+                    word(executable)? & !tag_bits
+                };
+                (code, word(instr)?, word(previous)?)
+            }
+        })
+    }
+
+    /// The innermost Python frame of `tstate`, to notice when a thread moves on (None: no Python
+    /// frame). One or two reads.
+    pub fn innermost(
+        &self,
+        mem: &dyn MemorySource,
+        tstate: RemoteAddr,
+    ) -> ObjectResult<Option<FrameId>> {
+        let frame = self.top_frame(mem, tstate)?;
+        if frame == 0 {
+            return Ok(None);
+        }
+        let (code, instr, _) = self.read_frame(mem, frame)?;
+        Ok(Some(FrameId { frame, code, instr }))
+    }
+
+    /// The stack of `tstate`, innermost first, as `function (file:line)` lines; at most
+    /// `SHOWN_FRAMES`, then a line counting the rest.
+    pub fn read_stack(
+        &mut self,
+        mem: &dyn MemorySource,
+        tstate: RemoteAddr,
+    ) -> ObjectResult<Vec<String>> {
+        let result = self.walk(mem, tstate);
+        match &result {
+            Ok(frames) => {
+                self.stats.stacks += 1;
+                self.stats.frames += frames.len() as u64;
+            }
+            Err(_) => self.stats.torn += 1,
+        }
+        result
+    }
+
+    fn walk(&mut self, mem: &dyn MemorySource, tstate: RemoteAddr) -> ObjectResult<Vec<String>> {
+        let mut frame = self.top_frame(mem, tstate)?;
+        let mut seen: Vec<u64> = Vec::new();
+        let mut lines = Vec::new();
+        let mut hidden = 0usize;
+        while frame != 0 {
+            check_pointer(frame)?;
+            if seen.len() >= MAX_FRAMES || seen.contains(&frame) {
+                break; // a loop, or deeper than we read: show what was read
+            }
+            seen.push(frame);
+            let (code, instr, next) = self.read_frame(mem, frame)?;
+            frame = next;
+            let info = match self.code_info(mem, code) {
+                Ok(info) => info,
+                // Not a code object: a shim frame of the C stack, or a frame being set up.
+                Err(ObjectError::Absent) => continue,
+                Err(e) => return Err(e),
+            };
+            if lines.len() >= SHOWN_FRAMES {
+                hidden += 1;
+                continue;
+            }
+            let offset = match self.frames {
+                Frames::Interpreter { bytecode, .. } => instr.saturating_sub(code + bytecode),
+                Frames::Objects { .. } => instr,
+            };
+            let line = self.format.line(&info.table, info.first_line, offset);
+            lines.push(match line {
+                Some(line) => format!("{} ({}:{line})", info.function, info.file),
+                None => format!("{} ({})", info.function, info.file),
+            });
+        }
+        if hidden > 0 {
+            lines.push(format!("… {hidden} outer frames"));
+        }
+        Ok(lines)
+    }
+
+    /// The cached code object at `code` if its header still matches, else read afresh.
+    fn code_info(&mut self, mem: &dyn MemorySource, code: u64) -> ObjectResult<Arc<CodeInfo>> {
+        if code == 0 {
+            return Err(ObjectError::Absent);
+        }
+        check_pointer(code)?;
+        let mut header = vec![0u8; self.code.header as usize];
+        mem.read_into(RemoteAddr(code), &mut header)?;
+        if !self.objects.has_type(&header, self.objects.types.code) {
+            return Err(ObjectError::Absent);
+        }
+        let f = self.code;
+        let identity = [
+            read_le(&header, f.name, 8)?,
+            read_le(&header, f.filename, 8)?,
+            read_le(&header, f.table, 8)?,
+            read_le(&header, f.first_line.offset, f.first_line.size)?,
+        ];
+        if let Some(info) = self.cache.get(&code) {
+            if info.identity == identity {
+                return Ok(info.clone());
+            }
+            self.stats.code_objects_replaced += 1;
+        }
+        let text = |addr: u64| self.objects.read_str(mem, RemoteAddr(addr), MAX_TEXT);
+        let info = Arc::new(CodeInfo {
+            function: text(identity[0])?,
+            file: text(identity[1])?,
+            table: self
+                .objects
+                .read_bytes(mem, RemoteAddr(identity[2]), MAX_LINE_TABLE)?,
+            first_line: identity[3] as i32,
+            identity,
+        });
+        self.stats.code_objects_read += 1;
+        if self.cache.len() >= MAX_CACHED_CODE {
+            self.cache.clear();
+        }
+        self.cache.insert(code, info.clone());
+        Ok(info)
+    }
+}
+
+fn check_pointer(addr: u64) -> ObjectResult<()> {
+    if RemoteAddr(addr).is_plausible_pointer(8) {
+        Ok(())
+    } else {
+        Err(ObjectError::Torn(
+            "a frame or code pointer that cannot be one",
+        ))
+    }
+}
+
+fn read_le(bytes: &[u8], offset: u64, size: u64) -> ObjectResult<u64> {
+    let at = offset as usize;
+    let raw = bytes
+        .get(at..at.saturating_add(size as usize))
+        .filter(|r| r.len() <= 8)
+        .ok_or(ObjectError::Torn("a field outside what was read"))?;
+    let mut word = [0u8; 8];
+    word[..raw.len()].copy_from_slice(raw);
+    Ok(u64::from_le_bytes(word))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::memory::SnapshotMemory;
+    use crate::python::layout::{Flavour, find_shipped};
+    use crate::python::objects::TypeObjects;
+    use crate::python::test_heap::{BASE, BYTES_TYPE, CODE_TYPE, Heap, STR_TYPE};
+
+    /// A 3.9 thread state whose one frame runs a code object named `name`; returns the heap, the
+    /// thread state and the code object's address.
+    fn one_frame(name: &str) -> (Heap, u64, u64) {
+        let layout = find_shipped("3.9", Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap();
+        let mut heap = Heap {
+            layout,
+            bytes: Vec::new(),
+        };
+        let function = heap.str(name, true);
+        let file = heap.str("a.py", true);
+        let sval = heap.field("bytes.ob_sval");
+        // co_lnotab: bytes 0-3 on the first line, then one line on.
+        let table = heap.object(BYTES_TYPE, sval + 8);
+        heap.put(table + heap.field("varobject.ob_size"), 2, 8);
+        heap.put(
+            table + sval,
+            u64::from_le_bytes([4, 1, 0, 0, 0, 0, 0, 0]),
+            8,
+        );
+        let code = heap.object(CODE_TYPE, 256);
+        heap.put(code + heap.field("code.co_name"), function, 8);
+        heap.put(code + heap.field("code.co_filename"), file, 8);
+        heap.put(code + heap.field("code.co_firstlineno"), 10, 4);
+        heap.put(code + heap.field("code.co_linetable"), table, 8);
+        let frame = heap.alloc(512);
+        heap.put(frame + heap.field("frame.f_code"), code, 8);
+        heap.put(frame + heap.field("frame.f_lasti"), 6, 4);
+        let tstate = heap.alloc(512);
+        heap.put(tstate + heap.field("tstate.frame"), frame, 8);
+        (heap, tstate, code)
+    }
+
+    fn reader(layout: &Layout) -> StackReader {
+        let version = PyVersion::from_hex(0x0309_00f0);
+        let types = TypeObjects {
+            str: Some(RemoteAddr(STR_TYPE)),
+            code: Some(RemoteAddr(CODE_TYPE)),
+            bytes: Some(RemoteAddr(BYTES_TYPE)),
+            ..TypeObjects::default()
+        };
+        let objects = ObjectReader::new(layout, version, types).unwrap();
+        StackReader::new(layout, version, objects).unwrap()
+    }
+
+    fn memory(heap: &Heap) -> SnapshotMemory {
+        let mut mem = SnapshotMemory::new();
+        mem.insert(RemoteAddr(BASE), heap.bytes.clone());
+        mem
+    }
+
+    #[test]
+    fn reads_function_file_and_line() {
+        let (heap, tstate, _) = one_frame("prefetch");
+        let mut reader = reader(&heap.layout);
+        let stack = reader
+            .read_stack(&memory(&heap), RemoteAddr(tstate))
+            .unwrap();
+        assert_eq!(stack, ["prefetch (a.py:11)"]);
+    }
+
+    #[test]
+    fn a_code_object_replaced_at_the_same_address_is_read_afresh() {
+        let (mut heap, tstate, code) = one_frame("before");
+        let mut reader = reader(&heap.layout);
+        let tstate = RemoteAddr(tstate);
+        assert_eq!(
+            reader.read_stack(&memory(&heap), tstate).unwrap(),
+            ["before (a.py:11)"]
+        );
+        // The code object is freed and another allocated at its address, named otherwise.
+        let other = heap.str("after", true);
+        let name = heap.field("code.co_name");
+        heap.put(code + name, other, 8);
+        assert_eq!(
+            reader.read_stack(&memory(&heap), tstate).unwrap(),
+            ["after (a.py:11)"]
+        );
+        assert_eq!(reader.stats.code_objects_replaced, 1);
+        assert_eq!(reader.stats.code_objects_read, 2);
+        // Unchanged: served from the cache.
+        reader.read_stack(&memory(&heap), tstate).unwrap();
+        assert_eq!(reader.stats.code_objects_read, 2);
+    }
+
+    #[test]
+    fn a_frame_list_that_loops_ends() {
+        let (mut heap, tstate, _) = one_frame("spin");
+        let at = (tstate + heap.field("tstate.frame") - BASE) as usize;
+        let frame = u64::from_le_bytes(heap.bytes[at..at + 8].try_into().unwrap());
+        let back = heap.field("frame.f_back");
+        heap.put(frame + back, frame, 8);
+        let mut reader = reader(&heap.layout);
+        let stack = reader
+            .read_stack(&memory(&heap), RemoteAddr(tstate))
+            .unwrap();
+        assert_eq!(stack, ["spin (a.py:11)"]);
+    }
+
+    #[test]
+    fn what_is_not_a_code_object_is_not_shown() {
+        let (mut heap, tstate, code) = one_frame("spin");
+        let ob_type = heap.field("object.ob_type");
+        heap.put(code + ob_type, STR_TYPE, 8);
+        let mut reader = reader(&heap.layout);
+        assert_eq!(
+            reader
+                .read_stack(&memory(&heap), RemoteAddr(tstate))
+                .unwrap(),
+            Vec::<String>::new()
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! Python stacks in slice `args`: the sampler reports each stack it reads with the thread, the
+//! sample's time and the state it was read in; the writer keeps them until the thread's slice that
+//! covers that time is written, and puts them in its `args`.
+//!
+//! A `take_gil` slice carries the stack where the thread asked for the GIL (`stack`, innermost
+//! first). A `hold_gil` slice carries the stack seen when the hold began; when the holder's innermost
+//! frame changed during the hold, `stack_changed` is true and `stacks` lists each stack seen with the
+//! number of samples it was seen at (most first).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::infer::intervals::{GilState, Interval};
+
+/// A stack as read: `function (file:line)` lines, innermost first.
+pub type Frames = Arc<Vec<String>>;
+
+/// One stack reading: at a sample, in a state, seen over `samples` samples.
+#[derive(Clone, Debug)]
+struct Seen {
+    t_ns: u64,
+    state: GilState,
+    frames: Frames,
+    samples: u64,
+}
+
+/// Stacks not yet placed in a slice, per thread, oldest first.
+#[derive(Default)]
+pub struct PendingStacks {
+    by_tid: BTreeMap<u32, Vec<Seen>>,
+}
+
+/// Stacks kept per thread while its slice is open: a hold that keeps changing stacks is summed,
+/// not stored sample by sample.
+const MAX_PENDING_PER_THREAD: usize = 64;
+
+impl PendingStacks {
+    /// A stack read at `t_ns` in `state`, standing for `samples` samples.
+    pub fn note(&mut self, tid: u32, t_ns: u64, state: GilState, frames: Frames, samples: u64) {
+        let pending = self.by_tid.entry(tid).or_default();
+        if let Some(same) = pending
+            .iter_mut()
+            .rev()
+            .take_while(|s| s.state == state)
+            .find(|s| s.frames == frames)
+        {
+            same.samples += samples;
+            return;
+        }
+        if pending.len() >= MAX_PENDING_PER_THREAD {
+            pending.remove(0);
+        }
+        pending.push(Seen {
+            t_ns,
+            state,
+            frames,
+            samples,
+        });
+    }
+
+    /// The `args` for `interval`, from the stacks read inside it; drops those it has passed.
+    pub fn args_for(&mut self, interval: &Interval) -> Option<Value> {
+        let pending = self.by_tid.get_mut(&interval.tid)?;
+        let upto = pending.partition_point(|s| s.t_ns <= interval.end_ns);
+        let mut inside: Vec<Seen> = pending
+            .drain(..upto)
+            .filter(|s| s.state == interval.state && s.t_ns >= interval.start_ns)
+            .collect();
+        if pending.is_empty() {
+            self.by_tid.remove(&interval.tid);
+        }
+        let first = inside.first()?.frames.clone();
+        if inside.len() == 1 || interval.state != GilState::Hold {
+            return Some(json!({ "stack": *first }));
+        }
+        // The same stack may have been seen apart (A, B, A): sum by stack.
+        let mut merged: Vec<Seen> = Vec::new();
+        for seen in inside.drain(..) {
+            match merged.iter_mut().find(|m| m.frames == seen.frames) {
+                Some(m) => m.samples += seen.samples,
+                None => merged.push(seen),
+            }
+        }
+        if merged.len() == 1 {
+            return Some(json!({ "stack": *first }));
+        }
+        merged.sort_by_key(|s| std::cmp::Reverse(s.samples));
+        let stacks: Vec<Value> = merged
+            .iter()
+            .map(|s| json!({ "samples": s.samples, "stack": *s.frames }))
+            .collect();
+        Some(json!({ "stack": *first, "stack_changed": true, "stacks": stacks }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(lines: &[&str]) -> Frames {
+        Arc::new(lines.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn interval(state: GilState, start_ns: u64, end_ns: u64) -> Interval {
+        Interval {
+            tid: 7,
+            state,
+            start_ns,
+            end_ns,
+        }
+    }
+
+    #[test]
+    fn a_wait_carries_the_stack_read_inside_it() {
+        let mut pending = PendingStacks::default();
+        pending.note(7, 150, GilState::Take, frames(&["wait (a.py:3)"]), 1);
+        pending.note(7, 450, GilState::Take, frames(&["later (a.py:9)"]), 1);
+        let args = pending
+            .args_for(&interval(GilState::Take, 100, 200))
+            .unwrap();
+        assert_eq!(args, json!({"stack": ["wait (a.py:3)"]}));
+        // The later one stays for its own slice; a slice with none inside gets no args.
+        assert!(
+            pending
+                .args_for(&interval(GilState::Take, 300, 400))
+                .is_none()
+        );
+        assert!(
+            pending
+                .args_for(&interval(GilState::Take, 400, 500))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_hold_whose_stack_changed_lists_each_with_its_samples() {
+        let mut pending = PendingStacks::default();
+        let (a, b) = (frames(&["f (a.py:1)"]), frames(&["g (a.py:2)"]));
+        pending.note(7, 100, GilState::Hold, a.clone(), 1);
+        pending.note(7, 110, GilState::Hold, a.clone(), 3);
+        pending.note(7, 150, GilState::Hold, b.clone(), 5);
+        pending.note(7, 190, GilState::Hold, a.clone(), 1);
+        let args = pending
+            .args_for(&interval(GilState::Hold, 100, 200))
+            .unwrap();
+        assert_eq!(
+            args,
+            json!({
+                "stack": ["f (a.py:1)"],
+                "stack_changed": true,
+                "stacks": [
+                    {"samples": 5, "stack": ["f (a.py:1)"]},
+                    {"samples": 5, "stack": ["g (a.py:2)"]},
+                ],
+            })
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! Python stacks in the slices' args, on every interpreter of the suite: a spinner's `hold_gil`
+//! slices name the function it runs, its `take_gil` slices the function it waits in, and
+//! `--no-stacks` leaves them out.
+
+mod common;
+
+use common::{Trace, Workload, interpreter, run};
+use serde_json::Value;
+
+/// The slices named `name` of thread `tid` with their args.
+fn slices<'t>(trace: &'t Trace, tid: u32, name: &str) -> Vec<&'t Value> {
+    trace.value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == name && e["tid"] == tid)
+        .collect()
+}
+
+/// The innermost frame of a slice's stack, where it has one.
+fn innermost(slice: &Value) -> Option<&str> {
+    slice["args"]["stack"][0].as_str()
+}
+
+fn record_contention(label: &str, extra: &[&str]) -> (Workload, Trace) {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, &["contention", "--threads", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pid = workload.pid.to_string();
+    let mut args = vec!["--pid", &pid, "--duration", "0.5"];
+    args.extend(extra);
+    let (status, stderr) = run(&args, dir.path());
+    assert!(status.success(), "{label}: {stderr}");
+    let trace = Trace::load_single(dir.path());
+    (workload, trace)
+}
+
+fn spinners_hold_and_wait_in_spin(label: &str) {
+    let (workload, trace) = record_contention(label, &[]);
+    // `spin` is the function each spinner runs (fixtures/workloads/gil_workload.py), at one of its
+    // lines; the frames below it are threading's.
+    let in_spin = |frame: &str| {
+        frame.starts_with("spin (")
+            && frame.contains("gil_workload.py:")
+            && frame.ends_with(|c: char| c.is_ascii_digit() || c == ')')
+    };
+    for tid in workload.tids_named("spinner-") {
+        for name in ["hold_gil", "take_gil"] {
+            let all = slices(&trace, tid, name);
+            let with_stack: Vec<&&Value> = all.iter().filter(|s| innermost(s).is_some()).collect();
+            assert!(
+                !with_stack.is_empty(),
+                "{label}: no {name} slice of {tid} has a stack (of {})",
+                all.len()
+            );
+            for slice in &with_stack {
+                // Innermost first: `spin`, or `Event.is_set` (the loop's condition, where the
+                // interpreter also lets the GIL go) called from `spin`.
+                let stack: Vec<&str> = slice["args"]["stack"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| f.as_str().unwrap())
+                    .collect();
+                let spin_at = stack.iter().position(|f| in_spin(f));
+                let called_from_spin = match spin_at {
+                    Some(0) => true,
+                    Some(1) => stack[0].contains("is_set (") && stack[0].contains("threading.py:"),
+                    _ => false,
+                };
+                assert!(called_from_spin, "{label}: {name} of {tid}: {stack:?}");
+                assert!(
+                    stack.last().unwrap().contains("_bootstrap (")
+                        && stack.last().unwrap().contains("threading.py:"),
+                    "{label}: {name} stack does not end in threading's bootstrap: {stack:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(trace.other("stacks").as_str(), Some("read"), "{label}");
+    assert!(trace.other("stacks_read").as_u64().unwrap() > 0, "{label}");
+}
+
+/// A hold that moved from one function to another says so, with each stack and its samples.
+fn a_hold_that_moved_lists_its_stacks(label: &str) {
+    let python = common::interpreter_running(label, "stack_workload.py");
+    let workload = Workload::start(&python, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let pid = workload.pid.to_string();
+    let (status, stderr) = run(&["--pid", &pid, "--duration", "0.5"], dir.path());
+    assert!(status.success(), "{label}: {stderr}");
+    let trace = Trace::load_single(dir.path());
+    let holds = slices(&trace, workload.tid("phases"), "hold_gil");
+    let moved = holds
+        .iter()
+        .find(|s| s["args"]["stack_changed"] == true)
+        .unwrap_or_else(|| panic!("{label}: no hold_gil slice says its stack changed: {holds:?}"));
+    let stacks = moved["args"]["stacks"].as_array().unwrap();
+    let seen_in = |function: &str| {
+        stacks.iter().any(|s| {
+            s["samples"].as_u64().unwrap() > 0
+                && s["stack"][0]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{function} ("))
+        })
+    };
+    assert!(
+        seen_in("in_phase_a") && seen_in("in_phase_b"),
+        "{label}: {stacks:?}"
+    );
+}
+
+macro_rules! stack_tests {
+    ($($module:ident => $label:expr),* $(,)?) => {
+        $(
+            mod $module {
+                #[test]
+                fn spinners_hold_and_wait_in_spin() { super::spinners_hold_and_wait_in_spin($label) }
+                #[test]
+                fn a_hold_that_moved_lists_its_stacks() { super::a_hold_that_moved_lists_its_stacks($label) }
+            }
+        )*
+    };
+}
+
+stack_tests!(
+    py37 => "3.7",
+    py38 => "3.8",
+    py39 => "3.9",
+    py310 => "3.10",
+    py311 => "3.11",
+    py312 => "3.12",
+    py313 => "3.13",
+    debian311 => "debian-3.11",
+    sid313 => "sid-3.13",
+    sid314 => "sid-3.14",
+    sid315 => "sid-3.15",
+    sid313d => "sid-3.13d",
+    sid314d => "sid-3.14d",
+    sid315d => "sid-3.15d",
+);
+
+#[test]
+fn no_stacks_leaves_them_out() {
+    let (_workload, trace) = record_contention("3.12", &["--no-stacks"]);
+    let with_args = trace.value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e.get("args").is_some())
+        .count();
+    assert_eq!(with_args, 0);
+    assert_eq!(
+        trace.other("stacks").as_str(),
+        Some("not read: --no-stacks")
+    );
+    assert_eq!(trace.other("stacks_read").as_u64(), Some(0));
+}

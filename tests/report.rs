@@ -326,3 +326,28 @@ fn hand_offs_are_arrows_from_the_thread_that_let_go_to_the_one_that_took() {
             .any(|e| e["name"] == "GIL hand-off")
     );
 }
+
+#[test]
+fn a_waits_top_entry_names_the_holder_and_its_function() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["blocker", "--threads", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = record_for(workload.pid, dir.path(), "1", &[]);
+    let (doc, _) = report_json(&[dir.path()]);
+    let spinner = thread(&doc["processes"][0], workload.tid("spinner-0"));
+    assert_eq!(spinner["name"], "spinner-0", "{spinner}");
+    // The blocker keeps the GIL 20 ms of every 22: it is whom the spinner waits for most, in the
+    // function it keeps it in.
+    let top = &spinner["waited_for"][0];
+    assert_eq!(top["name"], "blocker", "{spinner}");
+    let function = top["functions"][0]["function"].as_str().unwrap();
+    assert!(
+        function.starts_with("keep_gil_in_usleep (gil_workload.py:"),
+        "{function}"
+    );
+    assert!(
+        stderr.contains("for blocker")
+            && stderr.contains("in keep_gil_in_usleep (gil_workload.py:"),
+        "{stderr}"
+    );
+}

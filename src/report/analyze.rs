@@ -159,6 +159,49 @@ fn union_ns(slices: &[Slice], kind: SliceKind) -> i128 {
     total + current.map_or(0, |(s, e)| e - s)
 }
 
+/// A function's identity in a frame's text `function (file:line)`: the text without the line, so
+/// that time in one function adds up whatever line it was at.
+fn function_key(frame: &str) -> &str {
+    match frame.rfind(':') {
+        Some(colon)
+            if frame.ends_with(')')
+                && frame[colon + 1..frame.len() - 1]
+                    .bytes()
+                    .all(|b| b.is_ascii_digit()) =>
+        {
+            &frame[..colon]
+        }
+        _ => frame,
+    }
+}
+
+/// Time per function, largest first, each shown at the line where it spent the most.
+fn by_function(map: &BTreeMap<String, i128>) -> Vec<Seconds<String>> {
+    let mut functions: BTreeMap<&str, (i128, &str, i128)> = BTreeMap::new();
+    for (frame, &ns) in map {
+        let entry = functions
+            .entry(function_key(frame))
+            .or_insert((0, frame, 0));
+        entry.0 += ns;
+        if ns > entry.2 {
+            entry.1 = frame;
+            entry.2 = ns;
+        }
+    }
+    let mut out: Vec<Seconds<String>> = functions
+        .into_values()
+        .map(|(ns, frame, _)| Seconds {
+            function: frame.to_string(),
+            s: seconds(ns),
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.s.total_cmp(&a.s)
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    out
+}
+
 fn sorted_by_seconds<K: Ord + Clone>(map: &BTreeMap<K, i128>) -> Vec<(K, f64)> {
     let mut v: Vec<(K, f64)> = map
         .iter()
@@ -271,10 +314,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
                             process.thread_name(holder)
                         },
                         s,
-                        functions: sorted_by_seconds(&acc.waited_for[&holder].1)
-                            .into_iter()
-                            .map(|(function, s)| Seconds { function, s })
-                            .collect(),
+                        functions: by_function(&acc.waited_for[&holder].1),
                     })
                     .collect()
             };
@@ -288,10 +328,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
                 waits: durations(acc.waits),
                 holds: durations(acc.holds),
                 waited_for,
-                hold_functions: sorted_by_seconds(&acc.hold_functions)
-                    .into_iter()
-                    .map(|(function, s)| Seconds { function, s })
-                    .collect(),
+                hold_functions: by_function(&acc.hold_functions),
                 held_while_blocked: {
                     let mut v: Vec<Blocked> = acc
                         .blocked
@@ -381,6 +418,30 @@ mod tests {
             "held 0-50 and 60-100 of 100 ms"
         );
         assert!((answer.mean_waiters - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn time_in_one_function_adds_up_across_its_lines() {
+        let map: BTreeMap<String, i128> = [
+            ("spin (w.py:49)".to_string(), 40),
+            ("spin (w.py:50)".to_string(), 60),
+            ("main (w.py:9)".to_string(), 70),
+            ("<native>".to_string(), 1),
+        ]
+        .into_iter()
+        .collect();
+        let functions: Vec<(String, i128)> = by_function(&map)
+            .into_iter()
+            .map(|f| (f.function, (f.s * 1e9).round() as i128))
+            .collect();
+        assert_eq!(
+            functions,
+            vec![
+                ("spin (w.py:50)".to_string(), 100),
+                ("main (w.py:9)".to_string(), 70),
+                ("<native>".to_string(), 1)
+            ]
+        );
     }
 
     #[test]

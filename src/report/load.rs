@@ -242,7 +242,14 @@ fn slice_label(kind: SliceKind, args: &Map<String, Value>) -> Option<String> {
 /// `function (file:line)` of one frame, from an object or a string.
 pub fn frame_text(frame: &Value) -> Option<String> {
     match frame {
-        Value::String(s) => Some(s.clone()),
+        // gilsample's own `function (path:line)`: shown with the file's name, not its path.
+        Value::String(s) => Some(match s.rsplit_once(" (") {
+            Some((function, place)) if place.ends_with(')') => {
+                let place = place.rsplit('/').next().unwrap_or(place);
+                format!("{function} ({place}")
+            }
+            _ => s.clone(),
+        }),
         Value::Object(f) => {
             let function = f.get("function")?.as_str()?;
             let file = f
@@ -334,6 +341,10 @@ mod tests {
             Some("parse (pipe.py:41)".into())
         );
         assert_eq!(frame_text(&json!("f (x.py:1)")), Some("f (x.py:1)".into()));
+        assert_eq!(
+            frame_text(&json!("f (/srv/app/x.py:1)")),
+            Some("f (x.py:1)".into())
+        );
         assert_eq!(frame_text(&json!(3)), None);
     }
 

@@ -23,6 +23,7 @@ use crate::launch::{Launch, Launched, Stopped, exe_of, wait_for_interpreter};
 use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_rank, thread_group_of};
 use crate::python::attach::{LayoutChoice, Target, locate};
+use crate::report::analyze::{ProcessAnswer, analyze};
 use crate::sample::affinity::{check_usable, pin_own_threads};
 use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::priority::Priority;
@@ -75,6 +76,9 @@ pub struct TargetReport {
     pub layout_source: String,
     pub sampler: SamplerReport,
     pub totals: Totals,
+    /// What `gilsample report` says of the trace (also in its `otherData.statistics`); `None` when
+    /// the finished file could not be read back.
+    pub answer: Option<ProcessAnswer>,
 }
 
 pub struct RecordReport {
@@ -711,7 +715,21 @@ fn record_one(
     );
     let mut other = metadata(target, rank, &report, opts, offset_ns, &cmdline);
     other.insert("host".into(), json!(host));
-    let path = writer.finish(&process_name, &threads, other, opts.force)?;
+    // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
+    let mut answer = None;
+    let path = writer.finish(&process_name, &threads, other, opts.force, &mut |partial| {
+        let processes = crate::report::load::load(partial).ok()?;
+        let found = processes
+            .iter()
+            .find(|p| p.pid == target.pid)
+            .map(analyze)?;
+        let value = serde_json::to_value(&found).ok()?;
+        answer = Some(found);
+        Some(("statistics".to_string(), value))
+    })?;
+    if let Some(answer) = answer.as_mut() {
+        answer.file = path.display().to_string();
+    }
     Ok(TargetReport {
         pid: target.pid,
         rank,
@@ -720,6 +738,7 @@ fn record_one(
         layout_source: target.layout_source.to_string(),
         sampler: report,
         totals,
+        answer,
     })
 }
 

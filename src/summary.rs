@@ -7,21 +7,13 @@ use std::fmt::Write;
 
 use crate::infer::intervals::GilState;
 use crate::record::{RecordReport, TargetReport};
-use crate::report::analyze::{ProcessAnswer, analyze};
-use crate::report::{load, text};
+use crate::report::analyze::ProcessAnswer;
+use crate::report::text;
 use crate::sample::sampler::EndReason;
 
-/// The answer for each recorded target, from its trace file; a file that cannot be read back
-/// (removed meanwhile) has none.
+/// The answer for each recorded target, as its trace's analysis gave it when the file was finished.
 pub fn answers(report: &RecordReport) -> Vec<Option<ProcessAnswer>> {
-    report
-        .targets
-        .iter()
-        .map(|t| {
-            let processes = load::load(&t.path).ok()?;
-            processes.iter().find(|p| p.pid == t.pid).map(analyze)
-        })
-        .collect()
+    report.targets.iter().map(|t| t.answer.clone()).collect()
 }
 
 fn end_in_words(end: &EndReason) -> String {

@@ -119,6 +119,19 @@ fn the_summary_answers_first_and_keeps_the_internals_for_verbose() {
     let dir = tempfile::tempdir().unwrap();
     let plain = record_for(workload.pid, dir.path(), "0.5", &[]);
     assert!(plain.contains("the GIL was held"), "{plain}");
+    // The same statistics are in the trace's own metadata, as report computes them from it.
+    let trace = Trace::load_single(dir.path());
+    let statistics = trace.other("statistics");
+    let (doc, _) = report_json(&[dir.path()]);
+    let mut from_report = doc["processes"][0].clone();
+    from_report["file"] = statistics["file"].clone();
+    assert_eq!(statistics, &from_report);
+    let spinner = thread(statistics, workload.tid("spinner-0"));
+    assert!(spinner["waits"]["count"].as_u64().unwrap() > 0, "{spinner}");
+    assert!(
+        spinner["holds"]["p99_ms"].as_f64().unwrap() > 0.0,
+        "{spinner}"
+    );
     assert!(plain.contains(" waited "), "{plain}");
     assert!(
         !plain.contains("samples,"),

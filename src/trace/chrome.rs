@@ -9,7 +9,7 @@
 //! clock and `trace_to_monotonic_offset_ns` (monotonic_ns = ts_us * 1000 + offset).
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
@@ -215,13 +215,17 @@ impl ChromeWriter {
         self.put(&text)
     }
 
-    /// Appends process/thread names and `otherData`, syncs, and renames into place.
+    /// Appends process/thread names and `otherData`, syncs, and renames into place. Before the
+    /// rename, `amend` may read the complete file (still at its temporary name) and return a key
+    /// to add to `otherData` (what the analysis of the file says): the file's end is then written
+    /// again with it.
     pub fn finish(
         mut self,
         process_name: &str,
         threads: &[(u32, String)],
-        other: Map<String, Value>,
+        mut other: Map<String, Value>,
         force: bool,
+        amend: &mut dyn FnMut(&Path) -> Option<(String, Value)>,
     ) -> Result<PathBuf> {
         let pid = self.pid;
         self.write_value(
@@ -232,7 +236,22 @@ impl ChromeWriter {
             self.write_value(&json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}))?;
             self.write_value(&json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": index}}))?;
         }
-        end_trace(&mut self.out, &Value::Object(other)).map_err(|e| self.output_error(e))?;
+        self.out.flush().map_err(|e| self.output_error(e))?;
+        let tail_at = self
+            .out
+            .get_mut()
+            .stream_position()
+            .map_err(|e| self.output_error(e))?;
+        end_trace(&mut self.out, &Value::Object(other.clone()))
+            .map_err(|e| self.output_error(e))?;
+        if let Some((key, value)) = amend(&self.partial) {
+            other.insert(key, value);
+            let file = self.out.get_mut();
+            file.set_len(tail_at)
+                .and_then(|()| file.seek(SeekFrom::Start(tail_at)).map(drop))
+                .map_err(|e| self.output_error(e))?;
+            end_trace(&mut self.out, &Value::Object(other)).map_err(|e| self.output_error(e))?;
+        }
         publish(&self.partial, &self.final_path, force)?;
         Ok(self.final_path)
     }
@@ -288,8 +307,22 @@ mod tests {
         })
         .unwrap();
         w.write_waiters(11_000, 1).unwrap();
+        // The amendment reads the complete file and adds a key to its metadata.
+        let mut read_back = 0;
         let done = w
-            .finish("python", &[(2, "worker".into())], Map::new(), false)
+            .finish(
+                "python",
+                &[(2, "worker".into())],
+                Map::new(),
+                false,
+                &mut |p| {
+                    let text = std::fs::read_to_string(p).ok()?;
+                    read_back = serde_json::from_str::<Value>(&text).ok()?["traceEvents"]
+                        .as_array()?
+                        .len();
+                    Some(("amended".into(), serde_json::json!(true)))
+                },
+            )
             .unwrap();
         assert!(!partial.exists());
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&done).unwrap()).unwrap();
@@ -300,6 +333,8 @@ mod tests {
         assert_eq!(hold["dur"], serde_json::json!(3));
         assert!(events.iter().all(|e| e["name"] != "released"));
         assert_eq!(v["displayTimeUnit"], "ns");
+        assert_eq!(v["otherData"]["amended"], true);
+        assert_eq!(read_back, events.len(), "the amendment saw every event");
         assert!(
             ChromeWriter::create(&path, false, 1, 0).is_err(),
             "an existing trace is not overwritten"

@@ -103,7 +103,9 @@ fn record_across_a_rename(workload: &mut Named, args: &[&str]) -> (tempfile::Tem
 
 fn names_in_trace_and_summary(label: &str, layout_source: Option<&str>) {
     let mut workload = Named::start(label);
-    let mut args = vec!["--rate", "1khz"];
+    // --verbose: the summary's per-thread table names every thread (its answer-first part only
+    // the threads that waited).
+    let mut args = vec!["--rate", "1khz", "--verbose"];
     if let Some(source) = layout_source {
         args.extend(["--layout-source", source]);
     }

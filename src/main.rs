@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use serde_json::json;
 
-use gilsample::cli::{Cli, Command, LayoutArgs, MergeArgs, RecordArgs};
+use gilsample::cli::{COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs};
 use gilsample::control::Control;
 use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
@@ -24,6 +24,7 @@ use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, Targets, Update, record};
+use gilsample::sample::priority::{Priority, realtime_allowed, realtime_refused_warning};
 use gilsample::summary::format_summary;
 use gilsample::symbols::elf::{self, ElfImage};
 use gilsample::trace::chrome::micros;
@@ -50,6 +51,7 @@ fn main() -> ExitCode {
             })
         }
         Some(Command::Merge(args)) => run_merge(&args).map(|()| exit::OK),
+        Some(Command::Record(args)) => record_command(args),
         None => record_command(cli.record),
     };
     match result {
@@ -161,7 +163,7 @@ fn run_record(
         subprocesses: args.subprocesses,
         merge: args.merge,
         rate_hz: args.rate.0,
-        duration: args.duration.and_then(|d| d.0).map(Duration::from_secs_f64),
+        duration: args.duration.and_then(|d| d.0),
         output,
         force: args.force,
         layout: args.layout_source,
@@ -171,6 +173,12 @@ fn run_record(
         idle_backoff: !args.no_idle_backoff,
         waiter_counts: !args.no_waiter_counts,
     };
+    if opts.priority == Priority::Realtime && !args.quiet && !realtime_allowed() {
+        eprintln!(
+            "gilsample: {}",
+            realtime_refused_warning(opts.cpus.is_some())
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());
     if let Some(mut reader) = reader {
@@ -236,7 +244,7 @@ fn run_record(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let report = report?;
+    let report = report.map_err(|e| with_common_commands(e, &opts.targets))?;
     if let Some(control) = control {
         for (pid, error) in &report.failures {
             control.send(&json!({
@@ -251,12 +259,15 @@ fn run_record(
             }
             _ => "no Python process was found to record".into(),
         };
-        return Err(Error::NothingFound(format!(
-            "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
-        )));
+        return Err(with_common_commands(
+            Error::NothingFound(format!(
+                "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
+            )),
+            &opts.targets,
+        ));
     }
     if !args.quiet {
-        eprint!("{}", format_summary(&report));
+        eprint!("{}", format_summary(&report, opts.rate_hz));
     } else {
         // Quiet drops the summary, never an error.
         for (pid, error) in &report.failures {
@@ -282,6 +293,17 @@ fn run_record(
         }));
     }
     Ok(code)
+}
+
+/// A search for accelerator users that found none also shows the commands a new user needs most:
+/// a bare `gilsample` is often the first thing run.
+fn with_common_commands(error: Error, targets: &Targets) -> Error {
+    match (error, targets) {
+        (Error::NothingFound(what), Targets::Devices(_)) => {
+            Error::NothingFound(format!("{what}\n\n{COMMON_COMMANDS}"))
+        }
+        (error, _) => error,
+    }
 }
 
 /// The line a driving program gets for an update (progress ticks are not sent).

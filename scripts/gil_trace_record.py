@@ -5,15 +5,16 @@ Command line, as before:
 
     python gil_trace_record.py [--pid 123,456] [--duration 10]
 
---pid: comma-separated PIDs (default: every Python process running on an NPU); --duration: seconds
-(default -1: until Ctrl+C or SIGTERM). Files are GIL_<pid>_rank_<rank>.json in $GILSAMPLE_DIR, else
+--pid: comma-separated PIDs (default: every Python process running on an NPU); --duration: seconds,
+or with a unit (10s, 500ms, 2m) (default -1: until Ctrl+C or SIGTERM). Files are GIL_<pid>_rank_<rank>.json in $GILSAMPLE_DIR, else
 ./gil_traces.
 
 Python API, as before:
 
     from gil_trace_record import gil_trace_record_start, gil_trace_record_stop
 
-Needs the gilsample package (`pip install gilsample`); its binary is run by absolute path.
+Needs the gilsample package (`pip install gilsample-<version>-<platform>.whl`, from
+scripts/build-wheels.sh); its binary is run by absolute path.
 """
 
 import argparse
@@ -30,13 +31,14 @@ def main(argv=None):
         description="Record when each Python thread waits for, holds and drops the GIL (gilsample)."
     )
     parser.add_argument("--pid", help="comma-separated PIDs; default: every Python process on an NPU")
-    parser.add_argument("--duration", type=float, default=-1,
-                        help="seconds to record; -1 (default) records until Ctrl+C or SIGTERM")
+    parser.add_argument("--duration", default="-1",
+                        help="how long to record: seconds (10) or with a unit (10s, 500ms, 2m); "
+                             "-1 (default) records until Ctrl+C or SIGTERM")
     args = parser.parse_args(argv)
     command = [binary_path()]
     command += ["--pid", args.pid] if args.pid else ["--all-npu"]
-    if args.duration >= 0:
-        command += ["--duration", repr(args.duration)]
+    # Passed on as written: the binary checks it and says which forms it accepts.
+    command += ["--duration", args.duration]
     # The binary takes over this process: Ctrl+C and SIGTERM reach it directly and end the recording
     # cleanly, and its exit status is this command's.
     os.execv(command[0], command)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The Python package's tests: builds the wheel (the gilsample binary inside, as `pip install` ships
-# it), installs it into a fresh venv of every pyenv interpreter 3.7-3.13, and runs tests/python there.
+# The Python package's tests, on the x86_64 wheel users install (scripts/build-wheels.sh: manylinux2014,
+# the release binary inside; rebuilt incrementally, so a wheel CI already built is reused as is): it is
+# installed with `pip install --no-index` into a fresh venv of every pyenv interpreter 3.7-3.13, must give
+# a working `gilsample --version` and `import gilsample` there, and then runs tests/python.
 # A missing interpreter fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,11 +11,9 @@ if ! command -v strace >/dev/null; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends strace
 fi
-# As a module: a freshly pip-installed command is not on PATH under pyenv until its shims are rehashed.
-python3 -m maturin --version >/dev/null 2>&1 || python3 -m pip install --quiet "maturin==1.16.0"
-rm -rf target/wheels
-python3 -m maturin build --profile dev --locked --out target/wheels
-wheel=$(ls target/wheels/gilsample-*.whl)
+scripts/build-wheels.sh x86_64
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+wheel=$(ls target/wheels/gilsample-"$version"-*manylinux_2_17_x86_64.whl)
 status=0
 for minor in 3.7 3.8 3.9 3.10 3.11 3.12 3.13; do
     python=$(ls -d "$root"/versions/"$minor".*/bin/python 2>/dev/null | sort -V | tail -n 1 || true)
@@ -26,6 +26,16 @@ for minor in 3.7 3.8 3.9 3.10 3.11 3.12 3.13; do
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv"/bin/pip install --quiet --no-index "$wheel"
+    said=$("$venv"/bin/gilsample --version) || said="(failed)"
+    if [ "$said" != "gilsample $version" ]; then
+        echo "test-python: under $minor, the wheel's gilsample --version said '$said', not 'gilsample $version'" >&2
+        status=1
+    fi
+    # From outside the checkout, so that it is the installed package that is imported.
+    if ! (cd target && "../$venv/bin/python" -c "import gilsample, os; assert os.path.isabs(gilsample.binary_path())"); then
+        echo "test-python: under $minor, import gilsample from the wheel failed" >&2
+        status=1
+    fi
     echo "== Python package tests under $("$venv"/bin/python -V)"
     # From outside the checkout, so `import gilsample` is the installed wheel, not python/.
     (cd target && "../$venv/bin/python" -m unittest discover -s ../tests/python -v) || status=1

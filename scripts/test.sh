@@ -4,8 +4,9 @@
 #   - Debian's /usr/bin/python3.11;
 #   - the Debian sid root with python3.13-3.15 and their -dbg packages (scripts/make-sid-root.sh);
 #   - Debian's arm64 builds, unpacked, for the aarch64 layout check (scripts/fetch-arm64-builds.sh).
-# Then the Python package from its wheel under every pyenv interpreter (scripts/test-python.sh), and the
-# traces in the Perfetto UI in headless Chromium (scripts/test-viewer.sh).
+# Then the manylinux2014 wheels (scripts/check-wheels.sh: built by scripts/build-wheels.sh, incrementally),
+# the Python package from the x86_64 wheel under every pyenv interpreter (scripts/test-python.sh), and
+# the traces in the Perfetto UI in headless Chromium (scripts/test-viewer.sh).
 # Needs root (chroot, mount, ptrace access to the test processes). A missing interpreter fails the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,5 +17,6 @@ fi
 scripts/make-sid-root.sh
 scripts/fetch-arm64-builds.sh
 cargo test --locked "$@"
+scripts/check-wheels.sh
 scripts/test-python.sh
 scripts/test-viewer.sh

@@ -1,6 +1,7 @@
 //! The command line: arguments, their parsing and validation. Nothing here samples or prints.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -28,28 +29,65 @@ chrome://tracing or MindStudio Insight. The target is never stopped or written t
 Needs ptrace-read access to the target: root, CAP_SYS_PTRACE, or the same user with \
 kernel.yama.ptrace_scope=0. No BPF privileges.";
 
-const EXAMPLES: &str = "Examples:
-  gilsample --pid 12345 --rate 10khz            record until Ctrl+C, SIGTERM or the target exits
-  gilsample --pid 12345,678 --duration 10 -o traces/
-  gilsample -- python3 train.py --epochs 1      launch and record from the first instruction
-  gilsample --pid 12345 --cpus 3                keep the sampler on CPU 3, off the target's cores
+/// Literals (macros, so that `concat!` can join them) for the help's examples and footer.
+macro_rules! examples {
+    () => {
+        "Examples:
+  gilsample record --pid 12345                  record until Ctrl+C, SIGTERM or the target exits
+  gilsample record --pid 12345,678 --duration 30s -o traces/
+  gilsample record -- python3 train.py          launch a command and record it from its start
+  gilsample record --subprocesses -- torchrun --nproc-per-node 8 train.py
+  gilsample record --pid 12345 --cpus 3         keep the sampler on CPU 3, off the target's cores
+  gilsample                                     every Python process with an Ascend NPU open
   gilsample info --pid 12345                    what gilsample sees in a process (for support requests)
   gilsample merge gil_traces/GIL_*.json prof.pt.trace.json -o merged.json   next to the profiler's trace
 
-From Python: `import gilsample; with gilsample.start(): ...` (pip install gilsample).";
+`gilsample --pid ...` without `record` is the same command, as in the reference tool."
+    };
+}
+
+/// How to install and where the documentation is.
+macro_rules! footer {
+    () => {
+        "Install: in gilsample's source, scripts/build-wheels.sh builds wheels into target/wheels/; \
+`pip install gilsample-<version>-py3-none-manylinux2014_<arch>.manylinux_2_17_<arch>.whl` installs this \
+command and the Python package (`import gilsample; with gilsample.start(): ...`). \
+Or `cargo install --path .` in the source. \
+Documentation (reading the trace, accuracy, what it costs): README.md in the source."
+    };
+}
+
+const EXAMPLES_AND_FOOTER: &str = concat!(examples!(), "\n\n", footer!());
+
+/// The commands a new user needs most, shown when a bare `gilsample` finds nothing to record.
+pub const COMMON_COMMANDS: &str = "The most common commands:
+  gilsample record --pid 12345                  record a running process until Ctrl+C
+  gilsample record -- python3 train.py          launch a command and record it from its start
+  gilsample record --all-gpu --duration 2m      every Python process with an NVIDIA GPU open, for 2 minutes
+(gilsample --help for the rest)";
+
+const HELP_TARGETS: &str = "What to record";
+const HELP_OUTPUT: &str = "Where to write";
+const HELP_SAMPLING: &str = "Sampling";
+const HELP_ADVANCED: &str = "Advanced";
 
 #[derive(Parser, Debug)]
-#[command(name = "gilsample", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+#[command(name = "gilsample", version, about = ABOUT, long_about = LONG_ABOUT)]
+#[command(after_help = EXAMPLES_AND_FOOTER)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Without a subcommand: the options of `record`.
     #[command(flatten)]
     pub record: RecordArgs,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Record GIL timelines (the default: `gilsample --pid 12345` is `gilsample record --pid 12345`).
+    #[command(after_help = EXAMPLES_AND_FOOTER)]
+    Record(RecordArgs),
     /// Describe a running Python process: binary, version, layout source, GIL address, threads and their state.
     Info(InfoArgs),
     /// Generate a layout file from a CPython build with DWARF (used by scripts/generate-layouts.sh).
@@ -93,108 +131,153 @@ Examples:
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Process ids to record, comma-separated (e.g. 123,456). Without --pid, --all-gpu or a command,
-    /// every Python process using an Ascend NPU is recorded (--all-npu), as the reference tool does.
-    #[arg(short, long, value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["all_npu", "all_gpu"])]
+    /// Record these processes (ids, comma-separated: 123,456).
+    ///
+    /// For a job that is already running (find its ids with `pgrep -f train.py`). Without --pid,
+    /// --all-npu, --all-gpu or a command, every Python process with an Ascend NPU open is recorded, as
+    /// the reference tool does.
+    #[arg(short, long, value_name = "PID[,PID...]", value_parser = parse_pids, conflicts_with_all = ["all_npu", "all_gpu"], help_heading = HELP_TARGETS)]
     pub pid: Option<PidList>,
 
-    /// Every Python process with an Ascend NPU open (/dev/davinciN), also ones that start later.
-    #[arg(long, conflicts_with = "all_gpu")]
+    /// Record every Python process with an Ascend NPU open (/dev/davinciN), also ones that start
+    /// later.
+    ///
+    /// For an Ascend server: every rank, no pids to look up. The default without a target.
+    #[arg(long, conflicts_with = "all_gpu", help_heading = HELP_TARGETS)]
     pub all_npu: bool,
 
-    /// Every Python process with an NVIDIA GPU open (/dev/nvidiaN), also ones that start later.
-    #[arg(long)]
+    /// Record every Python process with an NVIDIA GPU open (/dev/nvidiaN), also ones that start
+    /// later.
+    ///
+    /// For a GPU server, in place of --all-npu.
+    #[arg(long, help_heading = HELP_TARGETS)]
     pub all_gpu: bool,
 
-    /// Also record every Python descendant of the given or launched processes (torchrun, mpirun,
-    /// multiprocessing workers), including ones started later.
-    #[arg(long)]
+    /// Also record every Python descendant of the given or launched processes, also ones started
+    /// later.
+    ///
+    /// For jobs whose Python work runs in children: torchrun, mpirun, multiprocessing or DataLoader
+    /// workers.
+    #[arg(long, help_heading = HELP_TARGETS)]
     pub subprocesses: bool,
 
-    /// Also write GIL_merged.json: every target on one timeline, one process track each.
-    #[arg(long)]
-    pub merge: bool,
-
-    /// Sampling rate: 10khz, 10kHz, 500hz or a plain number of Hz (1 Hz to 100 kHz).
-    #[arg(short, long, default_value = "10khz", allow_negative_numbers = true, value_parser = parse_rate)]
-    pub rate: Rate,
-
-    /// Seconds to record; -1 (the default) records until Ctrl+C, SIGTERM or the target exits.
-    #[arg(short, long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_duration)]
+    /// How long to record: 10 or 10s, 500ms, 2m, 1h; -1 (the default) records until Ctrl+C, SIGTERM
+    /// or the targets exit.
+    ///
+    /// For unattended runs, and with --all-npu/--all-gpu to wait for processes that have not started
+    /// yet.
+    #[arg(short, long, value_name = "DURATION", allow_negative_numbers = true, value_parser = parse_duration, help_heading = HELP_TARGETS)]
     pub duration: Option<DurationArg>,
 
-    /// Output directory (files are named GIL_<pid>_rank_<rank>.json) or, for one target, a file ending
-    /// in .json. Default: $GILSAMPLE_DIR, else ./gil_traces/.
-    #[arg(short, long, value_name = "DIR|FILE.json")]
+    /// A command to launch (after --) and record from its start until it exits; gilsample then exits
+    /// with its status.
+    ///
+    /// For seeing start-up (imports, model loading) too.
+    #[arg(last = true, value_name = "COMMAND", help_heading = HELP_TARGETS)]
+    pub command: Vec<String>,
+
+    /// Where traces go: a directory, with one GIL_<pid>_rank_<rank>.json per process, or a file
+    /// ending in .json for a single target.
+    ///
+    /// Default: $GILSAMPLE_DIR, else ./gil_traces/. Give a directory per run to keep runs apart.
+    #[arg(short, long, value_name = "DIR|FILE.json", help_heading = HELP_OUTPUT)]
     pub output: Option<PathBuf>,
 
-    /// Overwrite existing trace files.
-    #[arg(long)]
+    /// Overwrite trace files that already exist (refused otherwise).
+    ///
+    /// For re-running into the same directory.
+    #[arg(long, help_heading = HELP_OUTPUT)]
     pub force: bool,
 
-    /// No progress bar and no summary.
-    #[arg(short, long, conflicts_with = "verbose")]
+    /// Also write GIL_merged.json: every target on one timeline, one process track each.
+    ///
+    /// For comparing ranks or workers side by side.
+    #[arg(long, help_heading = HELP_OUTPUT)]
+    pub merge: bool,
+
+    /// Clock of the trace's timestamps: wall (epoch µs) or monotonic.
+    ///
+    /// Keep wall to line the trace up with msprof and PyTorch profiler traces (`gilsample merge`);
+    /// monotonic when the system clock may be set during the recording.
+    #[arg(long, value_enum, default_value = "wall", help_heading = HELP_OUTPUT)]
+    pub clock: TraceClock,
+
+    /// Print no progress bar and no summary, only errors.
+    ///
+    /// For scripts and batch jobs.
+    #[arg(short, long, conflicts_with = "verbose", help_heading = HELP_OUTPUT)]
     pub quiet: bool,
 
     /// After the answer, the sampler's own account in the summary: achieved rate, late samples,
     /// hand-offs seen and counted, how each running thread was classified.
-    #[arg(short, long)]
+    ///
+    /// For judging how exact a recording is, or reporting a problem.
+    #[arg(short, long, help_heading = HELP_OUTPUT)]
     pub verbose: bool,
 
-    /// Where struct layouts come from: DWARF of the target's binary or its debug file, the layout files
-    /// shipped in gilsample, or the first that works.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub layout_source: LayoutChoice,
-
-    /// Clock of trace timestamps: wall (epoch µs, lines up with msprof/Kineto traces) or monotonic.
-    #[arg(long, value_enum, default_value = "wall")]
-    pub clock: TraceClock,
+    /// Samples per second: 10khz, 20khz, 500hz or a plain number of Hz (1 Hz to 100 kHz).
+    ///
+    /// Raise it when the GIL changes hands within a few periods; lower it to spend less CPU on long
+    /// recordings. The summary says which rate was reached.
+    #[arg(short, long, default_value = "10khz", allow_negative_numbers = true, value_parser = parse_rate, help_heading = HELP_SAMPLING)]
+    pub rate: Rate,
 
     /// Scheduling of the sampler thread: realtime (SCHED_FIFO 1, needs root or CAP_SYS_NICE; falls
-    /// back to high, then normal), high (nice -10), or normal. A sampler that waits behind busy target
-    /// threads leaves gaps in the trace.
-    #[arg(long, value_enum, default_value = "realtime")]
+    /// back to high, then normal), high (nice -10), or normal.
+    ///
+    /// Keep realtime: a sampler that waits behind busy target threads leaves gaps in the trace. Normal
+    /// only where real-time threads are not welcome.
+    #[arg(long, value_enum, default_value = "realtime", help_heading = HELP_SAMPLING)]
     pub priority: Priority,
 
+    /// Run gilsample's threads only on these CPUs, e.g. a housekeeping core (3, or 0,2-3).
+    ///
+    /// For a target that keeps every core busy: the sampler then never takes a core from it, and needs
+    /// no real-time priority to keep its pace. A launched command is not restricted.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus, help_heading = HELP_SAMPLING)]
+    pub cpus: Option<CpuList>,
+
+    /// Where the interpreter's struct layouts come from: the target's _Py_DebugOffsets (3.13+), the
+    /// DWARF of its binary or debug file, the layout files shipped in gilsample, or the first that
+    /// works.
+    ///
+    /// Change it only when `gilsample info` shows that a source gives wrong results.
+    #[arg(long, value_enum, default_value = "auto", help_heading = HELP_ADVANCED)]
+    pub layout_source: LayoutChoice,
+
     /// Read every thread's kernel state at every sample, also threads asleep in the same non-GIL wait
-    /// for 20 ms (normally read every 4th sample: a wake-up into a GIL wait is then seen up to 3
-    /// samples late, for less than half the sampler CPU on a target with many idle threads).
-    #[arg(long, hide_short_help = true)]
+    /// for 20 ms (normally read every 4th sample, so their wake-up into a GIL wait is seen up to 3
+    /// samples late).
+    ///
+    /// For targets with many sleeping threads that wake straight into take_gil; costs sampler CPU.
+    #[arg(long, hide_short_help = true, help_heading = HELP_ADVANCED)]
     pub no_idle_backoff: bool,
 
-    /// Do not draw GIL hand-offs as arrows between threads (Chrome trace flow events): a smaller file
-    /// when the GIL changes hands very often.
-    #[arg(long)]
+    /// Do not draw GIL hand-offs as arrows between threads (Chrome trace flow events).
+    ///
+    /// For a smaller file when the GIL changes hands very often.
+    #[arg(long, hide_short_help = true, help_heading = HELP_OUTPUT)]
     pub no_handoff_arrows: bool,
 
-    /// Do not read glibc's count of threads waiting on the GIL's condition variables. Without it, a
-    /// thread woken inside take_gil that waits for a CPU is told from one running native code only
-    /// by what the kernel says afterwards (measured: `dispatch` 92% vs 87% agreement with it).
-    #[arg(long, hide_short_help = true)]
+    /// Do not read glibc's count of threads waiting on the GIL's condition variables; a thread woken
+    /// inside take_gil that waits for a CPU is then told from one running native code only by what the
+    /// kernel says afterwards.
+    ///
+    /// For comparing, or a C library whose counts read wrong.
+    #[arg(long, hide_short_help = true, help_heading = HELP_ADVANCED)]
     pub no_waiter_counts: bool,
 
     /// Do not read Python stacks: take_gil and hold_gil slices then carry no `stack` in their args.
-    #[arg(long)]
+    ///
+    /// For the lowest sampler cost when the code that holds the GIL is known.
+    #[arg(long, help_heading = HELP_SAMPLING)]
     pub no_stacks: bool,
 
     /// For programs that drive gilsample (the Python API): an inherited socket. gilsample waits for a
     /// byte on it before attaching, reports progress on it as JSON lines, and stops when it reads
     /// another byte or the other end closes.
-    #[arg(long, value_name = "FD", hide_short_help = true)]
+    #[arg(long, value_name = "FD", hide_short_help = true, help_heading = HELP_ADVANCED)]
     pub control_fd: Option<i32>,
-
-    /// Run gilsample's threads only on these CPUs, e.g. a housekeeping core (3, or 0,2-3), so the
-    /// sampler never takes a core from the target. A launched command is not restricted. Without it,
-    /// a real-time sampler moves off whichever CPU the GIL holder runs on; that is enough while the
-    /// target leaves a core mostly idle, but a target that keeps every core busy handing the GIL
-    /// around is preempted on each tick (measured 1.2-1.3x slower at 10 kHz on 2 cores; README
-    /// "What it costs").
-    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
-    pub cpus: Option<CpuList>,
-
-    /// A command to launch and record from its start until it exits (put it after --).
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -267,7 +350,10 @@ pub struct Rate(pub f64);
 
 /// `None` inside means "until stopped" (-1).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DurationArg(pub Option<f64>);
+pub struct DurationArg(pub Option<Duration>);
+
+/// The longest duration accepted: a year. Longer is a typo (or would overflow the deadline).
+const MAX_DURATION: Duration = Duration::from_secs(365 * 86400);
 
 pub fn parse_pids(text: &str) -> Result<PidList, String> {
     let mut pids = Vec::new();
@@ -311,20 +397,39 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     Ok(Rate(hz))
 }
 
+/// A duration as py-spy takes it: `10` (seconds), `10s`, `500ms`, `2m`, `1h`, decimals allowed
+/// (`0.5s`); `-1` means until stopped.
 pub fn parse_duration(text: &str) -> Result<DurationArg, String> {
-    let value: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
-    if value == -1.0 {
+    let trimmed = text.trim();
+    let refuse = |why: &str| {
+        format!(
+            "'{text}' is not a duration: {why}; write e.g. 10, 10s, 500ms, 2m or 1h, or -1 to record until stopped"
+        )
+    };
+    let number_end = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(number_end);
+    let value: f64 = number.parse().map_err(|_| refuse("no number"))?;
+    let seconds_per_unit = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" | "secs" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" | "mins" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(refuse(&format!("unknown unit '{}'", unit.trim()))),
+    };
+    if value == -1.0 && unit.trim().is_empty() {
         return Ok(DurationArg(None));
     }
-    if !value.is_finite() || value <= 0.0 || value > 365.0 * 86400.0 {
-        return Err(format!(
-            "{text} is not a valid duration: give seconds > 0, or -1 to record until stopped"
-        ));
+    let seconds = value * seconds_per_unit;
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(refuse("it must be more than 0"));
     }
-    Ok(DurationArg(Some(value)))
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| *d <= MAX_DURATION)
+        .map(|d| DurationArg(Some(d)))
+        .ok_or_else(|| refuse("it must be at most a year"))
 }
 
 #[cfg(test)]
@@ -348,11 +453,28 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10"), Ok(DurationArg(Some(10.0))));
+    fn durations_take_units() {
+        let secs = |s: f64| Ok(DurationArg(Some(Duration::from_secs_f64(s))));
+        assert_eq!(parse_duration("10"), secs(10.0));
+        assert_eq!(parse_duration("10s"), secs(10.0));
+        assert_eq!(parse_duration("0.5"), secs(0.5));
+        assert_eq!(parse_duration("500ms"), secs(0.5));
+        assert_eq!(parse_duration("2m"), secs(120.0));
+        assert_eq!(parse_duration("1.5min"), secs(90.0));
+        assert_eq!(parse_duration("1h"), secs(3600.0));
+        assert_eq!(parse_duration(" 30S "), secs(30.0));
         assert_eq!(parse_duration("-1"), Ok(DurationArg(None)));
-        for bad in ["0", "-2", "ten", "nan"] {
-            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        assert_eq!(parse_duration("-1.0"), Ok(DurationArg(None)));
+    }
+
+    #[test]
+    fn durations_that_mean_nothing_are_refused_with_the_accepted_forms() {
+        for bad in [
+            "0", "0s", "-2", "-1s", "ten", "nan", "inf", "10x", "s", "", "1e3", "366d", "9000h",
+            "1.2.3",
+        ] {
+            let error = parse_duration(bad).expect_err(bad);
+            assert!(error.contains("10s, 500ms, 2m"), "{bad}: {error}");
         }
     }
 
@@ -362,6 +484,80 @@ mod tests {
         assert!(parse_pids("12a").is_err());
         assert!(parse_pids(",").is_err());
         assert!(parse_pids("0").is_err());
+    }
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("gilsample").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// The record options, from `gilsample record ARGS` or the flat `gilsample ARGS`.
+    fn record_args(cli: Cli) -> RecordArgs {
+        match cli.command {
+            Some(Command::Record(args)) => args,
+            None => cli.record,
+            Some(other) => panic!("not a recording: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn record_is_the_default_command_and_the_flat_form_still_works() {
+        for args in [
+            &["--pid", "12,34", "--duration", "2m", "--rate", "5khz"][..],
+            &["-p", "12,34", "-d", "120", "-r", "5000"],
+        ] {
+            let mut with_record = vec!["record"];
+            with_record.extend_from_slice(args);
+            let (flat, sub) = (parse(args), parse(&with_record));
+            assert!(flat.command.is_none(), "{args:?}");
+            assert!(matches!(sub.command, Some(Command::Record(_))), "{args:?}");
+            for parsed in [record_args(flat), record_args(sub)] {
+                assert_eq!(parsed.pid, Some(PidList(vec![12, 34])));
+                assert_eq!(
+                    parsed.duration,
+                    Some(DurationArg(Some(Duration::from_secs(120))))
+                );
+                assert_eq!(parsed.rate, Rate(5000.0));
+            }
+        }
+    }
+
+    #[test]
+    fn a_bare_command_and_a_bare_record_mean_every_npu_process() {
+        for args in [&[][..], &["record"]] {
+            let parsed = record_args(parse(args));
+            assert_eq!(parsed.pid, None);
+            assert!(!parsed.all_gpu && parsed.command.is_empty(), "{args:?}");
+            assert_eq!(parsed.duration, None, "{args:?}: until stopped");
+        }
+    }
+
+    #[test]
+    fn a_launched_command_keeps_its_own_arguments() {
+        for prefix in [&[][..], &["record"]] {
+            let mut args = prefix.to_vec();
+            args.extend([
+                "--duration",
+                "10s",
+                "--",
+                "python3",
+                "train.py",
+                "--duration",
+                "5",
+            ]);
+            let parsed = record_args(parse(&args));
+            assert_eq!(parsed.command, ["python3", "train.py", "--duration", "5"]);
+            assert_eq!(
+                parsed.duration,
+                Some(DurationArg(Some(Duration::from_secs(10))))
+            );
+        }
+    }
+
+    #[test]
+    fn record_and_the_flat_form_together_are_refused() {
+        let flat_then_record = ["gilsample", "--pid", "1", "record", "--pid", "2"];
+        assert!(Cli::try_parse_from(flat_then_record).is_err());
     }
 
     #[test]

@@ -3,10 +3,11 @@
 use std::fmt::Write;
 
 use crate::error::Result;
+use crate::process::kernel::KernelState;
 use crate::process::kernel::ThreadFiles;
 use crate::process::memory::ReadError;
 use crate::process::tasks::{TidMap, read_namespace_pid};
-use crate::python::attach::{GilReading, LayoutChoice, attach};
+use crate::python::attach::{GilReading, GilWaitRanges, LayoutChoice, attach};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::ThreadWalker;
 use crate::sample::classify::{Census, ThreadEvidence, classify};
@@ -113,11 +114,11 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
         let name = names.get(&t.tid).map(|n| format!("  name: {n}"));
         let _ = writeln!(
             out,
-            "  tid {:>8}  tstate {}  {:<9} kernel: {:?}{}",
+            "  tid {:>8}  tstate {}  {:<9} kernel: {}{}",
             t.tid,
             t.tstate,
             state.to_string(),
-            kernel,
+            describe_kernel_state(kernel, &ranges),
             name.unwrap_or_default()
         );
     }
@@ -168,5 +169,92 @@ fn describe_waiters(
             }
         }
         Err(why) => format!("not counted: {why}"),
+    }
+}
+
+/// What the kernel says a thread is doing, in words: `running`, the system call it is blocked in
+/// (`read`, `epoll_wait`), or for futex which of the GIL's words it sleeps on.
+pub fn describe_kernel_state(kernel: Option<KernelState>, ranges: &GilWaitRanges) -> String {
+    let Some(kernel) = kernel else {
+        return "unreadable (the thread exited, or /proc refused)".to_string();
+    };
+    match kernel {
+        KernelState::Running => "running (on a CPU or waiting for one)".to_string(),
+        KernelState::Blocked => "stopped or blocked outside a system call".to_string(),
+        KernelState::InSyscall { arg0, .. } if kernel.futex_addr().is_some() => {
+            let named = [
+                (ranges.take[0], "cond"),
+                (ranges.take[1], "mutex"),
+                (ranges.drop[0], "switch_cond"),
+                (ranges.drop[1], "switch_mutex"),
+            ];
+            match named
+                .iter()
+                .find(|(range, _)| range.is_some_and(|(start, end)| (start..end).contains(&arg0)))
+            {
+                Some((_, name)) => format!("futex wait on the GIL's {name}"),
+                None => format!("futex wait at {arg0:#x} (not the GIL)"),
+            }
+        }
+        KernelState::InSyscall { nr, .. } => usize::try_from(nr)
+            .ok()
+            .and_then(syscalls::Sysno::new)
+            .map(|sysno| sysno.name().to_string())
+            .unwrap_or_else(|| format!("system call {nr}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::kernel::SYS_FUTEX;
+
+    fn ranges() -> GilWaitRanges {
+        GilWaitRanges {
+            take: [Some((0x1000, 0x1030)), Some((0x1030, 0x1058))],
+            drop: [Some((0x1058, 0x1088)), None],
+            cond_waiter_words: None,
+        }
+    }
+
+    fn futex_on(addr: u64) -> Option<KernelState> {
+        Some(KernelState::InSyscall {
+            nr: SYS_FUTEX,
+            arg0: addr,
+            arg1: 0x189,
+        })
+    }
+
+    #[test]
+    fn futex_waits_name_the_gil_word_they_sleep_on() {
+        let said = |k| describe_kernel_state(k, &ranges());
+        assert_eq!(said(futex_on(0x1008)), "futex wait on the GIL's cond");
+        assert_eq!(said(futex_on(0x1030)), "futex wait on the GIL's mutex");
+        assert_eq!(
+            said(futex_on(0x1060)),
+            "futex wait on the GIL's switch_cond"
+        );
+        assert_eq!(said(futex_on(0x2000)), "futex wait at 0x2000 (not the GIL)");
+    }
+
+    #[test]
+    fn other_states_are_words_too() {
+        let said = |k| describe_kernel_state(k, &ranges());
+        let in_call = |nr| {
+            Some(KernelState::InSyscall {
+                nr,
+                arg0: 0,
+                arg1: 0,
+            })
+        };
+        assert_eq!(said(in_call(libc::SYS_read)), "read");
+        assert_eq!(said(in_call(libc::SYS_epoll_pwait)), "epoll_pwait");
+        assert_eq!(said(in_call(100_000)), "system call 100000");
+        assert_eq!(
+            said(Some(KernelState::Running)),
+            "running (on a CPU or waiting for one)"
+        );
+        assert!(said(Some(KernelState::Blocked)).contains("outside a system call"));
+        assert!(said(None).starts_with("unreadable"));
     }
 }

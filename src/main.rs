@@ -13,7 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use serde_json::json;
 
-use gilsample::cli::{Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs};
+use gilsample::cli::{
+    COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs,
+};
 use gilsample::control::Control;
 use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
@@ -24,6 +26,7 @@ use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, Targets, Update, record};
+use gilsample::sample::priority::{Priority, realtime_allowed, realtime_refused_warning};
 use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
 use gilsample::trace::chrome::micros;
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Merge(args)) => run_merge(&args).map(|()| exit::OK),
         Some(Command::Report(args)) => run_report(&args).map(|()| exit::OK),
+        Some(Command::Record(args)) => record_command(args),
         None => record_command(cli.record),
     };
     match result {
@@ -169,7 +173,7 @@ fn run_record(
         subprocesses: args.subprocesses,
         merge: args.merge,
         rate_hz: args.rate.0,
-        duration: args.duration.and_then(|d| d.0).map(Duration::from_secs_f64),
+        duration: args.duration.and_then(|d| d.0),
         output,
         force: args.force,
         layout: args.layout_source,
@@ -181,6 +185,12 @@ fn run_record(
         handoff_arrows: !args.no_handoff_arrows,
         stacks: !args.no_stacks,
     };
+    if opts.priority == Priority::Realtime && !args.quiet && !realtime_allowed() {
+        eprintln!(
+            "gilsample: {}",
+            realtime_refused_warning(opts.cpus.is_some())
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     install_signal_thread(stop.clone());
     if let Some(mut reader) = reader {
@@ -258,7 +268,7 @@ fn run_record(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let report = report?;
+    let report = report.map_err(|e| with_common_commands(e, &opts.targets))?;
     if let Some(control) = control {
         for (pid, error) in &report.failures {
             control.send(&json!({
@@ -284,13 +294,19 @@ fn run_record(
             }
             _ => "no Python process was found to record".into(),
         };
-        return Err(Error::NothingFound(format!(
-            "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
-        )));
+        return Err(with_common_commands(
+            Error::NothingFound(format!(
+                "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
+            )),
+            &opts.targets,
+        ));
     }
     let answers = answers(&report);
     if !args.quiet {
-        eprint!("{}", format_summary(&report, &answers, args.verbose));
+        eprint!(
+            "{}",
+            format_summary(&report, &answers, args.verbose, opts.rate_hz)
+        );
     } else {
         // Quiet drops the summary, never an error.
         for (pid, error) in &report.failures {
@@ -317,6 +333,17 @@ fn run_record(
         }));
     }
     Ok(code)
+}
+
+/// A search for accelerator users that found none also shows the commands a new user needs most:
+/// a bare `gilsample` is often the first thing run.
+fn with_common_commands(error: Error, targets: &Targets) -> Error {
+    match (error, targets) {
+        (Error::NothingFound(what), Targets::Devices(_)) => {
+            Error::NothingFound(format!("{what}\n\n{COMMON_COMMANDS}"))
+        }
+        (error, _) => error,
+    }
 }
 
 /// The line a driving program gets for an update (progress ticks are not sent).

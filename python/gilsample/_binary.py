@@ -50,7 +50,8 @@ def binary_path(binary=None):
     found = _installed_by_wheel()
     if found is None:
         raise GilsampleError(
-            "the gilsample binary installed with this package was not found; reinstall it with "
-            "`pip install --force-reinstall gilsample`, or pass binary='/absolute/path/to/gilsample'"
+            "the gilsample binary installed with this package was not found; reinstall its wheel with "
+            "`pip install --force-reinstall gilsample-<version>-<platform>.whl`, or pass "
+            "binary='/absolute/path/to/gilsample'"
         )
     return found

@@ -40,6 +40,14 @@ def _rate_text(rate):
     return str(rate)
 
 
+def _duration_text(duration):
+    """The --duration argument: a number is seconds; a string keeps its unit ("10s", "500ms", "2m");
+    -1 means until stopped. The binary checks it and says what it accepts."""
+    if isinstance(duration, (int, float)) and not isinstance(duration, bool):
+        return repr(duration)
+    return str(duration)
+
+
 class Recording(object):
     """One run of the gilsample binary. Use `start()` to make one."""
 
@@ -71,7 +79,7 @@ class Recording(object):
             args.append("--all-npu")
         args += ["--rate", _rate_text(rate)]
         if duration is not None:
-            args += ["--duration", repr(duration)]
+            args += ["--duration", _duration_text(duration)]
         if output_dir is not None:
             args += ["--output", os.fspath(output_dir)]
         if merge:
@@ -229,7 +237,8 @@ def start(pids=None, duration=None, rate="10khz", output_dir=None, **options):
     """Starts recording and returns once sampling has begun.
 
     pids: process ids; None means this process (pass all_npu=True or all_gpu=True for every Python
-    process using an NPU or GPU). duration: seconds, None until stop(). rate: "10khz", "500hz" or Hz.
+    process using an NPU or GPU). duration: seconds (10, 0.5) or a string with a unit ("10s",
+    "500ms", "2m", "1h"); None or -1 until stop(). rate: "10khz", "500hz" or Hz.
     output_dir: where GIL_<pid>_rank_<rank>.json files go; None means $GILSAMPLE_DIR, else
     ./gil_traces, as on the command line. Other options: all_npu, all_gpu, merge, binary (absolute
     path of another gilsample binary), ready_timeout, extra_args.

@@ -9,13 +9,10 @@ _lock = threading.Lock()
 
 
 def gil_trace_record_start(pid_list=None, duration=-1):
-    """Starts recording `pid_list` (None: every Python process using an NPU) for `duration` seconds
-    (-1: until gil_trace_record_stop()). Returns once sampling has begun."""
-    recording = Recording(
-        pids=pid_list,
-        all_npu=pid_list is None,
-        duration=None if duration is None or duration < 0 else duration,
-    )
+    """Starts recording `pid_list` (None: every Python process using an NPU) for `duration` seconds,
+    or a string with a unit ("10s", "500ms", "2m"); -1: until gil_trace_record_stop(). Returns once
+    sampling has begun."""
+    recording = Recording(pids=pid_list, all_npu=pid_list is None, duration=duration)
     with _lock:
         _current.append(recording)
     return recording

@@ -59,3 +59,28 @@ pub fn apply_to_current_thread(priority: Priority) -> Scheduling {
     }
     Scheduling::Inherited
 }
+
+/// Whether this process may run the sampler with SCHED_FIFO, found by trying it on a thread of its
+/// own that then exits, so that no thread that goes on running is changed.
+pub fn realtime_allowed() -> bool {
+    std::thread::spawn(|| apply_to_current_thread(Priority::Realtime) == Scheduling::Fifo)
+        .join()
+        .unwrap_or(false)
+}
+
+/// What to tell the user when real-time scheduling is refused; `cpus_given`: `--cpus` is in use.
+pub fn realtime_refused_warning(cpus_given: bool) -> String {
+    let remedy = if cpus_given {
+        "; meanwhile --cpus keeps the sampler on CPUs of its own, which helps as long as the target \
+         leaves them free"
+    } else {
+        ", or give the sampler a CPU the target leaves free with --cpus LIST"
+    };
+    format!(
+        "warning: real-time scheduling (SCHED_FIFO) was refused: it needs root or CAP_SYS_NICE. The \
+         sampler runs without it, so while the target's threads keep every CPU busy it waits \
+         behind them and each wait is a gap in the trace. Grant the capability (sudo setcap \
+         cap_sys_nice,cap_sys_ptrace+ep $(command -v gilsample); in a container --cap-add SYS_NICE)\
+         {remedy}."
+    )
+}

@@ -129,14 +129,7 @@ pub fn publish(partial: &Path, final_path: &Path, force: bool) -> Result<()> {
     };
     if !force {
         use nix::errno::Errno;
-        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
-        match renameat2(
-            AT_FDCWD,
-            partial,
-            AT_FDCWD,
-            final_path,
-            RenameFlags::RENAME_NOREPLACE,
-        ) {
+        match rename_noreplace(partial, final_path) {
             Ok(()) => return Ok(()),
             Err(Errno::EEXIST) => return Err(kept(ALREADY_EXISTS.into())),
             // A file system without RENAME_NOREPLACE: check just before the plain rename.
@@ -149,6 +142,28 @@ pub fn publish(partial: &Path, final_path: &Path, force: bool) -> Result<()> {
         }
     }
     fs::rename(partial, final_path).map_err(|e| kept(e.to_string()))
+}
+
+/// `renameat2(RENAME_NOREPLACE)` as a raw system call: glibc's wrapper appeared in 2.28, and the
+/// shipped binary links against glibc 2.17 (manylinux2014) so that it runs on older distributions.
+fn rename_noreplace(from: &Path, to: &Path) -> std::result::Result<(), nix::errno::Errno> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c_path =
+        |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|_| nix::errno::Errno::EINVAL);
+    let (from, to) = (c_path(from)?, c_path(to)?);
+    // SAFETY: both paths are NUL-terminated and outlive the call; no other memory is passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    nix::errno::Errno::result(rc).map(drop)
 }
 
 /// Creates the temporary file beside `final_path`: exclusive, no symlink followed, mode 0644.

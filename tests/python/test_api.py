@@ -117,6 +117,18 @@ class StartStop(TempDirTest):
         self.assertEqual(recording.exit_code, 0)
         self.assertEqual(load(files[0])["otherData"]["end_reason"], "Duration")
 
+    def test_a_duration_takes_a_unit_as_on_the_command_line(self):
+        # "300" without the unit would be 300 s, and wait() would run out of time first.
+        recording = gilsample.start(output_dir=self.dir, duration="300ms")
+        files = recording.wait(timeout=120)
+        self.assertEqual(recording.exit_code, 0)
+        self.assertEqual(load(files[0])["otherData"]["end_reason"], "Duration")
+
+    def test_a_duration_in_an_unknown_unit_raises_usage_error_naming_the_forms(self):
+        with self.assertRaises(gilsample.UsageError) as caught:
+            gilsample.start(output_dir=self.dir, duration="10 fortnights")
+        self.assertIn("10s, 500ms, 2m", str(caught.exception))
+
     def test_files_land_where_the_command_line_would_put_them(self):
         env_dir = os.path.join(self.dir, "from_env")
         old_env = os.environ.get("GILSAMPLE_DIR")
@@ -239,6 +251,12 @@ class ReferenceNames(TempDirTest):
             files = gilsample.gil_trace_record_stop()
         self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
         self.assertTrue(set(spinners.tids) & tids_holding(load(files[0])))
+
+    def test_gil_trace_record_start_takes_a_duration_with_a_unit(self):
+        recording = gilsample.gil_trace_record_start(pid_list=[os.getpid()], duration="300ms")
+        files = recording.wait(timeout=120)
+        self.assertEqual(load(files[0])["otherData"]["end_reason"], "Duration")
+        self.assertEqual(gilsample.gil_trace_record_stop(), files)
 
     def test_no_pid_list_means_every_npu_process_as_in_the_reference(self):
         # This machine has no NPU: the reference's default finds nothing, and says so.

@@ -331,6 +331,8 @@ fn info_prints_kernel_states_as_words(label: &str) {
         text.lines()
             .find(|l| l.trim_start().starts_with(&format!("tid {tid:>8}")))
             .and_then(|l| l.split("kernel: ").nth(1))
+            // The thread's Python name follows the kernel state.
+            .map(|k| k.split("  name: ").next().unwrap_or(k).trim_end())
             .unwrap_or_else(|| panic!("no line for tid {tid} in\n{text}"))
             .to_string()
     };

@@ -493,8 +493,12 @@ impl Loop<'_> {
         let mut deadline = start;
         let mut last_refresh = 0u64;
         let mut first_switch: Option<u64> = None;
-        // The holder at the last sample that saw one, and that sample's time.
-        let mut last_holder: Option<(u32, u64)> = None;
+        // The holder at the last sample that saw one (hand-offs seen).
+        let mut last_holder: Option<u32> = None;
+        // The thread last classified as holding, and when: hand-off arrows join two such samples,
+        // so both ends lie inside `hold_gil` slices (the GIL's own words can name a holder that the
+        // rules place in take/drop, e.g. one asleep on the GIL's mutex).
+        let mut last_hold: Option<(u32, u64)> = None;
         let mut dodge = if config.dodge_holder && self.report.scheduling == Scheduling::Fifo {
             CpuDodge::new(self.target.pid)
         } else {
@@ -767,6 +771,17 @@ impl Loop<'_> {
                 if state == GilState::Hold {
                     tracked.at_hold = tracked.files.read_schedstat();
                     tracked.hold_handoff_after = handoff_age.after_ns();
+                    if let Some((from_tid, last_held_ns)) = last_hold
+                        && from_tid != tracked.tid
+                    {
+                        sink(Record::Handoff(Handoff {
+                            from_tid,
+                            to_tid: tracked.tid,
+                            last_held_ns,
+                            taken_ns: t,
+                        }));
+                    }
+                    last_hold = Some((tracked.tid, t));
                 }
                 if let Some(watch) = self.stacks.as_mut() {
                     let thread = (tracked.tid, tracked.tstate);
@@ -785,18 +800,10 @@ impl Loop<'_> {
                 sink(Record::Waiters { t_ns: t, count });
             }
             if let Some(tid) = holder_tid {
-                if let Some((from_tid, last_held_ns)) = last_holder
-                    && from_tid != tid
-                {
+                if last_holder.is_some_and(|from_tid| from_tid != tid) {
                     self.report.handoffs_seen += 1;
-                    sink(Record::Handoff(Handoff {
-                        from_tid,
-                        to_tid: tid,
-                        last_held_ns,
-                        taken_ns: t,
-                    }));
                 }
-                last_holder = Some((tid, t));
+                last_holder = Some(tid);
             }
             if dodge.as_mut().is_some_and(|d| d.check(t, holder_tid)) {
                 self.report.cpu_moves += 1;

@@ -80,7 +80,9 @@ fn validate(index: u64, event: &Value) -> std::result::Result<Option<RawEvent>, 
             Some(Value::String(s)) => s
                 .trim()
                 .parse()
-                .map_err(|_| field_error(index, field, "not a process/thread id")),
+                .ok()
+                .filter(|&v| v <= u32::MAX as u64)
+                .ok_or_else(|| field_error(index, field, "not a process/thread id")),
             Some(_) => Err(field_error(index, field, "not a process/thread id")),
             None => Err(field_error(index, field, "missing")),
         }

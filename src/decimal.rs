@@ -46,8 +46,10 @@ impl<'a> DecimalParts<'a> {
     fn parse(text: &'a str) -> std::result::Result<DecimalParts<'a>, String> {
         let text = text.trim();
         let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
-        let negative = whole.starts_with('-');
-        let digits = whole.trim_start_matches('-');
+        let (negative, digits) = match whole.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, whole),
+        };
         let ok = |s: &str| s.chars().all(|c| c.is_ascii_digit());
         if digits.is_empty() || !ok(digits) || !ok(frac) || digits.len() > 17 {
             return Err(format!("{text:?} is not a decimal number of microseconds"));

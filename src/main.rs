@@ -163,6 +163,15 @@ fn run_record(
             pids.len()
         )));
     }
+    if let OutputSpec::File(path) = &output
+        && (args.subprocesses || matches!(targets, Targets::Devices(_)))
+    {
+        return Err(Error::Usage(format!(
+            "{} is one file, but --subprocesses, --all-npu and --all-gpu may record several \
+             processes: give -o a directory",
+            path.display()
+        )));
+    }
     if args.merge && matches!(output, OutputSpec::File(_)) {
         return Err(Error::Usage(
             "--merge writes one file per process plus GIL_merged.json: give -o a directory".into(),

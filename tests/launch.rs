@@ -240,3 +240,62 @@ fn python_exec_d_by_env_is_recorded_with_and_without_subprocesses() {
         );
     }
 }
+
+#[test]
+fn one_file_for_what_may_be_several_processes_is_refused_before_launching() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("the-command-ran");
+    let out = gilsample()
+        .arg("--subprocesses")
+        .arg("-o")
+        .arg(dir.path().join("one.json"))
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}", marker.display()))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_duration_finishes_the_trace_before_the_command_exits() {
+    let python = interpreter("3.12");
+    let dir = tempfile::tempdir().unwrap();
+    let mut recording = gilsample()
+        .args(["--quiet", "--duration", "0.3", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .args(&python.command)
+        .arg(&python.workload)
+        .args(["sleeper", "--exit-on-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(recording.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = ready_pid(&line);
+    let trace = dir.path().join(format!("GIL_{pid}_rank_0.json"));
+    // The command keeps running (it waits for a line on stdin) while the finished trace appears:
+    // bounded polling for the file, the readiness signal here.
+    let appeared = (0..6000).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        trace.exists()
+    });
+    use std::io::Write;
+    recording.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let status = recording.wait().unwrap();
+    assert!(appeared, "the trace was not finished while the command ran");
+    assert!(status.success());
+    assert_eq!(
+        Trace::load(&trace).other("end_reason").as_str(),
+        Some("Duration")
+    );
+}

@@ -220,6 +220,14 @@ pub fn record(
     };
     let mut launched: Option<Launched> = None;
     let result = session.run(&mut launched, progress);
+    // A failure after some targets started: they stop and finish their traces, never left
+    // sampling on their own or as .partial files.
+    if result.is_err() {
+        stop.store(true, Ordering::SeqCst);
+        for running in std::mem::take(&mut session.running) {
+            let _ = running.handle.join();
+        }
+    }
     if result.is_err()
         && let Some(command) = launched.as_mut()
     {
@@ -387,11 +395,6 @@ impl Session<'_> {
                 Duration::from_millis(5)
             });
         }
-        let child_status = match launched.as_mut() {
-            Some(command) => Some(command.wait()?),
-            None => None,
-        };
-
         let mut done = Vec::new();
         let mut failures = std::mem::take(&mut self.failures);
         for running in std::mem::take(&mut self.running) {
@@ -409,6 +412,12 @@ impl Session<'_> {
             Some(merge(&paths, &opts.output.merged_path(), &merge_opts)?.output)
         } else {
             None
+        };
+        // Only now, with every trace finished: a command that outlives the recording (a
+        // --duration, or gilsample alone was signalled) is waited for, for its exit status.
+        let child_status = match launched.as_mut() {
+            Some(command) => Some(command.wait()?),
+            None => None,
         };
         Ok(RecordReport {
             targets: done,

@@ -25,6 +25,10 @@ pub fn host_name() -> Option<String> {
     (!name.is_empty()).then(|| name.to_string())
 }
 
+/// The largest trace whose answer is computed when its recording ends (1 GiB: about 512 MiB of
+/// memory for that moment).
+const MAX_TRACE_ANALYSED_AT_END: u64 = 1 << 30;
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record_one(
     target: &Target,
@@ -108,6 +112,18 @@ pub(super) fn record_one(
     // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
     let mut answer = None;
     let path = writer.finish(&process_name, &threads, other, opts.force, &mut |partial| {
+        // Reading the trace back holds its slices in memory (about half the file's size): a
+        // trace too large for that is left for `gilsample report` to answer, and says so.
+        let size = std::fs::metadata(partial).map(|m| m.len()).unwrap_or(0);
+        if size > MAX_TRACE_ANALYSED_AT_END {
+            return Some((
+                "statistics".to_string(),
+                json!(format!(
+                    "not computed: the trace has {size} bytes, over {MAX_TRACE_ANALYSED_AT_END}; \
+                     run gilsample report on it"
+                )),
+            ));
+        }
         let processes = crate::report::load::load(partial).ok()?;
         let found = processes
             .iter()

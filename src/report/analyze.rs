@@ -257,7 +257,9 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
                 // gilsample's, which see one holder per sample) share the moment they overlap.
                 if blamed > len {
                     for entry in &mut blame {
-                        entry.2 = entry.2 * len / blamed;
+                        // In floating point: the product of two spans of crafted input can
+                        // overflow even an i128.
+                        entry.2 = (entry.2 as f64 * len as f64 / blamed as f64) as i128;
                     }
                     blamed = blame.iter().map(|b| b.2).sum();
                 }

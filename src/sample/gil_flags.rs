@@ -78,12 +78,14 @@ impl GilFlags {
     }
 
     /// The rules' answer for one thread at one sample, decided by the flags where they infer.
+    /// `gil_free_or_ours`: the GIL's own words say it is free or held by this thread (then the
+    /// flags add nothing a user would call a wait).
     pub fn decide(
         &mut self,
         mem: &dyn MemorySource,
         tstate: RemoteAddr,
         rules: (GilState, Basis),
-        holds_per_gil_word: bool,
+        gil_free_or_ours: bool,
     ) -> (GilState, Basis) {
         let (state, basis) = rules;
         if basis == Basis::Direct {
@@ -106,7 +108,7 @@ impl GilFlags {
         // Rule 10's running threads that were in no GIL state before are most of a GIL-free
         // workload's samples (measured: 3.15 `dispatch`, three in four of the inferred ones), and
         // the flags almost never place them in take_gil: not read there, to keep the cost down.
-        if holds_per_gil_word || basis == Basis::RunningReleased {
+        if gil_free_or_ours || basis == Basis::RunningReleased {
             return rules;
         }
         let Some((holds, requested)) = self.read(mem, tstate) else {

@@ -686,7 +686,11 @@ impl Loop<'_> {
                 let (state, basis) = match self.gil_flags.as_mut() {
                     Some(flags) => {
                         let memory = &self.target.memory;
-                        flags.decide(memory, tracked.tstate, (state, basis), evidence.holds)
+                        // While the GIL is free a request is the uncontended fast path inside
+                        // take_gil (nanoseconds, no wait): the flags decide only while another
+                        // thread holds it.
+                        let gil_free_or_ours = evidence.holds || !word.locked;
+                        flags.decide(memory, tracked.tstate, (state, basis), gil_free_or_ours)
                     }
                     None => (state, basis),
                 };

@@ -269,6 +269,10 @@ impl ThreadWalker {
             &mut self.seen,
         )?;
         out.clear();
+        // A thread state being created or freed while it is read (a target that churns threads)
+        // can hold any id: such a state is passed over. Only when every id is impossible does the
+        // layout itself look wrong.
+        let mut impossible = None;
         for &(tstate, id) in &self.raw {
             let tid = match tids {
                 TidSource::NativeThreadId => id,
@@ -286,15 +290,22 @@ impl ThreadWalker {
             if tid == 0 {
                 continue;
             }
-            let tid = u32::try_from(tid)
-                .map_err(|_| WalkError::Corrupt(format!("thread id {tid} is out of range")))?;
+            let Ok(tid) = u32::try_from(tid) else {
+                impossible.get_or_insert(tid);
+                continue;
+            };
             out.push(ThreadRef {
                 tstate,
                 tid,
                 their_tid: tid,
             });
         }
-        Ok(())
+        match impossible {
+            Some(tid) if out.is_empty() => Err(WalkError::Corrupt(format!(
+                "thread id {tid} is out of range"
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 

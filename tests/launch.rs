@@ -8,16 +8,10 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::{Trace, gilsample, interpreter, pyenv_root, stop_once_recording};
+use common::{Trace, gilsample, interpreter, pyenv_root, ready_pid, stop_once_recording};
 
 const OUTPUT: i32 = 6;
 const UNSUPPORTED: i32 = 4;
-
-fn ready_pid(line: &str) -> u32 {
-    let ready: serde_json::Value =
-        serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
-    ready["pid"].as_u64().unwrap() as u32
-}
 
 /// Processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
-use common::{Trace, Workload, gilsample, interpreter, sid_root};
+use common::{Trace, Workload, gilsample, interpreter, ready_pid, sid_root};
 
 /// Discovery sees every process on the machine: the device tests must not see each other's nodes.
 static DEVICES: Mutex<()> = Mutex::new(());
@@ -50,12 +50,6 @@ impl Drop for WithDevice {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn ready_pid(line: &str) -> u32 {
-    let ready: serde_json::Value =
-        serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
-    ready["pid"].as_u64().unwrap() as u32
 }
 
 fn python_holding(node: &str) -> (WithDevice, u32) {

@@ -6,8 +6,10 @@
 //! thread discovers new targets every `DISCOVERY_PERIOD`, reports progress, and reaps a launched
 //! command.
 
+mod checks;
 mod target;
 
+use checks::{check_outputs, processes_of};
 pub use target::host_name;
 use target::record_one;
 
@@ -23,15 +25,15 @@ use crate::error::{Error, Result};
 use crate::infer::stats::Totals;
 use crate::launch::{Launch, Launched, Stopped, exe_of, wait_for_interpreter};
 use crate::merge::{MergeOptions, merge};
-use crate::process::tasks::{read_rank, thread_group_of};
+use crate::process::tasks::read_rank;
 use crate::python::attach::{LayoutChoice, Target, locate};
 use crate::report::analyze::ProcessAnswer;
-use crate::sample::affinity::{check_usable, pin_own_threads};
+use crate::sample::affinity::pin_own_threads;
 use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::priority::Priority;
 use crate::sample::sampler::{LiveCounters, SamplerConfig, SamplerReport};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
-use crate::trace::output::{OutputSpec, check_not_exists};
+use crate::trace::output::OutputSpec;
 
 /// What to record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,44 +242,6 @@ pub fn record(
         }
     }
     result
-}
-
-/// Refuses, before anything starts, what would fail later: an existing file named by `-o` or the
-/// merged trace (without `--force`), a directory that cannot be written, `--cpus` none of which
-/// can be used.
-fn check_outputs(opts: &RecordOptions) -> Result<()> {
-    if let Some(cpus) = &opts.cpus {
-        check_usable(cpus)?;
-    }
-    opts.output.prepare()?;
-    if let OutputSpec::File(path) = &opts.output {
-        check_not_exists(path, opts.force)?;
-    }
-    if opts.merge {
-        check_not_exists(&opts.output.merged_path(), opts.force)?;
-    }
-    let dir = match &opts.output {
-        OutputSpec::Directory(dir) => dir.clone(),
-        OutputSpec::File(file) => match file.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        },
-    };
-    let probe = dir.join(format!(".gilsample-write-check-{}", std::process::id()));
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-    {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => Err(Error::Output {
-            path: dir,
-            why: format!("cannot create files there: {e}"),
-        }),
-    }
 }
 
 impl Session<'_> {
@@ -615,25 +579,4 @@ impl Session<'_> {
             targets: self.running.len(),
         }));
     }
-}
-
-/// The processes of the given ids: a thread id stands for its process (said, and recorded once).
-fn processes_of(given: &[u32], progress: &mut dyn FnMut(Update<'_>)) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for &id in given {
-        let pid = match thread_group_of(id) {
-            Some(process) if process != id => {
-                progress(Update::ThreadOfProcess {
-                    tid: id,
-                    pid: process,
-                });
-                process
-            }
-            _ => id,
-        };
-        if !pids.contains(&pid) {
-            pids.push(pid);
-        }
-    }
-    pids
 }

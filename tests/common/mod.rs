@@ -373,3 +373,10 @@ pub fn stop_once_recording(mut recording: Child, pid: u32) -> (ExitStatus, Strin
     std::io::Read::read_to_string(&mut stderr, &mut seen).unwrap();
     (recording.wait().unwrap(), seen)
 }
+
+/// The pid in a workload's `READY {...}` line.
+pub fn ready_pid(line: &str) -> u32 {
+    let ready: serde_json::Value =
+        serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
+    ready["pid"].as_u64().unwrap() as u32
+}

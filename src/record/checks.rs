@@ -1,0 +1,69 @@
+//! What a session settles before it starts anything: outputs and CPUs that would fail later, and
+//! the processes that the ids given with `--pid` stand for.
+
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+use crate::process::tasks::thread_group_of;
+use crate::record::{RecordOptions, Update};
+use crate::sample::affinity::check_usable;
+use crate::trace::output::{OutputSpec, check_not_exists};
+
+/// Refuses, before anything starts, what would fail later: an existing file named by `-o` or the
+/// merged trace (without `--force`), a directory that cannot be written, `--cpus` none of which
+/// can be used.
+pub(super) fn check_outputs(opts: &RecordOptions) -> Result<()> {
+    if let Some(cpus) = &opts.cpus {
+        check_usable(cpus)?;
+    }
+    opts.output.prepare()?;
+    if let OutputSpec::File(path) = &opts.output {
+        check_not_exists(path, opts.force)?;
+    }
+    if opts.merge {
+        check_not_exists(&opts.output.merged_path(), opts.force)?;
+    }
+    let dir = match &opts.output {
+        OutputSpec::Directory(dir) => dir.clone(),
+        OutputSpec::File(file) => match file.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+    };
+    let probe = dir.join(format!(".gilsample-write-check-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(Error::Output {
+            path: dir,
+            why: format!("cannot create files there: {e}"),
+        }),
+    }
+}
+
+/// The processes of the given ids: a thread id stands for its process (said, and recorded once).
+pub(super) fn processes_of(given: &[u32], progress: &mut dyn FnMut(Update<'_>)) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for &id in given {
+        let pid = match thread_group_of(id) {
+            Some(process) if process != id => {
+                progress(Update::ThreadOfProcess {
+                    tid: id,
+                    pid: process,
+                });
+                process
+            }
+            _ => id,
+        };
+        if !pids.contains(&pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}

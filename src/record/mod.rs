@@ -264,7 +264,8 @@ impl Session<'_> {
                     match locate(pid, opts.layout).and_then(|located| located.connect()) {
                         Ok(target) => self.attached.push(target),
                         Err(Error::NotPython { .. }) if opts.subprocesses => {
-                            self.launcher(pid, program, progress)
+                            self.launcher(pid, program, progress);
+                            self.look_again(pid);
                         }
                         Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
                         Err(e) => self.failures.push((pid, e)),
@@ -280,7 +281,10 @@ impl Session<'_> {
                     Launch::Python(target) => self.attached.push(*target),
                     // A launcher that is not Python itself (a shell, `env`, mpirun) is fine when its
                     // Python descendants are what is recorded.
-                    Launch::Launcher(program) => self.launcher(pid, program, progress),
+                    Launch::Launcher(program) => {
+                        self.launcher(pid, program, progress);
+                        self.look_again(pid);
+                    }
                 }
             }
             Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
@@ -413,6 +417,13 @@ impl Session<'_> {
             self.launcher_report.push((pid, name));
         }
         self.launchers.insert(pid, program);
+    }
+
+    /// Lets discovery look at a root judged a launcher again, with the grace rounds every new
+    /// process gets: a program just exec'd is briefly only the exec loader, and a Python caught
+    /// then (libpython not mapped yet) looks like a launcher that never changes program.
+    fn look_again(&mut self, pid: u32) {
+        self.known.remove(&pid);
     }
 
     /// Launcher roots that run another program than when they were judged not Python: they are

@@ -905,9 +905,22 @@ fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
         let word_before = target
             .read_gil_word()
             .map_err(|e| read_error(pid, e, "the GIL"))?;
-        target
-            .walk_threads(&mut walker, &mut threads)
-            .map_err(|e| walk_error(pid, e))?;
+        // A walk can step onto a thread state freed under it (its `next` is then garbage): that is
+        // one failed attempt, like an unknown tid. A wrong layout fails all of them.
+        match target.walk_threads(&mut walker, &mut threads) {
+            Ok(()) => {}
+            Err(WalkError::Corrupt(why)) => {
+                last_problem = why;
+                before = tid_map.their_tids()?;
+                continue;
+            }
+            Err(WalkError::Read(ReadError::Fault)) => {
+                last_problem = "a pointer in the thread list leads to unmapped memory".into();
+                before = tid_map.their_tids()?;
+                continue;
+            }
+            Err(e) => return Err(walk_error(pid, e)),
+        }
         let word_after = target
             .read_gil_word()
             .map_err(|e| read_error(pid, e, "the GIL"))?;

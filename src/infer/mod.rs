@@ -3,4 +3,5 @@
 
 pub mod held_blocked;
 pub mod intervals;
+pub mod sample;
 pub mod stats;

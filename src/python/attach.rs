@@ -355,7 +355,7 @@ fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, Stri
 }
 
 /// Address ranges `[start, end)` inside the GIL struct.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GilWaitRanges {
     pub take: [Option<(u64, u64)>; 2],
     pub drop: [Option<(u64, u64)>; 2],

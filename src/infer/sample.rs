@@ -1,0 +1,96 @@
+//! The seam between sampling and inference: what one tick read of a target, as plain data.
+//!
+//! The sampler (sample/sampler.rs) does the reading and builds one `Sample` per tick; inference
+//! (infer/engine.rs) turns the stream of samples into intervals and never reads memory or /proc. A
+//! reading that inference wants only for some threads (schedstat, 3.15's GIL flags) is asked for with
+//! a `Wants` value before the tick is read. Because a sample holds everything inference uses, a saved
+//! stream (samples/) replays into the very trace the live run wrote.
+
+use serde::{Deserialize, Serialize};
+
+use crate::addr::RemoteAddr;
+use crate::process::kernel::{KernelState, SchedStat};
+use crate::python::attach::{GilWaitRanges, Waiters};
+use crate::python::runtime::GilWord;
+
+/// One tick of one target.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// CLOCK_MONOTONIC when the read of the GIL returned: the target as it was then.
+    pub read_ns: u64,
+    /// The sample's time in the trace: midway between `read_ns` and the end of the kernel readings.
+    pub t_ns: u64,
+    pub word: GilWord,
+    /// glibc's waiter counts of the GIL's condition variables, read with the GIL words.
+    pub waiters: Option<Waiters>,
+    /// The same counts read again after the kernel readings, where `Wants::recount` asked for them.
+    pub waiters_again: Option<Waiters>,
+    /// The tid (the target's namespace) that owns the GIL's mutex, where the layout places it.
+    pub mutex_owner: Option<u32>,
+    /// No thread's kernel state was carried over from an earlier tick (idle threads are read only
+    /// every few ticks; sample/sampler.rs).
+    pub all_kernel_read: bool,
+    /// Every tracked Python thread, in a stable order (new threads at the end).
+    pub threads: Vec<ThreadSample>,
+}
+
+/// One Python thread at one tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSample {
+    /// The id in this process's PID namespace (/proc, the trace).
+    pub tid: u32,
+    /// The id in the target's PID namespace (what glibc records as a mutex's owner).
+    pub their_tid: u32,
+    pub tstate: RemoteAddr,
+    /// The syscall file's state; `None` where it could not be read.
+    pub kernel: Option<KernelState>,
+    /// schedstat's CPU-arrival count read just before the syscall file last said asleep, once the
+    /// sleep proof covers that sleep (`SleepProof::timeslices_asleep`).
+    pub slices_before_sleep: Option<u64>,
+    /// schedstat, where `Wants` asked for it and the kernel has it.
+    pub schedstat: Option<SchedStat>,
+    /// 3.15's `holds_gil` and `gil_requested` flags of the thread state, where asked for and read.
+    pub gil_flags: Option<GilFlagsReading>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GilFlagsReading {
+    pub holds: bool,
+    pub requested: bool,
+}
+
+/// What stays the same for a whole recording of one target: inference's inputs besides samples.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleContext {
+    pub period_ns: u64,
+    /// Where the GIL's waits lie (futex addresses).
+    pub ranges: GilWaitRanges,
+    /// The sampler reads waiter counts (classify.rs, rule 8).
+    pub waiter_counts: bool,
+    /// The target has 3.15's GIL flags.
+    pub gil_flags: bool,
+    /// Compare the flags with every direct decision too (`GILSAMPLE_CHECK_GIL_FLAGS`).
+    pub check_gil_flags: bool,
+}
+
+/// What inference wants read at the next tick beyond the GIL and the kernel states.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wants {
+    /// Threads (ours) whose schedstat is wanted whatever their state.
+    pub schedstat_always: Vec<u32>,
+    /// Threads whose schedstat is wanted when the kernel says they run.
+    pub schedstat_if_running: Vec<u32>,
+}
+
+impl ThreadSample {
+    pub fn runs(&self) -> bool {
+        self.kernel == Some(KernelState::Running)
+    }
+}
+
+impl Sample {
+    /// The GIL's holder at this tick: locked, by this thread state.
+    pub fn holds(&self, thread: &ThreadSample) -> bool {
+        self.word.locked && thread.tstate == self.word.last_holder
+    }
+}

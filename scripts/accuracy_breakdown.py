@@ -2,10 +2,11 @@
 """Why gilsample disagrees with the truth: every wrong sample of one run, grouped by what it saw.
 
 Records one workload like scripts/bench_accuracy.py (giltruth's eBPF truth and gilsample attached to
-the same process), with GILSAMPLE_DUMP_SAMPLES set so gilsample writes every thread of every sample:
-the kernel state, whether the thread holds the GIL or let it go last, the GIL's switch number,
-whether the thread owns the GIL's mutex, and the classification with the rule that made it (its
-`Basis`: Direct, GilMutex, RunningStillWaiting, Counted, Ambiguous, RunningReleased). Each sample is
+the same process), with --save-samples, then replays the saved samples with `gilsample replay
+--explain`, which writes every thread of every sample as a JSON line: the kernel state, whether the
+thread holds the GIL or let it go last, the GIL's switch number, whether the thread owns the GIL's
+mutex, and the classification with the rule that made it (its `Basis`: Direct, GilMutex,
+RunningStillWaiting, Counted, Ambiguous, RunningReleased). Each sample is
 then looked up in the truth and in the finished trace (where held-back `Ambiguous` stretches have
 been settled), and the wrong ones are counted by
 
@@ -15,10 +16,9 @@ per thread, largest classes first. This is how the causes in README "What limits
 rule change that targets one class shows up here as that class shrinking.
 
 Needs what bench_accuracy.py needs (root, bpftrace, pyenv builds with shared libpython, a release
-build). The dump is written from the sampler's memory buffer at the end, so a short run is not
-disturbed by disk writes, but each line costs a schedstat read and its formatting: with 5 threads
-the sampler keeps its rate (9,980 Hz at 10 kHz), with `many`'s 34 it does not (6,100 Hz), and the
-breakdown is then of a slower sampler than the benchmark's.
+build). Saving costs the sampler little (docs/cost.md), so the run is the benchmark's. A rule
+changed since can be judged on the same samples: `--samples FILE` replays a kept stream instead of
+recording (the truth and trace of that run must be beside it, as --keep leaves them).
 
 Usage: scripts/accuracy_breakdown.py [--version 3.12] [--workload dispatch] [--rate 10khz]
                                      [--seconds 3] [--top 12] [--keep DIR] [-- extra gilsample flags]
@@ -31,15 +31,12 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_accuracy  # noqa: E402
-
-DUMP_LINE = re.compile(
-    r"^(?P<t>\d+) (?P<tid>\d+) (?P<kernel>.*?) holds=(?P<holds>\w+) last=(?P<last>\w+) "
-    r"switch=(?P<switch>\d+) owner=(?P<owner>\S+) -> (?P<state>\w+) (?P<basis>\w+) (?P<rest>.*)$")
 
 SHORT = {"take_gil": "take", "hold_gil": "hold", "drop_gil": "drop"}
 SYSCALL = re.compile(r"InSyscall \{ nr: (\d+)")
@@ -48,7 +45,7 @@ FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 
 def kernel_state(text):
     """The dump's KernelState, in a few words: running, asleep in futex / syscall N, blocked, unread."""
-    if text == "None":
+    if text is None:
         return "unread"
     if "Running" in text:
         return "running"
@@ -92,18 +89,27 @@ def trace_timelines(path):
     return {tid: Timeline(ivs) for tid, ivs in by_tid.items()}
 
 
-def dumped_samples(path):
-    """Each thread's dump lines, in time order: (t, match)."""
+def explained_samples(path):
+    """Each thread's explained samples (`gilsample replay --explain`), in time order: (t, line)."""
     by_tid = collections.defaultdict(list)
     for line in open(path):
-        m = DUMP_LINE.match(line)
-        if m:
-            by_tid[int(m["tid"])].append((int(m["t"]), m))
+        m = json.loads(line)
+        m["basis"] = m["basis"].split(" ")[0]
+        by_tid[m["tid"]].append((m["t_ns"], m))
     return by_tid
 
 
+def replay(samples, work_dir):
+    """Replays saved samples with --explain; returns the replayed trace and the explained lines."""
+    trace = os.path.join(work_dir, "replay.json")
+    explained = os.path.join(work_dir, "explained.jsonl")
+    subprocess.run([bench_accuracy.BINARY, "replay", samples, "-o", trace, "--force", "--quiet",
+                    "--explain", explained], check=True)
+    return trace, explained
+
+
 def decision(m):
-    # An Ambiguous sample is dumped as Released until its stretch is settled: name the rule instead.
+    # An Ambiguous sample is explained as Released until its stretch is settled: name the rule.
     return "Ambiguous" if m is None or m["basis"] == "Ambiguous" else m["state"]
 
 
@@ -134,24 +140,30 @@ def main():
     parser.add_argument("--rate", default="10khz")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--top", type=int, default=12, help="classes shown per thread")
-    parser.add_argument("--keep", metavar="DIR", help="keep truth, trace, summary and dump here")
+    parser.add_argument("--keep", metavar="DIR", help="keep truth, trace, summary and samples here")
+    parser.add_argument("--samples", metavar="FILE",
+                        help="replay this kept stream (with truth.jsonl and summary.json beside it) instead of recording")
     parser.add_argument("extra", nargs="*", help="more gilsample flags (after --)")
     args = parser.parse_args()
     if not os.path.exists(bench_accuracy.BINARY):
         sys.exit("build first: cargo build --release")
-    work_dir = args.keep or tempfile.mkdtemp(prefix="gilsample-breakdown-")
-    os.makedirs(work_dir, exist_ok=True)
-    dump = os.path.join(work_dir, "samples.txt")
-    os.environ["GILSAMPLE_DUMP_SAMPLES"] = dump
-    run = bench_accuracy.run_one(args.version, args.workload, args.rate, args.seconds, work_dir,
-                                 tuple(args.extra))
-    print("%s %s at %s: agreement %.2f%% (oracle %.2f%%), worst thread %.2f pp, achieved %.0f Hz" % (
-        args.version, args.workload, args.rate, 100 * run["agreement"], 100 * run["oracle_agreement"],
-        run["worst_thread_err_pp"], run["achieved_hz"]))
+    if args.samples:
+        work_dir = os.path.dirname(os.path.abspath(args.samples))
+        samples = args.samples
+    else:
+        work_dir = args.keep or tempfile.mkdtemp(prefix="gilsample-breakdown-")
+        os.makedirs(work_dir, exist_ok=True)
+        samples = os.path.join(work_dir, "samples.gilsamples")
+        run = bench_accuracy.run_one(args.version, args.workload, args.rate, args.seconds, work_dir,
+                                     tuple(args.extra) + ("--save-samples", samples))
+        print("%s %s at %s: agreement %.2f%% (oracle %.2f%%), worst thread %.2f pp, achieved %.0f Hz" % (
+            args.version, args.workload, args.rate, 100 * run["agreement"],
+            100 * run["oracle_agreement"], run["worst_thread_err_pp"], run["achieved_hz"]))
     summary = json.load(open(os.path.join(work_dir, "summary.json")))
     truth = truth_timelines(os.path.join(work_dir, "truth.jsonl"))
-    trace = trace_timelines(os.path.join(work_dir, "trace.json"))
-    for tid, (count, classes) in sorted(breakdown(dumped_samples(dump), truth, trace).items()):
+    replayed, explained = replay(samples, work_dir)
+    trace = trace_timelines(replayed)
+    for tid, (count, classes) in sorted(breakdown(explained_samples(explained), truth, trace).items()):
         fractions = summary["threads"].get(str(tid), {}).get("truth", {})
         share = ", ".join("%s %.1f%%" % (SHORT.get(s, s), 100 * f) for s, f in fractions.items())
         wrong = sum(classes.values())

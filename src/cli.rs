@@ -103,6 +103,38 @@ pub enum Command {
     /// host waited most. Reads gilsample traces and the reference tool's files.
     #[command(after_help = REPORT_EXAMPLES)]
     Report(ReportArgs),
+    /// Rerun the classification on samples saved with --save-samples and write the trace it gives:
+    /// the same slices as the recording that saved them.
+    #[command(after_help = REPLAY_EXAMPLES)]
+    Replay(ReplayArgs),
+}
+
+const REPLAY_EXAMPLES: &str = "Examples:
+  gilsample --pid 1234 --duration 5 --save-samples run.gilsamples -o run.json
+  gilsample replay run.gilsamples -o replayed.json      the same take/hold/drop slices as run.json
+  gilsample replay run.gilsamples --explain why.jsonl  also every thread of every sample, decided how";
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// A sample stream written by --save-samples.
+    #[arg(value_name = "SAMPLES")]
+    pub input: PathBuf,
+    /// The trace to write (default: GIL_<pid>_rank_<rank>.replay.json in the current directory).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Replace an existing output file.
+    #[arg(short, long)]
+    pub force: bool,
+    /// Also write every thread of every sample as a JSON line: what was read, the state decided
+    /// and the rule that decided it (scripts/accuracy_breakdown.py reads it).
+    #[arg(long, value_name = "FILE")]
+    pub explain: Option<PathBuf>,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The summary with the sampler's own counts, as `record --verbose` prints it.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 const REPORT_EXAMPLES: &str = "Examples:
@@ -272,6 +304,13 @@ pub struct RecordArgs {
     /// For the lowest sampler cost when the code that holds the GIL is known.
     #[arg(long, help_heading = HELP_SAMPLING)]
     pub no_stacks: bool,
+
+    /// Also save every sample to PATH, for `gilsample replay` (rerun the classification offline,
+    /// golden tests, tuning). With several processes, each gets PATH with `.PID` before its suffix.
+    ///
+    /// About 100–300 KB per second at 10 kHz (docs/sample-stream.md).
+    #[arg(long, value_name = "PATH", hide_short_help = true, help_heading = HELP_ADVANCED)]
+    pub save_samples: Option<PathBuf>,
 
     /// For programs that drive gilsample (the Python API): an inherited socket. gilsample waits for a
     /// byte on it before attaching, reports progress on it as JSON lines, and stops when it reads

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::error::Result;
+use crate::infer::classify::{Census, ThreadEvidence, classify};
 use crate::process::kernel::KernelState;
 use crate::process::kernel::ThreadFiles;
 use crate::process::memory::ReadError;
@@ -10,7 +11,6 @@ use crate::process::tasks::{TidMap, read_namespace_pid};
 use crate::python::attach::{GilReading, GilWaitRanges, LayoutChoice, attach};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::ThreadWalker;
-use crate::sample::classify::{Census, ThreadEvidence, classify};
 
 pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     let target = attach(pid, choice)?;

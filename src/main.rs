@@ -61,6 +61,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Merge(args)) => run_merge(&args).map(|()| exit::OK),
         Some(Command::Report(args)) => run_report(&args).map(|()| exit::OK),
+        Some(Command::Replay(_args)) => todo!(),
         Some(Command::Record(args)) => record_command(args),
         None => record_command(cli.record),
     };
@@ -193,6 +194,7 @@ fn run_record(
         waiter_counts: !args.no_waiter_counts,
         handoff_arrows: !args.no_handoff_arrows,
         stacks: !args.no_stacks,
+        save_samples: args.save_samples.clone(),
     };
     if opts.priority == Priority::Realtime && !args.quiet && !realtime_allowed() {
         eprintln!(

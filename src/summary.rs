@@ -4,6 +4,7 @@
 //! interpreter, how running threads were classified, per thread the share of time in each state.
 //! A rate well under the one asked for is said as a warning, with what it costs.
 
+use crate::infer::rules::Decision;
 use std::fmt::Write;
 
 use crate::infer::intervals::GilState;
@@ -87,7 +88,10 @@ fn format_target(out: &mut String, t: &TargetReport) {
     } else {
         0.0
     };
-    let missed = s.handoffs_counted.saturating_sub(s.handoffs_seen);
+    let missed = s
+        .inference
+        .handoffs_counted
+        .saturating_sub(s.inference.handoffs_seen);
     let _ = writeln!(
         out,
         "  sampler's account: Python {}, layout {}",
@@ -131,24 +135,25 @@ fn format_target(out: &mut String, t: &TargetReport) {
     let _ = writeln!(
         out,
         "  GIL hand-offs: {} seen, {} counted by the interpreter ({} happened between samples)",
-        s.handoffs_seen, s.handoffs_counted, missed
+        s.inference.handoffs_seen, s.inference.handoffs_counted, missed
     );
-    if s.thread_samples > 0 {
+    if s.inference.thread_samples > 0 {
+        let d = &s.inference.decisions;
         let _ = writeln!(
             out,
             "  running-but-not-holding thread samples: {} proven still in take/drop, {} decided by who \
              owns the GIL's mutex, {} decided by the GIL's waiter counts, {} released (of {}); stretches \
              after a GIL state: {} waited for a CPU inside the call, {} ran without the GIL ({} decided \
              by the hand-off count, {} found in take_gil by two wake-ups since holding)",
-            s.running_still_waiting,
-            s.running_by_gil_mutex,
-            s.running_counted,
-            s.running_released,
-            s.thread_samples,
-            s.stretches_in_gil_call,
-            s.stretches_released,
-            s.stretches_by_handoffs,
-            s.stretches_woken_twice
+            d.get(Decision::RunningStillWaiting),
+            d.get(Decision::RunningByGilMutex),
+            d.get(Decision::RunningCounted),
+            d.get(Decision::RunningReleased),
+            s.inference.thread_samples,
+            d.get(Decision::StretchInGilCall),
+            d.get(Decision::StretchReleased),
+            d.get(Decision::StretchByHandoffs),
+            d.get(Decision::StretchWokenTwice)
         );
     }
     let _ = writeln!(

@@ -1,7 +1,14 @@
 //! From per-sample thread states to intervals and statistics. Pure code: no I/O, no clocks, so every
 //! rule is unit-tested on hand-made sample sequences.
 
+pub mod classify;
+pub mod engine;
+pub mod gil_flags;
+pub mod handoff_age;
 pub mod held_blocked;
 pub mod intervals;
+pub mod records;
+pub mod rules;
 pub mod sample;
 pub mod stats;
+pub mod thread;

@@ -18,6 +18,8 @@ use crate::python::runtime::GilWord;
 pub struct Sample {
     /// CLOCK_MONOTONIC when the read of the GIL returned: the target as it was then.
     pub read_ns: u64,
+    /// CLOCK_MONOTONIC when the tick began, before the read of the GIL.
+    pub woke_ns: u64,
     /// The sample's time in the trace: midway between `read_ns` and the end of the kernel readings.
     pub t_ns: u64,
     pub word: GilWord,
@@ -80,6 +82,17 @@ pub struct Wants {
     pub schedstat_always: Vec<u32>,
     /// Threads whose schedstat is wanted when the kernel says they run.
     pub schedstat_if_running: Vec<u32>,
+}
+
+impl Wants {
+    /// Whether to read the schedstat of thread `tid`, which `runs` or not and `holds` the GIL or
+    /// not. The holder's is always read: a sample that places it in `hold_gil` keeps it, for the
+    /// stretch that may follow the hold (rule 9).
+    pub fn schedstat(&self, tid: u32, runs: bool, holds: bool) -> bool {
+        holds
+            || self.schedstat_always.contains(&tid)
+            || (runs && self.schedstat_if_running.contains(&tid))
+    }
 }
 
 impl ThreadSample {

@@ -37,7 +37,7 @@ const MAX_LINE_TABLE: u64 = 1 << 20;
 const MAX_CACHED_CODE: usize = 8192;
 
 /// How reading stacks went over a recording.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StackStats {
     pub stacks: u64,
     pub frames: u64,

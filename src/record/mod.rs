@@ -7,7 +7,8 @@
 //! command.
 
 mod checks;
-mod target;
+mod save;
+pub mod target;
 
 use checks::{check_outputs, processes_of};
 pub use target::host_name;
@@ -69,6 +70,8 @@ pub struct RecordOptions {
     pub handoff_arrows: bool,
     /// Read the Python stacks of waiters and holders (sample/stack_watch.rs).
     pub stacks: bool,
+    /// Also save every sample, for `gilsample replay` (samples/).
+    pub save_samples: Option<PathBuf>,
 }
 
 /// One finished target.

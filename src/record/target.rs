@@ -5,16 +5,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
 use crate::infer::stats::Totals;
 use crate::process::tasks::{read_cmdline, read_namespace_pid};
 use crate::python::attach::Target;
+use crate::record::save::save_samples_to;
 use crate::record::{RecordOptions, TargetReport};
 use crate::report::analyze::analyze;
 use crate::sample::clock::monotonic_to_wall_offset_ns;
-use crate::sample::sampler::{LiveCounters, Record, SamplerConfig, SamplerReport, run_sampler};
+use crate::sample::sampler::{
+    LiveCounters, Record, SampleLog, SamplerConfig, SamplerReport, run_sampler,
+};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
 
 /// The name of the machine gilsample runs on (its UTS namespace's: a pod's or container's own name
@@ -29,20 +33,103 @@ pub fn host_name() -> Option<String> {
 /// memory for that moment).
 const MAX_TRACE_ANALYSED_AT_END: u64 = 1 << 30;
 
+/// What a trace says about the process it is of besides what the sampler measured: taken from the
+/// live target when recording, saved in a sample stream's header, and read back from it by `replay`,
+/// so a replayed trace describes the same process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordedProcess {
+    pub pid: u32,
+    pub namespace_pid: Option<u32>,
+    pub rank: u32,
+    pub host: Option<String>,
+    pub command_line: String,
+    pub python_version: String,
+    pub python_flavour: String,
+    pub python_binary: String,
+    pub arch: String,
+    pub layout_source: String,
+    pub gil_waiter_counts: String,
+    pub rate_requested_hz: f64,
+    /// The trace's clock: CLOCK_REALTIME or CLOCK_MONOTONIC.
+    pub clock: String,
+    pub stacks: bool,
+    pub cpus: Option<Vec<usize>>,
+    pub handoff_arrows: bool,
+    pub monotonic_to_trace_offset_ns: i64,
+    pub monotonic_to_wall_offset_ns: i64,
+}
+
+impl RecordedProcess {
+    pub fn of(target: &Target, rank: u32, opts: &RecordOptions, offset_ns: i64) -> RecordedProcess {
+        RecordedProcess {
+            pid: target.pid,
+            namespace_pid: read_namespace_pid(target.pid),
+            rank,
+            host: host_name(),
+            // Read before sampling: a target that exits first (a launched command) has none at the end.
+            command_line: read_cmdline(target.pid).unwrap_or_default(),
+            python_version: target.version.to_string(),
+            python_flavour: target.flavour.to_string(),
+            python_binary: target.binary.mapped_path.display().to_string(),
+            arch: target.binary.arch.to_string(),
+            layout_source: target.layout_source.to_string(),
+            gil_waiter_counts: if opts.waiter_counts {
+                crate::info::describe_waiter_counts(target)
+            } else {
+                "not counted: --no-waiter-counts".to_string()
+            },
+            rate_requested_hz: opts.rate_hz,
+            clock: match opts.clock {
+                TraceClock::Wall => "CLOCK_REALTIME",
+                TraceClock::Monotonic => "CLOCK_MONOTONIC",
+            }
+            .to_string(),
+            stacks: opts.stacks,
+            cpus: opts.cpus.clone(),
+            handoff_arrows: opts.handoff_arrows,
+            monotonic_to_trace_offset_ns: offset_ns,
+            monotonic_to_wall_offset_ns: monotonic_to_wall_offset_ns(),
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record_one(
     target: &Target,
     rank: u32,
-    mut writer: ChromeWriter,
+    writer: ChromeWriter,
     config: &SamplerConfig,
     stop: &AtomicBool,
     live: &LiveCounters,
     opts: &RecordOptions,
     offset_ns: i64,
 ) -> Result<TargetReport> {
-    // Read before sampling: a target that exits first (a launched command) has none at the end.
-    let cmdline = read_cmdline(target.pid).unwrap_or_default();
-    let handoff_arrows = opts.handoff_arrows;
+    let process = RecordedProcess::of(target, rank, opts, offset_ns);
+    let mut saver = match &opts.save_samples {
+        Some(path) => Some(save_samples_to(path, &process, target, config)?),
+        None => None,
+    };
+    let mut report = write_trace(&process, writer, opts.force, |sink, writer_failed| {
+        let should_stop = || stop.load(Ordering::Relaxed) || writer_failed.load(Ordering::Relaxed);
+        let log = saver.as_mut().map(|s| s as &mut dyn SampleLog);
+        run_sampler(target, config, &should_stop, live, sink, log)
+    })?;
+    if let Some(saver) = saver {
+        report.sampler.saved_bytes = saver.finish(&report.sampler)?;
+    }
+    Ok(report)
+}
+
+/// Writes one process's trace from what `produce` sends to its sink (a live sampler, or a replay of
+/// saved samples) and returns what it measured. `produce` gets a flag that is set when the writer
+/// failed, so that it stops.
+pub fn write_trace(
+    process: &RecordedProcess,
+    mut writer: ChromeWriter,
+    force: bool,
+    produce: impl FnOnce(&mut dyn FnMut(Record), &AtomicBool) -> SamplerReport,
+) -> Result<TargetReport> {
+    let handoff_arrows = process.handoff_arrows;
     let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let writing = thread::scope(|scope| {
         let writer_thread = scope.spawn(move || -> Result<(ChromeWriter, Totals)> {
@@ -73,11 +160,8 @@ pub(super) fn record_one(
         // A writer that failed (disk full, directory gone) drops its end of the channel; sampling then
         // stops within a batch and the error, which says where the partial data is, surfaces below.
         let writer_failed = AtomicBool::new(false);
-        let should_stop = || stop.load(Ordering::Relaxed) || writer_failed.load(Ordering::Relaxed);
         let mut batch = Batch::new(tx, &writer_failed);
-        let report = run_sampler(target, config, &should_stop, live, &mut |record| {
-            batch.push(record)
-        });
+        let report = produce(&mut |record| batch.push(record), &writer_failed);
         batch.flush();
         drop(batch);
         (
@@ -87,18 +171,21 @@ pub(super) fn record_one(
     });
     let (report, written) = writing;
     let (writer, totals) = written?;
+    let pid = process.pid;
     let mut threads: Vec<(u32, String)> = report
         .thread_names
         .iter()
         .map(|(tid, name)| (*tid, name.clone()))
         .collect();
-    threads.sort_by_key(|(tid, _)| (*tid != target.pid, *tid));
-    let host = host_name();
+    threads.sort_by_key(|(tid, _)| (*tid != pid, *tid));
+    let cmdline = &process.command_line;
     let process_name = format!(
-        "Python {} pid {} rank {rank}{}{}",
-        target.version,
-        target.pid,
-        host.as_ref()
+        "Python {} pid {pid} rank {}{}{}",
+        process.python_version,
+        process.rank,
+        process
+            .host
+            .as_ref()
             .map(|h| format!(" host {h}"))
             .unwrap_or_default(),
         if cmdline.is_empty() {
@@ -107,11 +194,10 @@ pub(super) fn record_one(
             format!(": {cmdline}")
         }
     );
-    let mut other = metadata(target, rank, &report, opts, offset_ns, &cmdline);
-    other.insert("host".into(), json!(host));
+    let other = metadata(process, &report);
     // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
     let mut answer = None;
-    let path = writer.finish(&process_name, &threads, other, opts.force, &mut |partial| {
+    let path = writer.finish(&process_name, &threads, other, force, &mut |partial| {
         // Reading the trace back holds its slices in memory (about half the file's size): a
         // trace too large for that is left for `gilsample report` to answer, and says so.
         let size = std::fs::metadata(partial).map(|m| m.len()).unwrap_or(0);
@@ -125,10 +211,7 @@ pub(super) fn record_one(
             ));
         }
         let processes = crate::report::load::load(partial).ok()?;
-        let found = processes
-            .iter()
-            .find(|p| p.pid == target.pid)
-            .map(analyze)?;
+        let found = processes.iter().find(|p| p.pid == pid).map(analyze)?;
         let value = serde_json::to_value(&found).ok()?;
         answer = Some(found);
         Some(("statistics".to_string(), value))
@@ -137,11 +220,11 @@ pub(super) fn record_one(
         answer.file = path.display().to_string();
     }
     Ok(TargetReport {
-        pid: target.pid,
-        rank,
+        pid,
+        rank: process.rank,
         path,
-        python: target.version.to_string(),
-        layout_source: target.layout_source.to_string(),
+        python: process.python_version.clone(),
+        layout_source: process.layout_source.clone(),
         sampler: report,
         totals,
         answer,
@@ -199,66 +282,43 @@ impl<'a> Batch<'a> {
     }
 }
 
-fn metadata(
-    target: &Target,
-    rank: u32,
-    report: &SamplerReport,
-    opts: &RecordOptions,
-    offset_ns: i64,
-    cmdline: &str,
-) -> Map<String, Value> {
-    let clock = match opts.clock {
-        TraceClock::Wall => "CLOCK_REALTIME",
-        TraceClock::Monotonic => "CLOCK_MONOTONIC",
-    };
+fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Value> {
+    let counts = &report.inference;
     let value = json!({
         "producer": format!("gilsample {}", env!("CARGO_PKG_VERSION")),
-        "clock": clock,
+        "clock": process.clock,
         "ts_unit": "us",
         "sampled_on": "CLOCK_MONOTONIC",
-        "monotonic_to_trace_offset_ns": offset_ns,
-        "monotonic_to_wall_offset_ns": monotonic_to_wall_offset_ns(),
-        "trace_to_monotonic_offset_ns": -offset_ns,
-        "pid": target.pid,
-        "namespace_pid": read_namespace_pid(target.pid),
-        "rank": rank,
-        "command_line": cmdline,
-        "python_version": target.version.to_string(),
-        "python_flavour": target.flavour.to_string(),
-        "python_binary": target.binary.mapped_path.display().to_string(),
-        "arch": target.binary.arch,
-        "layout_source": target.layout_source.to_string(),
-        "rate_requested_hz": opts.rate_hz,
+        "monotonic_to_trace_offset_ns": process.monotonic_to_trace_offset_ns,
+        "monotonic_to_wall_offset_ns": process.monotonic_to_wall_offset_ns,
+        "trace_to_monotonic_offset_ns": -process.monotonic_to_trace_offset_ns,
+        "pid": process.pid,
+        "namespace_pid": process.namespace_pid,
+        "rank": process.rank,
+        "host": process.host,
+        "command_line": process.command_line,
+        "python_version": process.python_version,
+        "python_flavour": process.python_flavour,
+        "python_binary": process.python_binary,
+        "arch": process.arch,
+        "layout_source": process.layout_source,
+        "rate_requested_hz": process.rate_requested_hz,
         "rate_achieved_hz": (report.achieved_rate_hz() * 10.0).round() / 10.0,
         "samples": report.samples,
         "late_samples": report.late_samples,
         "stalled_reads": report.stalled_reads,
         "longest_stall_us": report.longest_stall_ns / 1000,
         "faulted_samples": report.faulted_samples,
-        "thread_samples": report.thread_samples,
-        "running_classified_take": report.running_still_waiting,
-        "running_classified_released": report.running_released,
-        "running_classified_by_waiter_counts": report.running_counted,
-        "running_classified_by_gil_mutex_owner": report.running_by_gil_mutex,
-        "gil_waiter_counts": if opts.waiter_counts {
-            crate::info::describe_waiter_counts(target)
-        } else {
-            "not counted: --no-waiter-counts".to_string()
-        },
-        "ambiguous_stretches_in_gil_call": report.stretches_in_gil_call,
-        "ambiguous_stretches_released": report.stretches_released,
-        "ambiguous_stretches_decided_by_handoffs": report.stretches_by_handoffs,
-        "ambiguous_stretches_in_take_after_two_wakeups": report.stretches_woken_twice,
-        "ambiguous_stretches_in_take_after_a_switch_request": report.stretches_back_after_switch_request,
-        "ambiguous_stretches_after_a_hold_between_samples": report.stretches_after_unseen_hold,
-        "handoffs_seen": report.handoffs_seen,
-        "handoffs_counted": report.handoffs_counted,
+        "thread_samples": counts.thread_samples,
+        "gil_waiter_counts": process.gil_waiter_counts,
+        "handoffs_seen": counts.handoffs_seen,
+        "handoffs_counted": counts.handoffs_counted,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
         "thread_name_reads": report.name_reads.reads,
         "thread_names_read": report.name_reads.names,
         "thread_name_reads_torn": report.name_reads.torn,
-        "stacks": if opts.stacks { report.stacks.unavailable.clone().unwrap_or_else(|| "read".into()) } else { "not read: --no-stacks".into() },
+        "stacks": if process.stacks { report.stacks.unavailable.clone().unwrap_or_else(|| "read".into()) } else { "not read: --no-stacks".into() },
         "stacks_read": report.stacks.read.stacks,
         "stack_frames_read": report.stacks.read.frames,
         "stack_reads_torn": report.stacks.read.torn,
@@ -266,7 +326,7 @@ fn metadata(
         "stacks_reused_same_innermost_frame": report.stacks.reused,
         "code_objects_read": report.stacks.read.code_objects_read,
         "code_objects_replaced_at_a_cached_address": report.stacks.read.code_objects_replaced,
-        "interpreter_gil_flags": match report.gil_flags {
+        "interpreter_gil_flags": match counts.gil_flags {
             Some(f) => json!({
                 "read_where_rules_infer": f.read,
                 "decided_take_gil": f.decided_take,
@@ -280,12 +340,17 @@ fn metadata(
         "recording_end_monotonic_ns": report.end_ns,
         "end_reason": format!("{:?}", report.end),
         "sampler_scheduling": report.scheduling.to_string(),
-        "sampler_cpus": opts.cpus,
+        "sampler_cpus": process.cpus,
         "sampler_cpu_seconds": report.cpu_ns as f64 / 1e9,
         "sampler_moved_off_holder_cpu": report.cpu_moves,
+        "saved_sample_bytes": report.saved_bytes,
     });
-    let Value::Object(map) = value else {
+    let Value::Object(mut map) = value else {
         unreachable!("json! of an object literal is an object")
     };
+    // Each rule's count under its own key (infer/rules.rs).
+    for (info, count) in counts.decisions.iter() {
+        map.insert(info.metadata_key.into(), json!(count));
+    }
     map
 }

@@ -1,12 +1,11 @@
-//! The sampling loop: clock and deadlines, per-sample classification of each thread, and the loop
-//! that ties the target's memory and the kernel's thread states together.
+//! Reading the targets: clock and deadlines, the sampling loop that reads the GIL, the kernel's thread
+//! states and Python stacks into one `Sample` per tick, and what it measures about itself.
 
 pub mod affinity;
-pub mod classify;
 pub mod clock;
 pub mod dodge;
 pub mod gil_flags;
-pub mod handoff_age;
 pub mod priority;
+pub mod report;
 pub mod sampler;
 pub mod stack_watch;

@@ -21,7 +21,7 @@ pub enum Priority {
 }
 
 /// What the sampler thread actually runs with; recorded in the trace metadata.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Scheduling {
     Fifo,
     Nice,

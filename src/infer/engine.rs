@@ -1,0 +1,384 @@
+//! Inference over a stream of samples: each `Sample` (infer/sample.rs) in, the intervals, hand-offs,
+//! held-while-blocked stretches and waiter counts it settles out, as `Record`s. Pure: it never reads
+//! memory, /proc or a clock, so a saved stream replays into the same records as the live run, and
+//! every rule can be run on recorded samples (docs/classification.md has the rules).
+
+use crate::infer::classify::{Basis, Census, ThreadEvidence, census, classify, inside};
+use crate::infer::gil_flags::{FlagDecider, FlagStats};
+use crate::infer::handoff_age::{HandoffAge, may_have_lasted};
+use crate::infer::held_blocked::blocking_syscall;
+use crate::infer::intervals::{GilState, TimelineParams};
+use crate::infer::records::{Handoff, Record};
+use crate::infer::rules::{Decision, DecisionCounts};
+use crate::infer::sample::{Sample, SampleContext, Wants};
+use crate::infer::thread::{MAX_STRETCH_NS, Stretch, ThreadInference};
+use crate::process::kernel::KernelState;
+use crate::python::attach::Waiters;
+
+/// What inference counted over a recording.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InferenceCounts {
+    pub decisions: DecisionCounts,
+    /// Threads classified, summed over the samples.
+    pub thread_samples: u64,
+    /// Hand-offs seen between two samples' holders.
+    pub handoffs_seen: u64,
+    /// `switch_number` advanced by this much over the recording: the interpreter's own count.
+    pub handoffs_counted: u64,
+    /// What 3.15's own GIL flags decided; `None` where the target has none.
+    pub gil_flags: Option<FlagStats>,
+}
+
+/// One thread's outcome at the last sample, where it was decided then (a thread in a held-back
+/// stretch is not): what the sampler needs to read stacks (sample/stack_watch.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decided {
+    pub index: usize,
+    pub tid: u32,
+    pub previous: Option<GilState>,
+    pub state: GilState,
+}
+
+/// How one thread was decided at a sample (`gilsample replay --explain`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Explained {
+    pub state: GilState,
+    /// The rule's `Basis`, as text (`Direct`, `GilMutex`, `Ambiguous { after: Take }`, ...).
+    pub basis: String,
+}
+
+pub struct Engine {
+    ctx: SampleContext,
+    /// Per thread of the last sample (by index), how it was decided; kept only when explaining.
+    explained: Option<Vec<(usize, Explained)>>,
+    params: TimelineParams,
+    /// In the order of the last sample's threads.
+    threads: Vec<ThreadInference>,
+    /// The holder at the last sample that saw one (hand-offs seen).
+    last_holder: Option<u32>,
+    /// The thread last classified as holding, and when: hand-off arrows join two such samples, so
+    /// both ends lie inside `hold_gil` slices (the GIL's own words can name a holder that the rules
+    /// place in take/drop, e.g. one asleep on the GIL's mutex).
+    last_hold: Option<(u32, u64)>,
+    waiters: Option<u32>,
+    first_switch: Option<u64>,
+    handoff_age: HandoffAge,
+    flags: Option<FlagDecider>,
+    counts: InferenceCounts,
+    decided: Vec<Decided>,
+    holder_tid: Option<u32>,
+}
+
+impl Engine {
+    pub fn new(ctx: SampleContext) -> Engine {
+        let flags = ctx.gil_flags.then_some(FlagDecider {
+            check_direct: ctx.check_gil_flags,
+            ..FlagDecider::default()
+        });
+        Engine {
+            params: TimelineParams::for_period(ctx.period_ns.max(1)),
+            ctx,
+            explained: None,
+            threads: Vec::with_capacity(64),
+            last_holder: None,
+            last_hold: None,
+            waiters: None,
+            first_switch: None,
+            handoff_age: HandoffAge::default(),
+            flags,
+            counts: InferenceCounts::default(),
+            decided: Vec::with_capacity(64),
+            holder_tid: None,
+        }
+    }
+
+    /// Keep how each thread was decided at each sample, for `explained`.
+    pub fn explain(&mut self) {
+        self.explained = Some(Vec::new());
+    }
+
+    /// How each thread of the last sample was decided (by its index in the sample); empty unless
+    /// `explain` was called.
+    pub fn explained(&self) -> &[(usize, Explained)] {
+        self.explained.as_deref().unwrap_or(&[])
+    }
+
+    pub fn context(&self) -> &SampleContext {
+        &self.ctx
+    }
+
+    pub fn counts(&self) -> InferenceCounts {
+        InferenceCounts {
+            gil_flags: self.flags.map(|f| f.stats),
+            ..self.counts
+        }
+    }
+
+    /// The threads decided at the last sample, with their states before and now.
+    pub fn decided(&self) -> &[Decided] {
+        &self.decided
+    }
+
+    /// The tid of the GIL's holder at the last sample, where it was one of the threads.
+    pub fn holder_tid(&self) -> Option<u32> {
+        self.holder_tid
+    }
+
+    /// Whether the waiter counts should be read again after the kernel readings of `sample`: only
+    /// when some thread runs without the GIL, since otherwise nothing is left for them to decide.
+    pub fn wants_recount(sample: &Sample) -> bool {
+        sample.waiters.is_some() && sample.threads.iter().any(|t| t.runs() && !sample.holds(t))
+    }
+
+    /// What the next sample should read beyond the GIL and the kernel states: schedstat where a rule
+    /// compares it with an earlier one (a held-back stretch's CPU arrival, rule 8's arrivals since a
+    /// sleep in `take_gil`, rule 9's wake-ups since holding).
+    pub fn wants(&self, out: &mut Wants) {
+        out.schedstat_always.clear();
+        out.schedstat_if_running.clear();
+        for thread in &self.threads {
+            if thread.pending.is_some() {
+                out.schedstat_always.push(thread.tid);
+            } else if matches!(
+                thread.timeline.current(),
+                Some(GilState::Take | GilState::Hold | GilState::Drop)
+            ) {
+                out.schedstat_if_running.push(thread.tid);
+            }
+        }
+    }
+
+    /// One sample in; what it settles goes to `sink`.
+    pub fn step(&mut self, sample: &Sample, sink: &mut dyn FnMut(Record)) {
+        self.follow_threads(sample, sink);
+        let word = sample.word;
+        self.handoff_age.observe(word.switch_number, sample.woke_ns);
+        let no_switch_request = word
+            .interval_us
+            .is_some_and(|interval_us| self.handoff_age.younger_than(interval_us, sample.read_ns));
+        let census = self.census(sample);
+        let t = sample.t_ns;
+        let params = self.params;
+        let ranges = self.ctx.ranges;
+        let mut taking = 0u32;
+        self.decided.clear();
+        self.holder_tid = None;
+        if let Some(explained) = self.explained.as_mut() {
+            explained.clear();
+        }
+        for (index, (thread, seen)) in self.threads.iter_mut().zip(&sample.threads).enumerate() {
+            let holds = sample.holds(seen);
+            if holds {
+                self.holder_tid = Some(thread.tid);
+            }
+            let owns_gil_mutex = sample.mutex_owner.map(|owner| owner == seen.their_tid);
+            let previous = thread.timeline.current();
+            // Rule 8 compares a running thread last seen asleep in take_gil with that sleep, at a
+            // sample where the counts place nobody running in a wait.
+            let arrivals_since_take_sleep = thread
+                .take_sleep_slices
+                .filter(|_| {
+                    census == Census::NoneWaiting
+                        && previous == Some(GilState::Take)
+                        && seen.kernel == Some(KernelState::Running)
+                        && !holds
+                })
+                .and_then(|slices| Some(seen.schedstat?.timeslices.saturating_sub(slices)));
+            let evidence = ThreadEvidence {
+                holds,
+                released_last: seen.tstate == word.last_holder && !word.locked,
+                kernel: seen.kernel,
+                previous,
+                handoffs_since_previous: thread
+                    .definite_switch
+                    .map(|p| word.switch_number.wrapping_sub(p)),
+                census,
+                owns_gil_mutex,
+                left_gil_mutex: thread.owned_gil_mutex && owns_gil_mutex == Some(false),
+                no_switch_request,
+                arrivals_since_take_sleep,
+            };
+            thread.owned_gil_mutex = owns_gil_mutex == Some(true);
+            let mut decision = classify(&evidence, &ranges);
+            if let Some(flags) = self.flags.as_mut() {
+                decision = flags.decide(seen.gil_flags, decision, holds || !word.locked);
+            }
+            let (state, basis) = decision;
+            if let Some(explained) = self.explained.as_mut() {
+                let basis = format!("{basis:?}");
+                explained.push((index, Explained { state, basis }));
+            }
+            let blocked_in = (state == GilState::Hold)
+                .then(|| blocking_syscall(seen.kernel, |addr| ranges.contains(addr)))
+                .flatten();
+            thread
+                .blocked
+                .observe(thread.tid, t, blocked_in, &params, &mut |s| {
+                    sink(Record::HeldWhileBlocked(s))
+                });
+            thread.take_sleep_slices = match (state, basis) {
+                (GilState::Take, Basis::Direct) => seen.slices_before_sleep,
+                (_, Basis::Ambiguous { .. }) => thread.take_sleep_slices,
+                _ => None,
+            };
+            let decisions = &mut self.counts.decisions;
+            match basis {
+                Basis::Ambiguous { after } => {
+                    if thread.pending.is_none()
+                        && after == GilState::Drop
+                        && previous == Some(GilState::Take)
+                    {
+                        decisions.count(Decision::StretchAfterUnseenHold);
+                    }
+                    let stretch = thread.pending.get_or_insert_with(|| Stretch {
+                        before: after,
+                        // Judged once, when the stretch begins: the hold ended before it.
+                        switch_request_possible: after == GilState::Hold
+                            && word.interval_us.zip(thread.hold_handoff_after).is_some_and(
+                                |(interval_us, since)| may_have_lasted(since, interval_us, t),
+                            ),
+                        first_ns: t,
+                        last_ns: t,
+                        at_start: seen.schedstat,
+                        arrival: None,
+                    });
+                    // A stretch is a run of consecutive samples: where the sampler fell behind it
+                    // is settled at the gap (this sample is dropped; the next starts afresh).
+                    let broken = t.saturating_sub(stretch.last_ns) > params.max_gap_ns;
+                    if !broken && stretch.last_ns != t {
+                        stretch.watch(seen.schedstat, t);
+                        stretch.last_ns = t;
+                    }
+                    if broken || t.saturating_sub(stretch.first_ns) > MAX_STRETCH_NS {
+                        thread.settle(Some((t, seen.schedstat)), None, &params, decisions, sink);
+                    }
+                    continue;
+                }
+                Basis::Direct => {}
+                Basis::GilMutex => decisions.count(Decision::RunningByGilMutex),
+                Basis::RunningStillWaiting => decisions.count(Decision::RunningStillWaiting),
+                Basis::RunningReleased => decisions.count(Decision::RunningReleased),
+                Basis::Counted => decisions.count(Decision::RunningCounted),
+            }
+            if thread.pending.is_some() {
+                let next = thread
+                    .definite_switch
+                    .map(|before| (state, word.switch_number.wrapping_sub(before)));
+                thread.settle(Some((t, seen.schedstat)), next, &params, decisions, sink);
+            }
+            thread.definite_switch = Some(word.switch_number);
+            if state == GilState::Hold {
+                thread.at_hold = seen.schedstat;
+                thread.hold_handoff_after = self.handoff_age.after_ns();
+                if let Some((from_tid, last_held_ns)) = self.last_hold
+                    && from_tid != thread.tid
+                {
+                    sink(Record::Handoff(Handoff {
+                        from_tid,
+                        to_tid: thread.tid,
+                        last_held_ns,
+                        taken_ns: t,
+                    }));
+                }
+                self.last_hold = Some((thread.tid, t));
+            }
+            self.decided.push(Decided {
+                index,
+                tid: thread.tid,
+                previous,
+                state,
+            });
+            thread
+                .timeline
+                .observe(t, state, &params, &mut |iv| sink(Record::Interval(iv)));
+            taking += u32::from(state == GilState::Take);
+        }
+        self.counts.thread_samples += self.threads.len() as u64;
+        if self.waiters != Some(taking) {
+            self.waiters = Some(taking);
+            sink(Record::Waiters {
+                t_ns: t,
+                count: taking,
+            });
+        }
+        if let Some(tid) = self.holder_tid {
+            if self.last_holder.is_some_and(|from_tid| from_tid != tid) {
+                self.counts.handoffs_seen += 1;
+            }
+            self.last_holder = Some(tid);
+        }
+        let first = *self.first_switch.get_or_insert(word.switch_number);
+        self.counts.handoffs_counted = word.switch_number.wrapping_sub(first);
+    }
+
+    /// The recording ended: every thread's held-back stretch is decided and its interval closed.
+    pub fn finish(&mut self, sink: &mut dyn FnMut(Record)) {
+        let params = self.params;
+        for thread in &mut self.threads {
+            thread.close(None, &params, &mut self.counts.decisions, sink);
+        }
+    }
+
+    /// Matches the tracked threads to the sample's: threads no longer in it are gone (closed at the
+    /// sample's read time, when the sampler's walk saw them missing), new ones begin.
+    fn follow_threads(&mut self, sample: &Sample, sink: &mut dyn FnMut(Record)) {
+        let same = self.threads.len() == sample.threads.len()
+            && self
+                .threads
+                .iter()
+                .zip(&sample.threads)
+                .all(|(a, b)| a.tid == b.tid);
+        if !same {
+            let params = self.params;
+            let counts = &mut self.counts.decisions;
+            let mut kept: Vec<ThreadInference> = Vec::with_capacity(sample.threads.len());
+            let mut old = std::mem::take(&mut self.threads);
+            for thread in old.iter_mut() {
+                if !sample.threads.iter().any(|t| t.tid == thread.tid) {
+                    thread.close(Some(sample.read_ns), &params, counts, sink);
+                }
+            }
+            for seen in &sample.threads {
+                match old.iter().position(|t| t.tid == seen.tid) {
+                    Some(at) => kept.push(old.swap_remove(at)),
+                    None => kept.push(ThreadInference::new(seen.tid, seen.tstate)),
+                }
+            }
+            self.threads = kept;
+        }
+        for (thread, seen) in self.threads.iter_mut().zip(&sample.threads) {
+            thread.tstate = seen.tstate;
+        }
+    }
+
+    /// What the waiter counts say at this sample. They count only when both reads agree: a thread
+    /// that entered or left a wait between them would be counted at one moment and read by the
+    /// kernel at another.
+    fn census(&self, sample: &Sample) -> Census {
+        let Some(before) = sample.waiters else {
+            return Census::Unknown;
+        };
+        let running = sample
+            .threads
+            .iter()
+            .filter(|t| t.runs() && !sample.holds(t))
+            .count();
+        if running == 0 || sample.waiters_again != Some(before) {
+            return Census::Unknown;
+        }
+        let ranges = &self.ctx.ranges;
+        let asleep_in = |range: Option<(u64, u64)>| {
+            sample
+                .threads
+                .iter()
+                .filter_map(|t| t.kernel.and_then(|k| k.futex_addr()))
+                .filter(|&a| inside(a, &[range]))
+                .count() as u32
+        };
+        let asleep = Waiters {
+            take: asleep_in(ranges.take[0]),
+            drop: asleep_in(ranges.drop[0]),
+        };
+        census(before, asleep, running, sample.all_kernel_read)
+    }
+}

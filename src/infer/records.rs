@@ -1,0 +1,51 @@
+//! What inference hands downstream (the trace writer), in time order per thread.
+
+use crate::infer::held_blocked::BlockedStretch;
+use crate::infer::intervals::{GilState, Interval};
+use crate::trace::stacks::Frames;
+
+/// A hand-off of the GIL seen by the sampler: `from_tid` held it at `last_held_ns`, `to_tid` at
+/// `taken_ns`, the next sample that saw a holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    pub from_tid: u32,
+    pub to_tid: u32,
+    pub last_held_ns: u64,
+    pub taken_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Interval(Interval),
+    /// The holder slept in a syscall while holding the GIL (infer/held_blocked.rs).
+    HeldWhileBlocked(BlockedStretch),
+    /// The GIL went from one thread to another between two samples.
+    Handoff(Handoff),
+    /// A Python stack read at `t_ns` while the thread was in `state`, standing for `samples` samples
+    /// (sample/stack_watch.rs); the trace puts it into the args of the slice that covers `t_ns`.
+    Stack {
+        tid: u32,
+        t_ns: u64,
+        state: GilState,
+        frames: Frames,
+        samples: u64,
+    },
+    /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
+    Waiters {
+        t_ns: u64,
+        count: u32,
+    },
+}
+
+impl Record {
+    /// When it happened: an interval's end, a count's change.
+    pub fn time_ns(&self) -> u64 {
+        match self {
+            Record::Interval(interval) => interval.end_ns,
+            Record::HeldWhileBlocked(stretch) => stretch.end_ns,
+            Record::Handoff(handoff) => handoff.taken_ns,
+            Record::Waiters { t_ns, .. } => *t_ns,
+            Record::Stack { t_ns, .. } => *t_ns,
+        }
+    }
+}

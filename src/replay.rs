@@ -1,0 +1,221 @@
+//! `gilsample replay`: inference rerun on a saved sample stream (samples/), written as the trace the
+//! recording wrote. Inference is pure (infer/engine.rs) and the stream holds every reading it used,
+//! so the slices are the live run's; a rule changed since gives the trace the new rule gives.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::json;
+
+use crate::cli::ReplayArgs;
+use crate::error::{Error, Result};
+use crate::infer::engine::Engine;
+use crate::infer::sample::Sample;
+use crate::record::target::{RecordedProcess, write_trace};
+use crate::record::{RecordReport, TargetReport};
+use crate::sample::priority::Scheduling;
+use crate::sample::sampler::{EndReason, Record, SamplerReport};
+use crate::samples::{Item, StreamReader};
+use crate::summary::{answers, format_summary};
+use crate::trace::chrome::ChromeWriter;
+
+pub fn run(args: &ReplayArgs) -> Result<()> {
+    let mut reader = StreamReader::open(&args.input)?;
+    let header = reader.header().clone();
+    let process: RecordedProcess =
+        serde_json::from_value(header.process.clone()).map_err(|e| Error::Input {
+            path: args.input.clone(),
+            why: format!("the header's description of the process does not read: {e}"),
+        })?;
+    let output = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "GIL_{}_rank_{}.replay.json",
+            process.pid, process.rank
+        ))
+    });
+    let writer = ChromeWriter::create(
+        &output,
+        args.force,
+        process.pid,
+        process.monotonic_to_trace_offset_ns,
+    )?;
+    let mut explain = match &args.explain {
+        Some(path) => Some(Explainer::create(path)?),
+        None => None,
+    };
+    let mut failure = None;
+    let target = write_trace(&process, writer, args.force, |sink, writer_failed| {
+        let mut engine = Engine::new(header.context.clone());
+        if explain.is_some() {
+            engine.explain();
+        }
+        let replayed = replay(&mut reader, &mut engine, sink, writer_failed, explain.as_mut());
+        match replayed {
+            Ok(report) => report,
+            Err((error, report)) => {
+                failure = Some(error);
+                report
+            }
+        }
+    })?;
+    if let Some(explain) = explain {
+        explain.finish()?;
+    }
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    if !reader.ended_cleanly() && !args.quiet {
+        eprintln!(
+            "gilsample: {} ends without the recording's end record (the recording was cut off): \
+             the trace holds every sample it has",
+            args.input.display()
+        );
+    }
+    if !args.quiet {
+        print_summary(target, process.rate_requested_hz, args.verbose);
+    }
+    Ok(())
+}
+
+/// Feeds every item of the stream to `engine` and `sink` in the order the live sampler did: a
+/// sample's settled records wait until the stacks read for that sample (which follow it in the
+/// stream) are out. Returns the report saved at the end, with inference's counts from this run.
+fn replay(
+    reader: &mut StreamReader,
+    engine: &mut Engine,
+    sink: &mut dyn FnMut(Record),
+    writer_failed: &AtomicBool,
+    mut explain: Option<&mut Explainer>,
+) -> std::result::Result<SamplerReport, (Error, SamplerReport)> {
+    let mut settled: Vec<Record> = Vec::with_capacity(256);
+    let mut saved: Option<SamplerReport> = None;
+    let mut samples = 0u64;
+    let mut first: Option<u64> = None;
+    let mut last = 0u64;
+    let mut failure: Option<Error> = None;
+    loop {
+        if writer_failed.load(Ordering::Relaxed) {
+            break;
+        }
+        let item = match reader.next() {
+            Ok(Some(item)) => item,
+            Ok(None) => break,
+            Err(e) => {
+                failure = Some(e.into());
+                break;
+            }
+        };
+        match item {
+            Item::Sample(sample) => {
+                settled.drain(..).for_each(&mut *sink);
+                engine.step(&sample, &mut |record| settled.push(record));
+                if let Some(explain) = explain.as_deref_mut()
+                    && let Err(e) = explain.write(&sample, engine)
+                {
+                    failure = Some(e);
+                    break;
+                }
+                samples += 1;
+                first.get_or_insert(sample.t_ns);
+                last = sample.t_ns;
+            }
+            Item::Stack {
+                tid,
+                t_ns,
+                state,
+                frames,
+                samples,
+            } => sink(Record::Stack {
+                tid,
+                t_ns,
+                state,
+                frames: frames.into(),
+                samples,
+            }),
+            Item::End(report) => {
+                saved = serde_json::from_value(report).ok();
+                break;
+            }
+            Item::Header(_) => {}
+        }
+    }
+    settled.drain(..).for_each(&mut *sink);
+    engine.finish(sink);
+    // A stream cut off has no saved report: what the samples themselves say stands in.
+    let mut report = saved.unwrap_or_else(|| SamplerReport {
+        samples,
+        end_ns: last,
+        end: EndReason::Failed("the recording was cut off".into()),
+        ..SamplerReport::new(first.unwrap_or(0), Scheduling::Inherited)
+    });
+    report.inference = engine.counts();
+    match failure {
+        Some(error) => Err((error, report)),
+        None => Ok(report),
+    }
+}
+
+/// `--explain`: every thread of every sample as a JSON line.
+struct Explainer {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl Explainer {
+    fn create(path: &Path) -> Result<Explainer> {
+        let file = File::create(path).map_err(|e| Error::Output {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+        Ok(Explainer {
+            path: path.to_path_buf(),
+            out: BufWriter::new(file),
+        })
+    }
+
+    fn write(&mut self, sample: &Sample, engine: &Engine) -> Result<()> {
+        for (seen, why) in engine.explained() {
+            let thread = &sample.threads[*seen];
+            let line = json!({
+                "t_ns": sample.t_ns,
+                "tid": thread.tid,
+                "kernel": thread.kernel.map(|k| format!("{k:?}")),
+                "holds": sample.holds(thread),
+                "released_last": !sample.word.locked && thread.tstate == sample.word.last_holder,
+                "switch": sample.word.switch_number,
+                "owns_gil_mutex": sample.mutex_owner.map(|o| o == thread.their_tid),
+                "schedstat": thread.schedstat.map(|s| [s.cpu_ns, s.run_queue_ns, s.timeslices]),
+                "state": why.state.to_string(),
+                "basis": why.basis,
+            });
+            writeln!(self.out, "{line}").map_err(|e| self.error(e))?;
+        }
+        Ok(())
+    }
+
+    fn error(&self, e: std::io::Error) -> Error {
+        Error::Output {
+            path: self.path.clone(),
+            why: e.to_string(),
+        }
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.out.flush().map_err(|e| self.error(e))
+    }
+}
+
+fn print_summary(target: TargetReport, rate_hz: f64, verbose: bool) {
+    let report = RecordReport {
+        targets: vec![target],
+        failures: Vec::new(),
+        skipped: Vec::new(),
+        launchers: Vec::new(),
+        merged: None,
+        child_status: None,
+    };
+    let answers = answers(&report);
+    eprint!("{}", format_summary(&report, &answers, verbose, rate_hz));
+}

@@ -1,0 +1,93 @@
+//! What one target's sampling loop measured about itself and how it ended; the summary and the
+//! trace's metadata print it, and a saved sample stream ends with it (so a replay reports the same).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::infer::engine::InferenceCounts;
+use crate::python::names::NameStats;
+use crate::sample::priority::Scheduling;
+use crate::sample::stack_watch::StackReport;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    Duration,
+    Stopped,
+    TargetExited,
+    /// The target replaced its program (exec): what was recorded up to then is kept.
+    TargetExec,
+    Failed(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SamplerReport {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub samples: u64,
+    /// Ticks that started more than one period after their deadline.
+    pub late_samples: u64,
+    /// Reads of the GIL that took longer than a period, and the longest: the target's memory map
+    /// lock is held for writing (mmap, munmap, mprotect) by a thread that lost its CPU, and the read
+    /// waits for it.
+    pub stalled_reads: u64,
+    pub longest_stall_ns: u64,
+    /// Ticks skipped because a read was torn or the thread list was inconsistent.
+    pub faulted_samples: u64,
+    /// What inference decided and counted (infer/engine.rs).
+    pub inference: InferenceCounts,
+    /// Kernel readings that schedstat proved unchanged (`ThreadFiles::read_state_since`).
+    pub kernel_reads_unchanged: u64,
+    /// Kernel readings not taken because the thread was idle in a non-GIL wait.
+    pub kernel_reads_skipped: u64,
+    pub thread_names: BTreeMap<u32, String>,
+    /// How reading the threads' Python names went (python/names.rs).
+    pub name_reads: NameStats,
+    /// How reading stacks went (stack_watch.rs).
+    pub stacks: StackReport,
+    pub max_threads: usize,
+    pub scheduling: Scheduling,
+    /// Times the sampler left the GIL holder's CPU (dodge.rs).
+    pub cpu_moves: u64,
+    /// CPU time the sampler thread used.
+    pub cpu_ns: u64,
+    /// Bytes of samples saved (`--save-samples`).
+    pub saved_bytes: u64,
+    pub end: EndReason,
+}
+
+impl SamplerReport {
+    /// All counts zero, for a loop that starts at `start_ns` with `scheduling`.
+    pub fn new(start_ns: u64, scheduling: Scheduling) -> SamplerReport {
+        SamplerReport {
+            start_ns,
+            end_ns: start_ns,
+            samples: 0,
+            late_samples: 0,
+            stalled_reads: 0,
+            longest_stall_ns: 0,
+            faulted_samples: 0,
+            inference: InferenceCounts::default(),
+            kernel_reads_skipped: 0,
+            kernel_reads_unchanged: 0,
+            thread_names: BTreeMap::new(),
+            name_reads: NameStats::default(),
+            stacks: StackReport::default(),
+            max_threads: 0,
+            scheduling,
+            cpu_moves: 0,
+            cpu_ns: 0,
+            saved_bytes: 0,
+            end: EndReason::Stopped,
+        }
+    }
+
+    pub fn achieved_rate_hz(&self) -> f64 {
+        let secs = (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9;
+        if secs > 0.0 {
+            self.samples as f64 / secs
+        } else {
+            0.0
+        }
+    }
+}

@@ -20,6 +20,7 @@ pub mod python;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod samples;
 pub mod summary;
 pub mod symbols;
 pub mod trace;

@@ -164,3 +164,14 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// A sample stream that cannot be read is a bad input file (exit 7), like `convert`'s; the offset
+/// goes into the message so a damaged file can be looked at where it broke.
+impl From<crate::samples::StreamError> for Error {
+    fn from(e: crate::samples::StreamError) -> Error {
+        Error::Input {
+            path: e.path,
+            why: format!("byte {}: {}", e.offset, e.why),
+        }
+    }
+}

@@ -21,6 +21,7 @@ pub mod record;
 // TEMP pub mod replay;
 pub mod report;
 pub mod sample;
+pub mod samples;
 pub mod summary;
 pub mod symbols;
 pub mod trace;

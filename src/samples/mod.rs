@@ -1,0 +1,145 @@
+//! The saved sample stream: what `record --save-samples PATH` writes and `replay PATH` reads.
+//!
+//! A stream is the sampler's `Sample`s (infer/sample.rs) and the stacks it read, in the order it
+//! produced them, so replaying it reruns inference on exactly what the live run saw. The layout is in
+//! docs/sample-stream.md: a preamble (magic, format version), a JSON header, then records of
+//! `kind, varint length, payload`, and a JSON end record the sampler writes last. Samples are
+//! delta-encoded against the previous one (codec.rs): at 10 kHz most of a tick repeats the last.
+//!
+//! The reader treats every byte as untrusted (a cut-off recording, a file that is something else): it
+//! refuses with the file and the byte offset, never panics, and bounds every length it is given.
+
+mod codec;
+mod reader;
+mod saver;
+mod writer;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::infer::intervals::GilState;
+use crate::infer::sample::{Sample, SampleContext};
+
+pub use reader::StreamReader;
+pub use saver::{SampleSaver, SaveStats};
+pub use writer::StreamWriter;
+
+/// The first bytes of every stream; the newline makes a stream shown as text stop after it.
+pub const MAGIC: [u8; 8] = *b"GILSMPL\n";
+
+/// Bumped on any change an older reader would misread; readers refuse streams of a newer format
+/// instead of guessing (docs/sample-stream.md, "Versioning").
+pub const FORMAT_VERSION: u16 = 1;
+
+/// The largest record payload written or read: far above any real record (a sample of 65536 threads
+/// all changed is under 3 MiB), so a corrupt length is refused before it is allocated or waited for.
+pub const MAX_RECORD_BYTES: u64 = 16 << 20;
+
+/// The most threads one sample may hold and the most frames one stack may hold: far above what a
+/// Python process runs, low enough that a corrupt count cannot ask for gigabytes.
+pub const MAX_THREADS: usize = 65536;
+pub const MAX_FRAMES: usize = 65536;
+
+/// What the stream says about itself and its target before any sample: enough to know who wrote it
+/// and to rerun inference (`context`) without the live process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamHeader {
+    /// Always "gilsample".
+    pub producer: String,
+    /// The gilsample version that wrote it (CARGO_PKG_VERSION).
+    pub producer_version: String,
+    pub format_version: u16,
+    pub pid: u32,
+    /// The interpreter's version, e.g. "3.12.3".
+    pub python: String,
+    /// The key of the layout the sampler read the interpreter with.
+    pub layout: String,
+    pub rate_hz: f64,
+    /// The clock of every time in the stream: "CLOCK_MONOTONIC".
+    pub clock: String,
+    pub context: SampleContext,
+}
+
+impl StreamHeader {
+    /// A header naming this gilsample as producer, the current format and CLOCK_MONOTONIC.
+    pub fn new(
+        pid: u32,
+        python: impl Into<String>,
+        layout: impl Into<String>,
+        rate_hz: f64,
+        context: SampleContext,
+    ) -> StreamHeader {
+        StreamHeader {
+            producer: "gilsample".to_string(),
+            producer_version: env!("CARGO_PKG_VERSION").to_string(),
+            format_version: FORMAT_VERSION,
+            pid,
+            python: python.into(),
+            layout: layout.into(),
+            rate_hz,
+            clock: "CLOCK_MONOTONIC".to_string(),
+            context,
+        }
+    }
+}
+
+/// One record of a stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    Header(StreamHeader),
+    Sample(Sample),
+    /// A stack the live sampler read, replayed verbatim.
+    Stack {
+        tid: u32,
+        t_ns: u64,
+        state: GilState,
+        frames: Vec<String>,
+        samples: u64,
+    },
+    /// What the sampler writes last (its report). A stream without it was cut off.
+    End(serde_json::Value),
+}
+
+/// A stream that cannot be read, where and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamError {
+    pub path: PathBuf,
+    /// The byte of the file where the problem lies (for a cut-off record: where that record starts).
+    pub offset: u64,
+    pub why: String,
+}
+
+impl fmt::Display for StreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: byte {}: {}",
+            self.path.display(),
+            self.offset,
+            self.why
+        )
+    }
+}
+
+impl std::error::Error for StreamError {}
+
+/// Record kinds: the first byte of every record.
+mod kind {
+    pub const HEADER: u8 = 1;
+    pub const SAMPLE: u8 = 2;
+    pub const STACK: u8 = 3;
+    pub const END: u8 = 4;
+
+    /// The record's name in messages.
+    pub fn name(kind: u8) -> &'static str {
+        match kind {
+            HEADER => "header",
+            SAMPLE => "sample",
+            STACK => "stack",
+            END => "end",
+            _ => "unknown",
+        }
+    }
+}

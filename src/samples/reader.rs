@@ -1,0 +1,303 @@
+//! The decoder: a stream read one record at a time, so memory stays that of one record and the last
+//! sample however long the recording.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use super::codec::{Bad, Input, decode_sample, decode_stack};
+use super::{FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, StreamError, StreamHeader, kind};
+use crate::infer::sample::Sample;
+
+pub struct StreamReader<R: Read> {
+    records: Records<R>,
+    header: StreamHeader,
+    prev: Sample,
+    ended: bool,
+    /// The error already returned: returned again rather than reading on from a broken place.
+    failed: Option<StreamError>,
+}
+
+impl StreamReader<BufReader<File>> {
+    /// Opens `path` and reads its preamble and header.
+    pub fn open(path: &Path) -> Result<StreamReader<BufReader<File>>, StreamError> {
+        let file = File::open(path).map_err(|e| StreamError {
+            path: path.to_path_buf(),
+            offset: 0,
+            why: format!("cannot open: {e}"),
+        })?;
+        StreamReader::new(BufReader::with_capacity(1 << 16, file), path)
+    }
+}
+
+impl<R: Read> StreamReader<R> {
+    /// Reads the preamble and header from `input`; `path` names it in errors.
+    pub fn new(mut input: R, path: impl Into<PathBuf>) -> Result<StreamReader<R>, StreamError> {
+        let path = path.into();
+        let err = |offset: u64, why: String| StreamError {
+            path: path.clone(),
+            offset,
+            why,
+        };
+        let mut preamble = [0u8; 10];
+        let got = read_full(&mut input, &mut preamble).map_err(|e| err(0, io_why(&e)))?;
+        if got == 0 {
+            return Err(err(
+                0,
+                "empty file, not a gilsample sample stream (was anything recorded?)".into(),
+            ));
+        }
+        let magic_len = got.min(MAGIC.len());
+        if preamble[..magic_len] != MAGIC[..magic_len] {
+            return Err(err(
+                0,
+                "not a gilsample sample stream (it does not start with \"GILSMPL\")".into(),
+            ));
+        }
+        if got < preamble.len() {
+            return Err(err(
+                got as u64,
+                "truncated in the middle of the preamble (the recording was cut off?)".into(),
+            ));
+        }
+        let version = u16::from_le_bytes([preamble[8], preamble[9]]);
+        if version > FORMAT_VERSION {
+            return Err(err(
+                8,
+                format!(
+                    "written by a newer gilsample (format {version}); this one reads format \
+                     {FORMAT_VERSION}: upgrade"
+                ),
+            ));
+        }
+        if version == 0 {
+            return Err(err(8, "format version 0 does not exist (garbage?)".into()));
+        }
+        let mut records = Records {
+            input,
+            path: path.clone(),
+            offset: preamble.len() as u64,
+            payload: Vec::new(),
+        };
+        let start = records.offset;
+        let Some(k) = records.record()? else {
+            return Err(err(
+                start,
+                "the stream ends before its header (the recording was cut off?)".into(),
+            ));
+        };
+        if k != kind::HEADER {
+            return Err(err(
+                start,
+                format!(
+                    "a {} record before the header: a stream starts with its header",
+                    kind::name(k)
+                ),
+            ));
+        }
+        let header: StreamHeader = serde_json::from_slice(&records.payload)
+            .map_err(|e| err(start, format!("the header is not a stream header: {e}")))?;
+        if header.format_version != version {
+            return Err(err(
+                start,
+                format!(
+                    "the header says format {} but the preamble format {version}",
+                    header.format_version
+                ),
+            ));
+        }
+        Ok(StreamReader {
+            records,
+            header,
+            prev: Sample::default(),
+            ended: false,
+            failed: None,
+        })
+    }
+
+    pub fn header(&self) -> &StreamHeader {
+        &self.header
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.records.path
+    }
+
+    /// Whether the End record was read: false for a stream cut off (a crash, a full disk) even where
+    /// every record before the cut was whole.
+    pub fn ended_cleanly(&self) -> bool {
+        self.ended
+    }
+
+    /// The next item; `Ok(None)` at the end of the file at a record boundary, with or without an End
+    /// record (`ended_cleanly` says which). After an error, the same error again.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Item>, StreamError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.next_item();
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    fn next_item(&mut self) -> Result<Option<Item>, StreamError> {
+        let start = self.records.offset;
+        let Some(k) = self.records.record()? else {
+            return Ok(None);
+        };
+        let records = &self.records;
+        if self.ended {
+            return Err(records.error(start, "a record after the end record (garbage?)".into()));
+        }
+        let payload_start = records.offset - records.payload.len() as u64;
+        let bad = |b: Bad| StreamError {
+            path: records.path.clone(),
+            offset: payload_start + b.at as u64,
+            why: format!("in a {} record: {}", kind::name(k), b.why),
+        };
+        let mut input = Input::new(&records.payload);
+        let item = match k {
+            kind::SAMPLE => {
+                let mut cur = Sample::default();
+                decode_sample(&self.prev, &mut input, &mut cur).map_err(bad)?;
+                self.prev.clone_from(&cur);
+                Item::Sample(cur)
+            }
+            kind::STACK => {
+                let (tid, t_ns, state, frames, samples) = decode_stack(&mut input).map_err(bad)?;
+                Item::Stack {
+                    tid,
+                    t_ns,
+                    state,
+                    frames,
+                    samples,
+                }
+            }
+            kind::END => {
+                let v = serde_json::from_slice(&records.payload).map_err(|e| {
+                    records.error(start, format!("the end record is not JSON: {e}"))
+                })?;
+                self.ended = true;
+                return Ok(Some(Item::End(v)));
+            }
+            kind::HEADER => {
+                return Err(records.error(start, "a second header record (garbage?)".into()));
+            }
+            _ => unreachable!("record() refuses unknown kinds"),
+        };
+        if !input.at_end() {
+            return Err(bad(Bad {
+                at: input.pos,
+                why: "bytes left over after the record's content (its length is wrong)".into(),
+            }));
+        }
+        Ok(Some(item))
+    }
+}
+
+/// The record layer: kind, length, payload, and where in the file they lie.
+struct Records<R> {
+    input: R,
+    path: PathBuf,
+    /// Bytes of the file consumed so far: where the next record starts.
+    offset: u64,
+    payload: Vec<u8>,
+}
+
+impl<R: Read> Records<R> {
+    fn error(&self, offset: u64, why: String) -> StreamError {
+        StreamError {
+            path: self.path.clone(),
+            offset,
+            why,
+        }
+    }
+
+    /// Reads one record's kind and payload (into `self.payload`); `None` at the end of the file
+    /// before a record's first byte.
+    fn record(&mut self) -> Result<Option<u8>, StreamError> {
+        let start = self.offset;
+        let mut k = [0u8];
+        if read_full(&mut self.input, &mut k).map_err(|e| self.error(start, io_why(&e)))? == 0 {
+            return Ok(None);
+        }
+        let k = k[0];
+        if !(kind::HEADER..=kind::END).contains(&k) {
+            return Err(self.error(
+                start,
+                format!("unknown record kind {k} (garbage, or a damaged file)"),
+            ));
+        }
+        self.offset += 1;
+        let cut = |this: &Self| {
+            this.error(
+                start,
+                format!(
+                    "truncated in the middle of a {} record (the recording was cut off?)",
+                    kind::name(k)
+                ),
+            )
+        };
+        // The length: a varint read byte by byte, so a cut inside it is told apart from garbage.
+        let mut len = 0u64;
+        let mut i = 0;
+        loop {
+            let mut b = [0u8];
+            if read_full(&mut self.input, &mut b).map_err(|e| self.error(start, io_why(&e)))? == 0
+            {
+                return Err(cut(self));
+            }
+            self.offset += 1;
+            if i == 9 && b[0] > 1 {
+                return Err(self.error(self.offset - 1, "a record length over 64 bits".into()));
+            }
+            len |= u64::from(b[0] & 0x7f) << (7 * i);
+            if b[0] & 0x80 == 0 {
+                break;
+            }
+            i += 1;
+        }
+        if len > MAX_RECORD_BYTES {
+            return Err(self.error(
+                start,
+                format!(
+                    "a {} record of {len} bytes, over the {MAX_RECORD_BYTES} a record may have \
+                     (garbage, or a damaged file)",
+                    kind::name(k)
+                ),
+            ));
+        }
+        // `take` reads what is there instead of allocating what the length claims.
+        self.payload.clear();
+        let got = (&mut self.input)
+            .take(len)
+            .read_to_end(&mut self.payload)
+            .map_err(|e| self.error(start, io_why(&e)))?;
+        self.offset += got as u64;
+        if (got as u64) < len {
+            return Err(cut(self));
+        }
+        Ok(Some(k))
+    }
+}
+
+/// Fills `buf` as far as the input goes; the number of bytes read (less only at the end).
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn io_why(e: &io::Error) -> String {
+    format!("cannot read: {e}")
+}

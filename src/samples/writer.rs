@@ -1,0 +1,82 @@
+//! The encoder: items in, bytes out. It keeps the previous sample (what the next is written against)
+//! and one scratch buffer for a record's payload, so a steady stream of samples allocates nothing.
+
+use super::codec::{encode_sample, encode_stack, put_varint};
+use super::{FORMAT_VERSION, Item, MAGIC, StreamHeader, kind};
+use crate::infer::sample::Sample;
+
+pub struct StreamWriter {
+    header: StreamHeader,
+    started: bool,
+    prev: Sample,
+    payload: Vec<u8>,
+}
+
+impl StreamWriter {
+    /// A stream that opens with `header`: the preamble and the header record are written before the
+    /// first item pushed (or by `start`).
+    pub fn new(header: StreamHeader) -> StreamWriter {
+        StreamWriter {
+            header,
+            started: false,
+            prev: Sample::default(),
+            payload: Vec::with_capacity(4096),
+        }
+    }
+
+    pub fn header(&self) -> &StreamHeader {
+        &self.header
+    }
+
+    /// Writes the preamble and the header, once.
+    pub fn start(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let json = serde_json::to_vec(&self.header).expect("a header serializes");
+        record(out, kind::HEADER, &json);
+    }
+
+    /// Appends `item`'s record to `out`. The stream's header is written by `new`'s; pushing another
+    /// `Item::Header` writes a second header record, which readers refuse.
+    pub fn push(&mut self, item: &Item, out: &mut Vec<u8>) {
+        self.start(out);
+        self.payload.clear();
+        let k = match item {
+            Item::Header(h) => {
+                serde_json::to_writer(&mut self.payload, h).expect("a header serializes");
+                kind::HEADER
+            }
+            Item::Sample(s) => {
+                encode_sample(&self.prev, s, &mut self.payload);
+                // clone_from reuses the thread vector: no allocation once it has grown.
+                self.prev.clone_from(s);
+                kind::SAMPLE
+            }
+            Item::Stack {
+                tid,
+                t_ns,
+                state,
+                frames,
+                samples,
+            } => {
+                encode_stack(*tid, *t_ns, *state, frames, *samples, &mut self.payload);
+                kind::STACK
+            }
+            Item::End(v) => {
+                serde_json::to_writer(&mut self.payload, v).expect("a JSON value serializes");
+                kind::END
+            }
+        };
+        record(out, k, &self.payload);
+    }
+}
+
+fn record(out: &mut Vec<u8>, kind: u8, payload: &[u8]) {
+    out.push(kind);
+    put_varint(out, payload.len() as u64);
+    out.extend_from_slice(payload);
+}

@@ -18,7 +18,7 @@ pub mod merge;
 pub mod process;
 pub mod python;
 pub mod record;
-// TEMP pub mod replay;
+pub mod replay;
 pub mod report;
 pub mod sample;
 pub mod samples;

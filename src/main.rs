@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Merge(args)) => run_merge(&args).map(|()| exit::OK),
         Some(Command::Report(args)) => run_report(&args).map(|()| exit::OK),
-        Some(Command::Replay(_args)) => todo!(),
+        Some(Command::Replay(args)) => gilsample::replay::run(&args).map(|()| exit::OK),
         Some(Command::Record(args)) => record_command(args),
         None => record_command(cli.record),
     };

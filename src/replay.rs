@@ -3,7 +3,7 @@
 //! so the slices are the live run's; a rule changed since gives the trace the new rule gives.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -51,7 +51,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         if explain.is_some() {
             engine.explain();
         }
-        let replayed = replay(&mut reader, &mut engine, sink, writer_failed, explain.as_mut());
+        let replayed = replay(
+            &mut reader,
+            &mut engine,
+            sink,
+            writer_failed,
+            explain.as_mut(),
+        );
         match replayed {
             Ok(report) => report,
             Err((error, report)) => {
@@ -83,7 +89,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
 /// sample's settled records wait until the stacks read for that sample (which follow it in the
 /// stream) are out. Returns the report saved at the end, with inference's counts from this run.
 fn replay(
-    reader: &mut StreamReader,
+    reader: &mut StreamReader<BufReader<File>>,
     engine: &mut Engine,
     sink: &mut dyn FnMut(Record),
     writer_failed: &AtomicBool,

@@ -457,6 +457,13 @@ impl Session<'_> {
             target.version.to_string(),
             target.layout_source.to_string(),
         );
+        // One target's samples go to the path given; several targets' each to its own.
+        let several = self.opts.subprocesses
+            || match &self.opts.targets {
+                Targets::Pids(pids) => pids.len() > 1,
+                Targets::Launch(_) => false,
+                Targets::Devices(_) => true,
+            };
         let (config, stop, opts, offset_ns, thread_live) = (
             self.config,
             self.stop.clone(),
@@ -476,6 +483,7 @@ impl Session<'_> {
                     &thread_live,
                     &opts,
                     offset_ns,
+                    several,
                 )
             })
             .map_err(|e| Error::io("starting a sampler thread", e))?;

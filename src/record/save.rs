@@ -1,34 +1,142 @@
-//! `--save-samples`: the sample stream of a recording, for `gilsample replay`.
+//! `--save-samples`: the sample stream of a recording (samples/), for `gilsample replay`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::infer::sample::Sample;
 use crate::python::attach::Target;
 use crate::record::target::RecordedProcess;
-use crate::sample::sampler::{Record, SampleLog, SamplerConfig, SamplerReport};
+use crate::sample::sampler::{Record, SampleLog, SamplerConfig, SamplerReport, sample_context};
+use crate::samples::{Item, SampleSaver, StreamHeader};
 
-pub struct Saving;
+/// The saver as the sampler's log: samples and stacks go into the stream as they are read.
+pub struct Saving {
+    saver: SampleSaver,
+    /// One sample item, refilled in place each tick (no allocation once the thread table is built).
+    item: Item,
+}
 
 impl SampleLog for Saving {
-    fn sample(&mut self, _sample: &Sample) {}
-    fn stack(&mut self, _stack: &Record) {}
-    fn failed(&self) -> bool {
-        false
+    fn sample(&mut self, sample: &Sample) {
+        if let Item::Sample(saved) = &mut self.item {
+            copy_sample(sample, saved);
+        }
+        self.saver.push(&self.item);
     }
+
+    fn stack(&mut self, stack: &Record) {
+        if let Record::Stack {
+            tid,
+            t_ns,
+            state,
+            frames,
+            samples,
+        } = stack
+        {
+            self.saver.push(&Item::Stack {
+                tid: *tid,
+                t_ns: *t_ns,
+                state: *state,
+                frames: frames.to_vec(),
+                samples: *samples,
+            });
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.saver.failed()
+    }
+}
+
+/// `from` into `to`, reusing `to`'s thread table.
+fn copy_sample(from: &Sample, to: &mut Sample) {
+    let Sample {
+        read_ns,
+        woke_ns,
+        t_ns,
+        word,
+        waiters,
+        waiters_again,
+        mutex_owner,
+        all_kernel_read,
+        threads,
+    } = from;
+    (to.read_ns, to.woke_ns, to.t_ns, to.word) = (*read_ns, *woke_ns, *t_ns, *word);
+    (to.waiters, to.waiters_again) = (*waiters, *waiters_again);
+    (to.mutex_owner, to.all_kernel_read) = (*mutex_owner, *all_kernel_read);
+    to.threads.clear();
+    to.threads.extend_from_slice(threads);
 }
 
 impl Saving {
-    pub fn finish(self, _report: &SamplerReport) -> Result<u64> {
-        Ok(0)
+    /// Ends the stream with the sampler's report; the bytes written.
+    pub fn finish(mut self, report: &SamplerReport) -> Result<u64> {
+        let end = serde_json::to_value(report).map_err(|e| Error::Output {
+            path: PathBuf::new(),
+            why: format!("the sampler's report does not serialise: {e}"),
+        })?;
+        self.saver.push(&Item::End(end));
+        Ok(self.saver.finish()?.bytes)
     }
 }
 
+/// Where one target's samples go: `path` itself, or with several targets `path` with `.PID` before
+/// its suffix.
+pub fn samples_path(path: &Path, pid: u32, several: bool) -> PathBuf {
+    if !several {
+        return path.to_path_buf();
+    }
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.{pid}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{pid}"),
+    };
+    path.with_file_name(name)
+}
+
 pub fn save_samples_to(
-    _path: &Path,
-    _process: &RecordedProcess,
-    _target: &Target,
-    _config: &SamplerConfig,
+    path: &Path,
+    force: bool,
+    process: &RecordedProcess,
+    target: &Target,
+    config: &SamplerConfig,
 ) -> Result<Saving> {
-    Err(Error::Usage("--save-samples: not yet".into()))
+    if path.exists() && !force {
+        return Err(Error::Output {
+            path: path.to_path_buf(),
+            why: "exists already: choose another --save-samples path, or --force to replace it"
+                .into(),
+        });
+    }
+    let mut header = StreamHeader::new(
+        target.pid,
+        target.version.to_string(),
+        target.layout.key(),
+        process.rate_requested_hz,
+        sample_context(target, config),
+    );
+    header.process = serde_json::to_value(process).map_err(|e| Error::Output {
+        path: path.to_path_buf(),
+        why: format!("the process description does not serialise: {e}"),
+    })?;
+    Ok(Saving {
+        saver: SampleSaver::create(path, header)?,
+        item: Item::Sample(Sample::default()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn several_targets_get_their_pid_before_the_suffix() {
+        let p = Path::new("/tmp/run.gilsamples");
+        assert_eq!(samples_path(p, 7, false), p);
+        assert_eq!(samples_path(p, 7, true), Path::new("/tmp/run.7.gilsamples"));
+        assert_eq!(samples_path(Path::new("out"), 7, true), Path::new("out.7"));
+    }
 }

@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::infer::stats::Totals;
 use crate::process::tasks::{read_cmdline, read_namespace_pid};
 use crate::python::attach::Target;
-use crate::record::save::save_samples_to;
+use crate::record::save::{samples_path, save_samples_to};
 use crate::record::{RecordOptions, TargetReport};
 use crate::report::analyze::analyze;
 use crate::sample::clock::monotonic_to_wall_offset_ns;
@@ -103,10 +103,16 @@ pub(super) fn record_one(
     live: &LiveCounters,
     opts: &RecordOptions,
     offset_ns: i64,
+    several: bool,
 ) -> Result<TargetReport> {
     let process = RecordedProcess::of(target, rank, opts, offset_ns);
     let mut saver = match &opts.save_samples {
-        Some(path) => Some(save_samples_to(path, &process, target, config)?),
+        Some(path) => {
+            let path = samples_path(path, target.pid, several);
+            Some(save_samples_to(
+                &path, opts.force, &process, target, config,
+            )?)
+        }
         None => None,
     };
     let mut report = write_trace(&process, writer, opts.force, |sink, writer_failed| {

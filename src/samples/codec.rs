@@ -94,7 +94,9 @@ impl<'a> Input<'a> {
         let v = self.varint()?;
         if v > max as u64 {
             self.pos = start;
-            return self.bad(format!("{v} {what} (more than the {max} a stream may hold)"));
+            return self.bad(format!(
+                "{v} {what} (more than the {max} a stream may hold)"
+            ));
         }
         Ok(v as usize)
     }
@@ -172,6 +174,8 @@ pub fn encode_sample(prev: &Sample, cur: &Sample, out: &mut Vec<u8>) {
     // lies a few µs after read_ns, so it is written from read_ns.
     put_delta(out, prev.read_ns, cur.read_ns);
     put_delta(out, cur.read_ns, cur.t_ns);
+    // When the tick began: a few µs before the read returned (more when the read stalled).
+    put_delta(out, cur.read_ns, cur.woke_ns);
     let (p, c) = (&prev.word, &cur.word);
     let mut flags = 0;
     for (set, bit) in [
@@ -277,7 +281,10 @@ fn flush_run(out: &mut Vec<u8>, run: &mut usize) {
 fn put_thread(out: &mut Vec<u8>, base: &ThreadSample, t: &ThreadSample, new: u8) {
     let mut mask = new;
     for (changed, bit) in [
-        (t.their_tid != base.their_tid || t.tstate != base.tstate, T_IDS),
+        (
+            t.their_tid != base.their_tid || t.tstate != base.tstate,
+            T_IDS,
+        ),
         (t.kernel != base.kernel, T_KERNEL),
         (t.slices_before_sleep != base.slices_before_sleep, T_SLICES),
         (t.schedstat != base.schedstat, T_SCHEDSTAT),
@@ -339,6 +346,7 @@ const ZERO_SCHEDSTAT: SchedStat = SchedStat {
 pub fn decode_sample(prev: &Sample, input: &mut Input<'_>, cur: &mut Sample) -> Result<(), Bad> {
     cur.read_ns = input.delta(prev.read_ns)?;
     cur.t_ns = input.delta(cur.read_ns)?;
+    cur.woke_ns = input.delta(cur.read_ns)?;
     let flags = input.u8()?;
     let p = &prev.word;
     cur.word.locked = flags & LOCKED != 0;

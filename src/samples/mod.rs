@@ -60,6 +60,10 @@ pub struct StreamHeader {
     /// The clock of every time in the stream: "CLOCK_MONOTONIC".
     pub clock: String,
     pub context: SampleContext,
+    /// What the trace says about the process (record/target.rs, `RecordedProcess`), so a replay
+    /// describes the same process.
+    #[serde(default)]
+    pub process: serde_json::Value,
 }
 
 impl StreamHeader {
@@ -81,6 +85,7 @@ impl StreamHeader {
             rate_hz,
             clock: "CLOCK_MONOTONIC".to_string(),
             context,
+            process: serde_json::Value::Null,
         }
     }
 }

@@ -246,8 +246,7 @@ impl<R: Read> Records<R> {
         let mut i = 0;
         loop {
             let mut b = [0u8];
-            if read_full(&mut self.input, &mut b).map_err(|e| self.error(start, io_why(&e)))? == 0
-            {
+            if read_full(&mut self.input, &mut b).map_err(|e| self.error(start, io_why(&e)))? == 0 {
                 return Err(cut(self));
             }
             self.offset += 1;

@@ -1,0 +1,224 @@
+//! Saved sample streams replayed: a live recording on every expected interpreter replays into the
+//! same take/hold/drop slices and the same summary, and the golden streams under fixtures/samples/
+//! replay into their expected traces (`GILSAMPLE_BLESS=1` rewrites those, so a rule change shows as
+//! a diff of the expected files).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::{Trace, Workload, gilsample, interpreter};
+use serde_json::Value;
+
+/// The GIL slices of a trace, as (tid, name, ts, dur) with ts and dur as the file writes them.
+fn gil_slices(trace: &Trace) -> Vec<(u64, String, String, String)> {
+    trace.value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .filter(|e| {
+            matches!(
+                e["name"].as_str(),
+                Some("take_gil" | "hold_gil" | "drop_gil")
+            )
+        })
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap(),
+                e["name"].as_str().unwrap().to_string(),
+                e["ts"].to_string(),
+                e["dur"].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The summary gilsample printed, with the trace's path (which differs between runs) taken out,
+/// and without the line a recording prints when it starts.
+fn summary(output: &Output, trace: &Path) -> String {
+    String::from_utf8_lossy(&output.stderr)
+        .replace(&trace.display().to_string(), "TRACE")
+        .lines()
+        .filter(|l| !l.starts_with("gilsample: recording process"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn replay(samples: &Path, out: &Path, extra: &[&str]) -> Output {
+    let output = gilsample()
+        .arg("replay")
+        .arg(samples)
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "replay failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn live_recording_replays_identically(label: &str) {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, &["dispatch", "--threads", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (live, samples) = (
+        dir.path().join("live.json"),
+        dir.path().join("run.gilsamples"),
+    );
+    let recorded = gilsample()
+        .args(["--pid", &workload.pid.to_string(), "--duration", "1"])
+        .arg("--save-samples")
+        .arg(&samples)
+        .arg("-o")
+        .arg(&live)
+        .output()
+        .unwrap();
+    assert!(
+        recorded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    let replayed_path = dir.path().join("replayed.json");
+    let replayed = replay(&samples, &replayed_path, &[]);
+    let (live_trace, replayed_trace) = (Trace::load(&live), Trace::load(&replayed_path));
+    let slices = gil_slices(&live_trace);
+    assert!(
+        slices.iter().any(|s| s.1 == "hold_gil") && slices.iter().any(|s| s.1 == "take_gil"),
+        "the live run saw no contention: {slices:?}"
+    );
+    assert_eq!(gil_slices(&replayed_trace), slices);
+    assert_eq!(
+        summary(&replayed, &replayed_path),
+        summary(&recorded, &live)
+    );
+    // The metadata describes the same process and the same sampler.
+    for key in [
+        "pid",
+        "python_version",
+        "samples",
+        "thread_samples",
+        "handoffs_seen",
+    ] {
+        assert_eq!(
+            replayed_trace.other(key),
+            live_trace.other(key),
+            "otherData.{key}"
+        );
+    }
+}
+
+macro_rules! interpreter_tests {
+    ($($module:ident => $label:expr),* $(,)?) => {
+        $(
+            mod $module {
+                #[test]
+                fn live_recording_replays_identically() {
+                    super::live_recording_replays_identically($label)
+                }
+            }
+        )*
+    };
+}
+
+interpreter_tests!(
+    py37 => "3.7",
+    py38 => "3.8",
+    py39 => "3.9",
+    py310 => "3.10",
+    py311 => "3.11",
+    py312 => "3.12",
+    py313 => "3.13",
+    debian311 => "debian-3.11",
+    sid313 => "sid-3.13",
+    sid314 => "sid-3.14",
+    sid315 => "sid-3.15",
+    sid314d => "sid-3.14d",
+);
+
+fn golden_cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/samples");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("samples.gilsamples").exists())
+        .collect();
+    cases.sort();
+    cases
+}
+
+/// What a golden case's replay gives: its GIL slices as JSON lines, and its summary.
+fn replay_case(case: &Path) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("trace.json");
+    let output = replay(&case.join("samples.gilsamples"), &out, &["--verbose"]);
+    let slices: String = gil_slices(&Trace::load(&out))
+        .into_iter()
+        .map(|s| serde_json::to_string(&s).unwrap() + "\n")
+        .collect();
+    (slices, summary(&output, &out))
+}
+
+#[test]
+fn golden_streams_replay_into_their_expected_traces() {
+    let cases = golden_cases();
+    assert!(
+        cases.len() >= 5,
+        "fixtures/samples/ should hold the five golden cases: {cases:?}"
+    );
+    let bless = std::env::var_os("GILSAMPLE_BLESS").is_some();
+    let mut differing = Vec::new();
+    for case in &cases {
+        let (slices, summary) = replay_case(case);
+        let (slices_file, summary_file) = (
+            case.join("expected-slices.jsonl"),
+            case.join("expected-summary.txt"),
+        );
+        if bless {
+            std::fs::write(&slices_file, &slices).unwrap();
+            std::fs::write(&summary_file, &summary).unwrap();
+            continue;
+        }
+        let read = |p: &Path| {
+            std::fs::read_to_string(p)
+                .unwrap_or_else(|e| panic!("{}: {e} (GILSAMPLE_BLESS=1 writes it)", p.display()))
+        };
+        if read(&slices_file) != slices || read(&summary_file) != summary {
+            let actual = case.join("actual-slices.jsonl");
+            std::fs::write(&actual, &slices).unwrap();
+            std::fs::write(case.join("actual-summary.txt"), &summary).unwrap();
+            differing.push(case.display().to_string());
+        }
+    }
+    assert!(
+        differing.is_empty(),
+        "replays differ from the expected files (actual-*.jsonl/txt written beside them; diff them, \
+         and if the change is intended rerun with GILSAMPLE_BLESS=1): {differing:?}"
+    );
+}
+
+#[test]
+fn every_golden_case_says_how_it_was_made() {
+    for case in golden_cases() {
+        let readme = std::fs::read_to_string(case.join("README.md")).unwrap();
+        for what in ["gilsample", "Python", "kernel"] {
+            assert!(readme.contains(what), "{}: no {what}", case.display());
+        }
+        let slices = std::fs::read_to_string(case.join("expected-slices.jsonl")).unwrap();
+        let names: Vec<Value> = slices
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()[1].clone())
+            .collect();
+        assert!(
+            names.iter().any(|n| n == "hold_gil"),
+            "{}: no hold_gil slice",
+            case.display()
+        );
+    }
+}

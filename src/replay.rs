@@ -51,20 +51,10 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         if explain.is_some() {
             engine.explain();
         }
-        let replayed = replay(
-            &mut reader,
-            &mut engine,
-            sink,
-            writer_failed,
-            explain.as_mut(),
-        );
-        match replayed {
-            Ok(report) => report,
-            Err((error, report)) => {
-                failure = Some(error);
-                report
-            }
-        }
+        let explain = explain.as_mut();
+        let (report, error) = replay(&mut reader, &mut engine, sink, writer_failed, explain);
+        failure = error;
+        report
     })?;
     if let Some(explain) = explain {
         explain.finish()?;
@@ -87,14 +77,15 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
 
 /// Feeds every item of the stream to `engine` and `sink` in the order the live sampler did: a
 /// sample's settled records wait until the stacks read for that sample (which follow it in the
-/// stream) are out. Returns the report saved at the end, with inference's counts from this run.
+/// stream) are out. Returns the report saved at the end, with inference's counts from this run, and
+/// what stopped the replay early, if anything did.
 fn replay(
     reader: &mut StreamReader<BufReader<File>>,
     engine: &mut Engine,
     sink: &mut dyn FnMut(Record),
     writer_failed: &AtomicBool,
     mut explain: Option<&mut Explainer>,
-) -> std::result::Result<SamplerReport, (Error, SamplerReport)> {
+) -> (SamplerReport, Option<Error>) {
     let mut settled: Vec<Record> = Vec::with_capacity(256);
     let mut saved: Option<SamplerReport> = None;
     let mut samples = 0u64;
@@ -157,10 +148,7 @@ fn replay(
         ..SamplerReport::new(first.unwrap_or(0), Scheduling::Inherited)
     });
     report.inference = engine.counts();
-    match failure {
-        Some(error) => Err((error, report)),
-        None => Ok(report),
-    }
+    (report, failure)
 }
 
 /// `--explain`: every thread of every sample as a JSON line.

@@ -9,6 +9,8 @@
 //! GIL's words and waiter counts, which the sampler does on every tick). The names other modules use
 //! are re-exported here, so `crate::python::attach::{Target, GilReading, ...}` stays the one path.
 
+use std::cell::OnceCell;
+
 use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
 use crate::process::maps::read_file_mappings;
@@ -17,7 +19,7 @@ use crate::process::tasks::TidMap;
 use crate::python::find_binary::find_interpreter;
 use crate::python::gil_span::find_waiter_counts;
 use crate::python::layout::{Flavour, Layout};
-use crate::python::layout_choice::{LayoutRequest, choose_layout};
+use crate::python::layout_choice::{LayoutRequest, choose_layout, flavour_of};
 use crate::python::objects::ObjectReader;
 use crate::python::runtime::{
     GilWordFields, ThreadRef, ThreadWalker, TidSource, WalkError, find_gil, find_tid_source,
@@ -108,28 +110,31 @@ pub fn locate(pid: u32, choice: LayoutChoice) -> Result<Located> {
             why: "it has no file mappings (a kernel thread or a zombie)".into(),
         });
     }
-    let (binary, image, version) = find_interpreter(pid, &mappings)?;
-    let flavour = detect_flavour(&image)?;
-    let memory = ProcessMemory::new(pid);
-    let (layout, layout_source) = choose_layout(
-        &LayoutRequest {
+    // The interpreter's ELF is parsed once, in `find_interpreter`; everything below reads that parse.
+    find_interpreter(pid, &mappings, |binary, version, elf| {
+        let flavour = flavour_of(&elf.elf);
+        let memory = ProcessMemory::new(pid);
+        let (layout, layout_source) = choose_layout(
+            &LayoutRequest {
+                pid,
+                binary: elf,
+                version,
+                flavour,
+                arch: binary.arch,
+                memory: &memory,
+                runtime: binary.runtime_symbol,
+                dwarf_read: OnceCell::new(),
+            },
+            choice,
+        )?;
+        Ok(Located {
             pid,
-            image: &image,
+            binary,
             version,
             flavour,
-            arch: binary.arch,
-            memory: &memory,
-            runtime: binary.runtime_symbol,
-        },
-        choice,
-    )?;
-    Ok(Located {
-        pid,
-        binary,
-        version,
-        flavour,
-        layout,
-        layout_source,
+            layout,
+            layout_source,
+        })
     })
 }
 
@@ -200,5 +205,109 @@ pub(crate) fn walk_error(pid: u32, e: WalkError) -> Error {
             why: "_PyRuntime has no interpreter or thread yet".into(),
         },
         WalkError::Corrupt(why) => Error::LayoutInvalid { pid, why },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+
+    use super::*;
+    use crate::symbols::elf::parse_log;
+
+    /// A pyenv build of `minor` (e.g. "3.12"), if one is installed.
+    fn pyenv_python(minor: &str) -> Option<PathBuf> {
+        let root = std::env::var_os("PYENV_ROOT")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))?;
+        std::fs::read_dir(root.join("versions"))
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{minor}.")))
+            })
+            .map(|p| p.join("bin").join(format!("python{minor}")))
+            .find(|p| p.exists())
+    }
+
+    /// A Python that has started its interpreter and sleeps; killed on drop.
+    struct Sleeper(Child);
+
+    impl Sleeper {
+        fn start(python: &PathBuf) -> Sleeper {
+            let mut child = Command::new(python)
+                .args([
+                    "-c",
+                    "import time; print('ready', flush=True); time.sleep(120)",
+                ])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line.trim(), "ready");
+            Sleeper(child)
+        }
+    }
+
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// Attach reads the interpreter's ELF from one parse, whichever source the layout comes from.
+    #[test]
+    fn attach_parses_the_interpreter_once() {
+        let mut tried = 0;
+        for minor in ["3.12", "3.13"] {
+            let Some(python) = pyenv_python(minor) else {
+                eprintln!("no pyenv Python {minor}: not checked");
+                continue;
+            };
+            let sleeper = Sleeper::start(&python);
+            let pid = sleeper.0.id();
+            for choice in [
+                LayoutChoice::Auto,
+                LayoutChoice::DebugOffsets,
+                LayoutChoice::File,
+                LayoutChoice::Dwarf,
+            ] {
+                parse_log::take();
+                let target = match attach(pid, choice) {
+                    Ok(target) => target,
+                    // Not every build offers every source (3.12 has no _Py_DebugOffsets).
+                    Err(Error::Unsupported { .. }) => continue,
+                    // Reading another process's memory needs ptrace rights this run may not have.
+                    Err(e @ Error::Permission { .. }) => {
+                        eprintln!("cannot read Python {minor}: {e}: parses not counted");
+                        return;
+                    }
+                    Err(e) => panic!("attach to Python {minor} with {choice:?}: {e}"),
+                };
+                let parsed = parse_log::take();
+                let interpreter = parsed
+                    .iter()
+                    .filter(|p| **p == target.binary.opened_as)
+                    .count();
+                eprintln!(
+                    "Python {minor} {choice:?} ({}): the interpreter parsed {interpreter} times; all parses: {parsed:?}",
+                    target.layout_source
+                );
+                assert_eq!(interpreter, 1, "Python {minor} {choice:?}: {parsed:?}");
+                tried += 1;
+            }
+        }
+        if tried == 0 {
+            eprintln!("no pyenv Python 3.12 or 3.13 installed: parses not counted");
+        }
     }
 }

@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 
+use goblin::elf::Elf;
+
 use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
 use crate::process::maps::{Mapping, OpenedFile, open_mapped_file};
@@ -55,10 +57,22 @@ fn candidate_files(mappings: &[Mapping]) -> Vec<&Mapping> {
     ordered
 }
 
-pub(crate) fn find_interpreter(
+/// The interpreter's ELF file, parsed once: `find_interpreter` parses each candidate to look for
+/// `_PyRuntime`, and the parse of the one that defines it is what every later step of attach reads
+/// (version, type objects, flavour, build-id, debug files, DWARF). The parse borrows the image, so
+/// it lives only as long as the call `find_interpreter` hands it to.
+pub struct InterpreterElf<'a> {
+    pub image: &'a ElfImage,
+    pub elf: Elf<'a>,
+}
+
+/// Finds the mapped file that defines `_PyRuntime`, learns its version, and hands the binary and its
+/// one parse to `then` (whose answer is returned).
+pub(crate) fn find_interpreter<T>(
     pid: u32,
     mappings: &[Mapping],
-) -> Result<(Binary, ElfImage, PyVersion)> {
+    then: impl FnOnce(Binary, PyVersion, &InterpreterElf<'_>) -> Result<T>,
+) -> Result<T> {
     let mut python_like: Option<PyVersion> = None;
     let mut problems = Vec::new();
     for candidate in candidate_files(mappings) {
@@ -119,9 +133,15 @@ pub(crate) fn find_interpreter(
                 }
             },
         };
-        drop(parsed);
         check_version_supported(pid, version)?;
-        return Ok((binary, image, version));
+        return then(
+            binary,
+            version,
+            &InterpreterElf {
+                image: &image,
+                elf: parsed,
+            },
+        );
     }
     match python_like {
         Some(v) if (v.major, v.minor) < OLDEST_SUPPORTED => Err(Error::Unsupported {

@@ -6,13 +6,17 @@
 //! Kept apart because it is the one place that weighs sources against each other; the reasons each
 //! source was passed over are collected into the error that names what to install or generate.
 
+use std::cell::OnceCell;
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+use goblin::elf::Elf;
 
 use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
 use crate::process::memory::ProcessMemory;
 use crate::python::debug_offsets;
+use crate::python::find_binary::InterpreterElf;
 use crate::python::layout::{Flavour, Layout, find_shipped, shipped_keys};
 use crate::python::version::PyVersion;
 use crate::symbols::elf::{self, ElfImage};
@@ -50,30 +54,33 @@ impl fmt::Display for LayoutSource {
     }
 }
 
+/// The build's flavour, from a parse of its ELF (`generate-layout` and tools that have only the file).
 pub fn detect_flavour(image: &ElfImage) -> Result<Flavour> {
-    let elf = image.parse()?;
+    Ok(flavour_of(&image.parse()?))
+}
+
+/// The build's flavour, from symbols only a debug build exports.
+pub(crate) fn flavour_of(elf: &Elf<'_>) -> Flavour {
     // Py_REF_DEBUG (implied by Py_DEBUG) exports these; release builds never do.
     let debug = ["_Py_RefTotal", "_Py_GetGlobalRefTotal"]
         .iter()
-        .any(|s| elf::find_symbol(&elf, s).is_some());
-    Ok(if debug {
+        .any(|s| elf::find_symbol(elf, s).is_some());
+    if debug {
         Flavour::Debug
     } else {
         Flavour::Default
-    })
+    }
 }
 
 /// Separate debug files for a binary: by build-id, then by debuglink, inside the target's root first.
-fn separate_debug_files(pid: u32, image: &ElfImage, mapped_path: &Path) -> Vec<PathBuf> {
-    let Ok(elf) = image.parse() else {
-        return Vec::new();
-    };
+fn separate_debug_files(pid: u32, binary: &InterpreterElf<'_>, mapped_path: &Path) -> Vec<PathBuf> {
+    let (elf, image) = (&binary.elf, binary.image);
     let mut found = Vec::new();
     let roots = [
         PathBuf::from(format!("/proc/{pid}/root")),
         PathBuf::from("/"),
     ];
-    if let Some(id) = elf::build_id(&elf, image.bytes()).filter(|id| id.len() > 2) {
+    if let Some(id) = elf::build_id(elf, image.bytes()).filter(|id| id.len() > 2) {
         for root in &roots {
             found.push(root.join(format!(
                 "usr/lib/debug/.build-id/{}/{}.debug",
@@ -82,7 +89,7 @@ fn separate_debug_files(pid: u32, image: &ElfImage, mapped_path: &Path) -> Vec<P
             )));
         }
     }
-    if let (Some(link), Some(dir)) = (elf::debuglink(&elf, image.bytes()), mapped_path.parent()) {
+    if let (Some(link), Some(dir)) = (elf::debuglink(elf, image.bytes()), mapped_path.parent()) {
         let dir = dir.strip_prefix("/").unwrap_or(dir);
         for root in &roots {
             found.push(root.join("usr/lib/debug").join(dir).join(&link));
@@ -92,15 +99,21 @@ fn separate_debug_files(pid: u32, image: &ElfImage, mapped_path: &Path) -> Vec<P
     found.into_iter().filter(|p| p.is_file()).collect()
 }
 
+/// A layout read from DWARF and the file it came from, or none; and why each file tried failed.
+type DwarfRead = (Option<(Layout, PathBuf)>, Vec<String>);
+
 /// What `choose_layout` needs to know about the target.
 pub(crate) struct LayoutRequest<'a> {
     pub(crate) pid: u32,
-    pub(crate) image: &'a ElfImage,
+    /// The interpreter's one parse.
+    pub(crate) binary: &'a InterpreterElf<'a>,
     pub(crate) version: PyVersion,
     pub(crate) flavour: Flavour,
     pub(crate) arch: &'a str,
     pub(crate) memory: &'a ProcessMemory,
     pub(crate) runtime: RemoteAddr,
+    /// What `dwarf` found, once it has looked (start with `OnceCell::new()`).
+    pub(crate) dwarf_read: OnceCell<DwarfRead>,
 }
 
 impl LayoutRequest<'_> {
@@ -111,11 +124,7 @@ impl LayoutRequest<'_> {
     /// The shipped layout generated from this very build (same build-id): what its DWARF would say,
     /// without a DWARF parse (which matters in launch mode, where the script is already running).
     fn same_build_file(&self) -> Result<Option<Layout>> {
-        let build_id = self
-            .image
-            .parse()
-            .ok()
-            .and_then(|e| elf::build_id(&e, self.image.bytes()));
+        let build_id = elf::build_id(&self.binary.elf, self.binary.image.bytes());
         Ok(find_shipped(&self.key(), self.flavour, self.arch)?
             .filter(|l| l.build_id.is_some() && l.build_id == build_id))
     }
@@ -124,47 +133,50 @@ impl LayoutRequest<'_> {
         find_shipped(&self.key(), self.flavour, self.arch)
     }
 
-    /// DWARF of the binary itself, or of its separate debug file.
+    /// DWARF of the binary itself, or of its separate debug file. Read once: `Auto` may ask twice
+    /// (for the debug-offsets descriptor, then for the layout itself), and the second asks only for
+    /// the first's answer.
     fn dwarf(&self, tried: &mut Vec<String>) -> Option<(Layout, PathBuf)> {
-        let image = self.image;
+        let (found, why_not) = self.dwarf_read.get_or_init(|| self.read_dwarf());
+        tried.extend(why_not.iter().cloned());
+        found.clone()
+    }
+
+    /// What `dwarf` answers, and why each file it tried failed.
+    fn read_dwarf(&self) -> DwarfRead {
+        let image = self.binary.image;
+        let mut tried = Vec::new();
         let mut files = Vec::new();
-        if image
-            .parse()
-            .map(|e| elf::has_debug_info(&e))
-            .unwrap_or(false)
-        {
+        if elf::has_debug_info(&self.binary.elf) {
             files.push(image.path.clone());
         }
-        files.extend(separate_debug_files(self.pid, image, &image.path));
+        files.extend(separate_debug_files(self.pid, self.binary, &image.path));
         if files.is_empty() {
             tried.push("no DWARF in the binary and no separate debug file".into());
         }
+        let (key, version) = (self.key(), self.version.to_string());
         for path in files {
-            let opened = if path == image.path {
-                None
+            let read = if path == image.path {
+                // The binary's own DWARF, read through the parse attach already has.
+                Layout::from_dwarf_parsed(
+                    image,
+                    &self.binary.elf,
+                    &key,
+                    &version,
+                    self.flavour,
+                    self.arch,
+                )
             } else {
-                Some(ElfImage::open(&path))
+                ElfImage::open(&path).and_then(|debug_file| {
+                    Layout::from_dwarf(&debug_file, &key, &version, self.flavour, self.arch)
+                })
             };
-            let source = match &opened {
-                Some(Ok(img)) => img,
-                Some(Err(e)) => {
-                    tried.push(e.to_string());
-                    continue;
-                }
-                None => image,
-            };
-            match Layout::from_dwarf(
-                source,
-                &self.key(),
-                &self.version.to_string(),
-                self.flavour,
-                self.arch,
-            ) {
-                Ok(layout) => return Some((layout, path)),
+            match read {
+                Ok(layout) => return (Some((layout, path)), tried),
                 Err(e) => tried.push(e.to_string()),
             }
         }
-        None
+        (None, tried)
     }
 
     /// The target's own `_Py_DebugOffsets`, located with the best descriptor of the version at hand.

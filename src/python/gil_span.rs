@@ -3,8 +3,9 @@
 //! thread owns its mutex, all in one read of the GIL structure; and the address ranges of the GIL's
 //! condition variables and mutexes, which name a futex wait as a GIL wait.
 //!
-//! Kept apart because this is the hot path: everything here is a bounded read and a decode, with
-//! no allocation and no parsing.
+//! Kept apart because this is the hot path: each tick's read is one bounded read and a decode, with
+//! no allocation. Where the counts lie is worked out once, at attach (`find_waiter_counts`, which
+//! also refuses counts that do not fit in that one read).
 
 use crate::addr::RemoteAddr;
 use crate::process::memory::{MemorySource, ReadError};

@@ -9,11 +9,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use goblin::elf::Elf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 pub use crate::python::fields::{FIELD_QUERIES, FieldSpec};
-use crate::symbols::dwarf::{FieldInfo, FieldQuery, find_fields};
+use crate::symbols::dwarf::{FieldInfo, FieldQuery, find_fields_parsed};
 use crate::symbols::elf::ElfImage;
 
 /// Which kind of build the interpreter is; debug (`Py_DEBUG`) builds have different struct layouts.
@@ -62,6 +63,18 @@ impl Layout {
         flavour: Flavour,
         arch: &str,
     ) -> Result<Layout> {
+        Layout::from_dwarf_parsed(image, &image.parse()?, version, full_version, flavour, arch)
+    }
+
+    /// `from_dwarf` for an image already parsed as `elf` (attach parses the interpreter once).
+    pub fn from_dwarf_parsed(
+        image: &ElfImage,
+        elf: &Elf<'_>,
+        version: &str,
+        full_version: &str,
+        flavour: Flavour,
+        arch: &str,
+    ) -> Result<Layout> {
         let queries: Vec<(usize, FieldQuery<'_>)> = FIELD_QUERIES
             .iter()
             .enumerate()
@@ -78,7 +91,7 @@ impl Layout {
             })
             .collect();
         let plain: Vec<FieldQuery<'_>> = queries.iter().map(|(_, q)| *q).collect();
-        let answers = find_fields(image, &plain)?;
+        let answers = find_fields_parsed(image, elf, &plain)?;
         let mut fields = BTreeMap::new();
         for ((spec_index, _), answer) in queries.iter().zip(answers) {
             let name = FIELD_QUERIES[*spec_index].name;
@@ -86,14 +99,13 @@ impl Layout {
                 fields.entry(name.to_string()).or_insert(info);
             }
         }
-        let elf = image.parse()?;
         let layout = Layout {
             version: version.to_string(),
             flavour,
             arch: arch.to_string(),
             generated_from_version: full_version.to_string(),
             generated_from: image.path.display().to_string(),
-            build_id: crate::symbols::elf::build_id(&elf, image.bytes()),
+            build_id: crate::symbols::elf::build_id(elf, image.bytes()),
             binary: None,
             fields,
         };

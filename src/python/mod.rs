@@ -4,7 +4,10 @@
 pub mod attach;
 pub mod debug_offsets;
 pub mod fields;
+pub mod find_binary;
+pub mod gil_span;
 pub mod layout;
+pub mod layout_choice;
 pub mod linetable;
 pub mod names;
 pub mod objects;
@@ -12,4 +15,5 @@ pub mod runtime;
 pub mod stacks;
 #[cfg(test)]
 pub(crate) mod test_heap;
+pub mod validate;
 pub mod version;

@@ -60,8 +60,16 @@ pub struct FieldQuery<'q> {
 
 /// Answers each query against the DWARF in `image`; `None` where the build has no such member.
 pub fn find_fields(image: &ElfImage, queries: &[FieldQuery<'_>]) -> Result<Vec<Option<FieldInfo>>> {
-    let elf = image.parse()?;
-    let sections = load_sections(&elf, image)?;
+    find_fields_parsed(image, &image.parse()?, queries)
+}
+
+/// `find_fields` for an image already parsed as `elf`.
+pub fn find_fields_parsed(
+    image: &ElfImage,
+    elf: &Elf<'_>,
+    queries: &[FieldQuery<'_>],
+) -> Result<Vec<Option<FieldInfo>>> {
+    let sections = load_sections(elf, image)?;
     let endian = if elf.little_endian {
         RunTimeEndian::Little
     } else {

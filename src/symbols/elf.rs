@@ -62,6 +62,8 @@ impl ElfImage {
     }
 
     pub fn parse(&self) -> Result<Elf<'_>> {
+        #[cfg(test)]
+        parse_log::record(&self.path);
         Elf::parse(self.bytes()).map_err(|e| Error::Binary {
             path: self.path.clone(),
             why: format!("not a valid ELF file: {e}"),
@@ -162,5 +164,26 @@ pub fn arch_name(elf: &Elf<'_>) -> &'static str {
         goblin::elf::header::EM_386 => "i386",
         goblin::elf::header::EM_ARM => "arm",
         _ => "unknown",
+    }
+}
+
+/// Which files this thread has parsed, for tests that count parses (attach parses the interpreter's
+/// file once).
+#[cfg(test)]
+pub(crate) mod parse_log {
+    use std::cell::RefCell;
+    use std::path::{Path, PathBuf};
+
+    thread_local! {
+        static PARSED: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn record(path: &Path) {
+        PARSED.with(|p| p.borrow_mut().push(path.to_path_buf()));
+    }
+
+    /// The paths parsed on this thread since the last call, one entry per parse.
+    pub(crate) fn take() -> Vec<PathBuf> {
+        PARSED.with(|p| std::mem::take(&mut *p.borrow_mut()))
     }
 }

@@ -1,0 +1,176 @@
+//! Which of a target's mapped files is the interpreter: the ELF that defines `_PyRuntime` (an
+//! executable, or `libpython` for a shared build), with its version, build-id, architecture, load
+//! bias and the addresses of the type objects that object reads check against.
+//!
+//! Kept apart from choosing a layout because it is about files and symbols only, never the live
+//! process's memory: a wrong answer here is "not Python", not "a wrong layout".
+
+use std::path::PathBuf;
+
+use goblin::elf::Elf;
+
+use crate::addr::RemoteAddr;
+use crate::error::{Error, Result};
+use crate::process::maps::{Mapping, OpenedFile, open_mapped_file};
+use crate::python::layout::shipped_keys;
+use crate::python::objects::TypeObjects;
+use crate::python::version::{OLDEST_SUPPORTED, PyVersion};
+use crate::symbols::elf::{self, ElfImage};
+
+/// The interpreter binary found in the target.
+#[derive(Clone, Debug)]
+pub struct Binary {
+    /// The path as the target's maps name it.
+    pub mapped_path: PathBuf,
+    /// The path gilsample opened it through (differs for containers).
+    pub opened_as: PathBuf,
+    pub shared_library: bool,
+    pub build_id: Option<String>,
+    pub arch: &'static str,
+    pub runtime_symbol: RemoteAddr,
+    pub load_bias: u64,
+    /// The mapping that holds `_PyRuntime`, to notice when the target execs something else.
+    pub mapping: Mapping,
+    /// The interpreter's type objects (`PyDict_Type`, …), to check objects read from memory.
+    pub types: TypeObjects,
+}
+
+/// Files worth opening: the ones whose name says Python first, then the main executable (an embedded
+/// or renamed interpreter). Parsing every shared object of a large framework would be slow.
+fn candidate_files(mappings: &[Mapping]) -> Vec<&Mapping> {
+    let mut seen: Vec<&Mapping> = Vec::new();
+    for m in mappings {
+        if !seen.iter().any(|s| s.same_file(m)) {
+            seen.push(m);
+        }
+    }
+    let is_python = |m: &&Mapping| {
+        m.path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains("python"))
+    };
+    let mut ordered: Vec<&Mapping> = seen.iter().copied().filter(is_python).collect();
+    if let Some(first) = seen.first().filter(|m| !is_python(m)) {
+        ordered.push(first);
+    }
+    ordered
+}
+
+/// The interpreter's ELF file, parsed once: `find_interpreter` parses each candidate to look for
+/// `_PyRuntime`, and the parse of the one that defines it is what every later step of attach reads
+/// (version, type objects, flavour, build-id, debug files, DWARF). The parse borrows the image, so
+/// it lives only as long as the call `find_interpreter` hands it to.
+pub struct InterpreterElf<'a> {
+    pub image: &'a ElfImage,
+    pub elf: Elf<'a>,
+}
+
+/// Finds the mapped file that defines `_PyRuntime`, learns its version, and hands the binary and its
+/// one parse to `then` (whose answer is returned).
+pub(crate) fn find_interpreter<T>(
+    pid: u32,
+    mappings: &[Mapping],
+    then: impl FnOnce(Binary, PyVersion, &InterpreterElf<'_>) -> Result<T>,
+) -> Result<T> {
+    let mut python_like: Option<PyVersion> = None;
+    let mut problems = Vec::new();
+    for candidate in candidate_files(mappings) {
+        if let Some(v) = PyVersion::from_file_name(&candidate.path) {
+            python_like.get_or_insert(v);
+        }
+        let OpenedFile { file, opened_as } = match open_mapped_file(pid, candidate) {
+            Ok(opened) => opened,
+            Err(e) => {
+                problems.push(e.to_string());
+                continue;
+            }
+        };
+        let image = ElfImage::from_file(file, &opened_as)?;
+        let Ok(parsed) = image.parse() else { continue };
+        let Some(symbol) = elf::find_symbol(&parsed, "_PyRuntime") else {
+            continue;
+        };
+        let same_file: Vec<&Mapping> = mappings.iter().filter(|m| m.same_file(candidate)).collect();
+        let Some(bias) = elf::find_load_bias(&parsed, &same_file) else {
+            problems.push(format!(
+                "{}: no mapping matches its load segments",
+                candidate.path.display()
+            ));
+            continue;
+        };
+        let version = match elf::find_symbol(&parsed, "Py_Version")
+            .and_then(|s| elf::read_vaddr(&parsed, image.bytes(), s.vaddr, 8))
+            .map(|b| PyVersion::from_hex(u64::from_le_bytes(b.try_into().unwrap())))
+        {
+            Some(v) => v,
+            None => PyVersion::from_file_name(&candidate.path).ok_or_else(|| Error::Unsupported {
+                pid,
+                why: format!("{} defines _PyRuntime but its version is unknown (no Py_Version, unversioned name)", candidate.path.display()),
+            })?,
+        };
+        let binary = Binary {
+            mapped_path: candidate.path.clone(),
+            opened_as: opened_as.clone(),
+            shared_library: parsed.header.e_type == goblin::elf::header::ET_DYN
+                && parsed.interpreter.is_none(),
+            build_id: elf::build_id(&parsed, image.bytes()),
+            arch: elf::arch_name(&parsed),
+            runtime_symbol: RemoteAddr(symbol.vaddr.wrapping_add(bias)),
+            load_bias: bias,
+            mapping: candidate.clone(),
+            types: {
+                let [dict, str, int, module, code, bytes] = TypeObjects::SYMBOLS.map(|name| {
+                    elf::find_symbol(&parsed, name).map(|s| RemoteAddr(s.vaddr.wrapping_add(bias)))
+                });
+                TypeObjects {
+                    dict,
+                    str,
+                    int,
+                    module,
+                    code,
+                    bytes,
+                }
+            },
+        };
+        check_version_supported(pid, version)?;
+        return then(
+            binary,
+            version,
+            &InterpreterElf {
+                image: &image,
+                elf: parsed,
+            },
+        );
+    }
+    match python_like {
+        Some(v) if (v.major, v.minor) < OLDEST_SUPPORTED => Err(Error::Unsupported {
+            pid,
+            why: format!(
+                "Python {v} is not supported: gilsample reads _PyRuntime, which exists from {}.{} on",
+                OLDEST_SUPPORTED.0, OLDEST_SUPPORTED.1
+            ),
+        }),
+        _ if !problems.is_empty() => Err(Error::NotPython {
+            pid,
+            why: problems.join("; "),
+        }),
+        _ => Err(Error::NotPython {
+            pid,
+            why: "no mapped file defines _PyRuntime".into(),
+        }),
+    }
+}
+
+fn check_version_supported(pid: u32, version: PyVersion) -> Result<()> {
+    if version.major != 3 || (version.major, version.minor) < OLDEST_SUPPORTED {
+        return Err(Error::Unsupported {
+            pid,
+            why: format!(
+                "Python {version} is not supported; 3.7 and newer are (shipped layouts: {})",
+                shipped_keys().join(", ")
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! Reading the GIL as the sampler does on every tick: its words (locked, last holder, switch number)
+//! and, where the C library is glibc, how many threads wait on its condition variables and which
+//! thread owns its mutex, all in one read of the GIL structure; and the address ranges of the GIL's
+//! condition variables and mutexes, which name a futex wait as a GIL wait.
+//!
+//! Kept apart because this is the hot path: each tick's read is one bounded read and a decode, with
+//! no allocation. Where the counts lie is worked out once, at attach (`find_waiter_counts`, which
+//! also refuses counts that do not fit in that one read).
+
+use crate::addr::RemoteAddr;
+use crate::process::memory::{MemorySource, ReadError};
+use crate::python::attach::Target;
+use crate::python::layout::Layout;
+use crate::python::runtime::GilWord;
+
+impl Target {
+    /// Reads the GIL words in one read.
+    pub fn read_gil_word(&self) -> std::result::Result<GilWord, ReadError> {
+        self.read_gil(None).map(|reading| reading.word)
+    }
+
+    /// Reads the GIL words and, where `counts` is given, the waiter counts and the mutex's owner at the
+    /// same moment, in one read of the GIL structure that holds them all: a read costs the same for
+    /// 24 bytes as for 200 (a syscall each), and the sampler does this on every tick.
+    pub fn read_gil(
+        &self,
+        counts: Option<&WaiterCounts>,
+    ) -> std::result::Result<GilReading, ReadError> {
+        let (word_start, word_end) = (
+            self.gil.0 + self.gil_word.start,
+            self.gil.0 + self.gil_word.end,
+        );
+        let (start, end) = match counts {
+            Some(at) => (word_start.min(at.take_wrefs.0), word_end.max(at.span_end())),
+            None => (word_start, word_end),
+        };
+        let mut buf = [0u8; GIL_SPAN_MAX];
+        let span = self.read_span(start, end, &mut buf)?;
+        let word_bytes = &span[(word_start - start) as usize..(word_end - start) as usize];
+        let word = self.gil_word.decode(word_bytes)?;
+        let counted = counts.map(|at| &span[(at.take_wrefs.0 - start) as usize..]);
+        Ok(GilReading {
+            word,
+            waiters: counts
+                .zip(counted)
+                .and_then(|(at, bytes)| at.decode(bytes).ok()),
+            mutex_owner: counts
+                .zip(counted)
+                .and_then(|(at, bytes)| at.decode_mutex_owner(bytes)),
+        })
+    }
+
+    /// The byte ranges of the GIL's condition variables and mutexes: a thread sleeping in futex on an
+    /// address inside one of these is waiting for (`take`) or handing off (`drop`) the GIL.
+    pub fn gil_wait_ranges(&self) -> GilWaitRanges {
+        let range = |name: &str| {
+            self.layout
+                .field(name)
+                .map(|f| (self.gil.0 + f.offset, self.gil.0 + f.offset + f.size))
+        };
+        GilWaitRanges {
+            take: [range("gil.cond"), range("gil.mutex")],
+            drop: [range("gil.switch_cond"), range("gil.switch_mutex")],
+            // glibc's `__g_signals[2]` follows `__wrefs` in every layout that has it.
+            cond_waiter_words: self
+                .waiter_counts
+                .as_ref()
+                .ok()
+                .map(|c| (c.take_wrefs.0 + 4, c.take_wrefs.0 + 12)),
+        }
+    }
+}
+
+/// Where glibc counts the threads waiting on the GIL's two condition variables (process/glibc.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaiterCounts {
+    pub glibc: (u32, u32),
+    /// `gil.cond`'s `__wrefs`: threads in `take_gil`'s wait.
+    pub take_wrefs: RemoteAddr,
+    /// `gil.switch_cond`'s `__wrefs`: threads in `drop_gil`'s forced-switch wait; after `take_wrefs`,
+    /// so that one read covers both.
+    drop_wrefs: Option<RemoteAddr>,
+    /// `gil.mutex`'s `__lock`, followed by its `__owner`; after `take_wrefs` too (the mutex follows
+    /// the condition variable in every CPython layout).
+    mutex_lock: Option<RemoteAddr>,
+}
+
+/// The GIL as one read sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GilReading {
+    pub word: GilWord,
+    /// `None` where glibc's counts are not known or read as something no live GIL holds.
+    pub waiters: Option<Waiters>,
+    /// The target's id (in its own PID namespace) of the thread holding the GIL's mutex, `Some(0)` for
+    /// nobody; `None` where not known or the mutex reads inconsistent.
+    pub mutex_owner: Option<u32>,
+}
+
+/// How many threads are inside each GIL wait, including those woken and not yet run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Waiters {
+    pub take: u32,
+    pub drop: u32,
+}
+
+/// Bounds one read of the GIL structure (about 200 bytes in every CPython layout): a layout whose
+/// fields lie further apart reads as a fault rather than as a larger read.
+const GIL_SPAN_MAX: usize = 512;
+
+impl WaiterCounts {
+    /// Where glibc (`condvar`) counts the waiters of a GIL at `gil`, laid out as `layout` on `arch`
+    /// (the target binary's ELF machine, which sets the size of glibc's mutex).
+    pub fn locate(
+        layout: &Layout,
+        arch: &str,
+        gil: RemoteAddr,
+        condvar: crate::process::glibc::CondvarLayout,
+    ) -> std::result::Result<WaiterCounts, String> {
+        use crate::process::glibc::{PTHREAD_COND_SIZE, pthread_mutex_size};
+        let wrefs = |name: &str| -> std::result::Result<Option<RemoteAddr>, String> {
+            let Some(field) = layout.field(name) else {
+                return Ok(None);
+            };
+            if field.size != PTHREAD_COND_SIZE {
+                return Err(format!(
+                    "{name} is {} bytes, not a glibc pthread_cond_t",
+                    field.size
+                ));
+            }
+            Ok(Some(RemoteAddr(
+                gil.0 + field.offset + condvar.wrefs_offset,
+            )))
+        };
+        let take_wrefs = wrefs("gil.cond")?.ok_or("the layout has no gil.cond")?;
+        let drop_wrefs = wrefs("gil.switch_cond")?
+            .filter(|d| d.0 > take_wrefs.0 && d.0 + 4 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
+        let mutex_lock = layout
+            .field("gil.mutex")
+            .filter(|f| Some(f.size) == pthread_mutex_size(arch))
+            .map(|f| RemoteAddr(gil.0 + f.offset))
+            .filter(|m| m.0 > take_wrefs.0 && m.0 + 12 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
+        Ok(WaiterCounts {
+            glibc: condvar.release,
+            take_wrefs,
+            drop_wrefs,
+            mutex_lock,
+        })
+    }
+
+    /// The end of the bytes that hold both counts and the mutex's owner, which start at `take_wrefs`.
+    fn span_end(&self) -> u64 {
+        let counts_end = self.drop_wrefs.map_or(self.take_wrefs.0, |d| d.0) + 4;
+        let owner_end = self
+            .mutex_lock
+            .map_or(0, |m| m.0 + crate::process::glibc::MUTEX_OWNER_OFFSET + 4);
+        counts_end.max(owner_end)
+    }
+
+    /// Where the GIL's mutex is, when located as glibc's (reads then report its owner).
+    pub fn mutex(&self) -> Option<RemoteAddr> {
+        self.mutex_lock
+    }
+
+    /// Decodes the mutex's owner from bytes that start at `take_wrefs`.
+    pub fn decode_mutex_owner(&self, span: &[u8]) -> Option<u32> {
+        use crate::process::glibc::{MUTEX_LOCK_OFFSET, MUTEX_OWNER_OFFSET, mutex_owner};
+        let at = self.mutex_lock?.0 - self.take_wrefs.0;
+        mutex_owner(
+            u32_at(span, at + MUTEX_LOCK_OFFSET)?,
+            u32_at(span, at + MUTEX_OWNER_OFFSET)?,
+        )
+    }
+
+    /// Decodes both counts from bytes that start at `take_wrefs`.
+    pub fn decode(&self, span: &[u8]) -> std::result::Result<Waiters, ReadError> {
+        let word = |offset: u64| -> std::result::Result<u32, ReadError> {
+            let wrefs = u32_at(span, offset).ok_or(ReadError::Fault)?;
+            // Bits 0 (process-shared) and 2 (being destroyed) are never set on a live GIL.
+            if wrefs & 0b101 == 0 {
+                Ok(crate::process::glibc::waiters_in(wrefs))
+            } else {
+                Err(ReadError::Fault)
+            }
+        };
+        Ok(Waiters {
+            take: word(0)?,
+            drop: match self.drop_wrefs {
+                Some(d) => word(d.0 - self.take_wrefs.0)?,
+                None => 0,
+            },
+        })
+    }
+}
+
+impl Target {
+    /// Reads both waiter counts in one read.
+    pub fn read_waiters(&self, at: &WaiterCounts) -> std::result::Result<Waiters, ReadError> {
+        let mut buf = [0u8; GIL_SPAN_MAX];
+        at.decode(self.read_span(at.take_wrefs.0, at.span_end(), &mut buf)?)
+    }
+
+    /// Target bytes `start..end`, one read into `buf`; a span longer than the buffer is refused as
+    /// a fault (its length comes from the layout's and the C library's offsets, not the target).
+    fn read_span<'b>(
+        &self,
+        start: u64,
+        end: u64,
+        buf: &'b mut [u8; GIL_SPAN_MAX],
+    ) -> std::result::Result<&'b [u8], ReadError> {
+        let span = buf
+            .get_mut(..end.saturating_sub(start) as usize)
+            .ok_or(ReadError::Fault)?;
+        self.memory.read_into(RemoteAddr(start), span)?;
+        Ok(span)
+    }
+}
+
+/// The native-endian 32-bit word at byte `offset` of `span`, if the span holds all of it.
+fn u32_at(span: &[u8], offset: u64) -> Option<u32> {
+    let start = usize::try_from(offset).ok()?;
+    let raw = span.get(start..start.checked_add(4)?)?;
+    Some(u32::from_ne_bytes(raw.try_into().ok()?))
+}
+
+/// Locates the waiter counts of the target's GIL and reads them once to check them.
+pub(crate) fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, String> {
+    let condvar = crate::process::glibc::detect(target.pid)?;
+    let counts = WaiterCounts::locate(&target.layout, target.binary.arch, target.gil, condvar)?;
+    let first = (target.gil.0 + target.gil_word.start).min(counts.take_wrefs.0);
+    let last = (target.gil.0 + target.gil_word.end).max(counts.span_end());
+    if last - first > GIL_SPAN_MAX as u64 {
+        return Err(format!(
+            "the GIL's words and its waiter counts lie {} bytes apart, more than one read of {GIL_SPAN_MAX}",
+            last - first
+        ));
+    }
+    target.read_waiters(&counts).map_err(|e| {
+        format!(
+            "glibc {}.{}'s waiter count in the GIL reads as invalid ({e:?})",
+            condvar.release.0, condvar.release.1
+        )
+    })?;
+    Ok(counts)
+}
+
+/// Address ranges `[start, end)` inside the GIL struct.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GilWaitRanges {
+    pub take: [Option<(u64, u64)>; 2],
+    pub drop: [Option<(u64, u64)>; 2],
+    /// The words of `gil.cond` its waiters sleep on (glibc's `__g_signals`), where the C library is
+    /// known: a thread asleep on another word of it is signalling it.
+    pub cond_waiter_words: Option<(u64, u64)>,
+}
+
+impl GilWaitRanges {
+    /// Whether a futex address belongs to any of the GIL's condition variables or mutexes.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.take
+            .iter()
+            .chain(&self.drop)
+            .flatten()
+            .any(|&(start, end)| addr >= start && addr < end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// glibc 2.36's words in a GIL laid out as on x86_64: `cond` at 0x1000 (`__wrefs` at +36), `mutex`
+    /// after it at +48 (`__owner` at +8), `switch_cond` at +88.
+    const COND: u64 = 0x1000;
+    const MUTEX: u64 = COND + 48;
+
+    fn counts() -> WaiterCounts {
+        WaiterCounts {
+            glibc: (2, 36),
+            take_wrefs: RemoteAddr(COND + 36),
+            drop_wrefs: Some(RemoteAddr(COND + 88 + 36)),
+            mutex_lock: Some(RemoteAddr(MUTEX)),
+        }
+    }
+
+    fn put(span: &mut [u8], counts: &WaiterCounts, addr: u64, value: u32) {
+        let at = (addr - counts.take_wrefs.0) as usize;
+        span[at..at + 4].copy_from_slice(&value.to_ne_bytes());
+    }
+
+    #[test]
+    fn one_span_holds_the_counts_and_the_mutex_owner() {
+        let counts = counts();
+        let mut span = vec![0u8; (counts.span_end() - counts.take_wrefs.0) as usize];
+        // Three waiters on a CLOCK_MONOTONIC condition variable; the mutex locked by thread 4242.
+        put(&mut span, &counts, COND + 36, (3 << 3) | 2);
+        put(&mut span, &counts, MUTEX, 1);
+        put(&mut span, &counts, MUTEX + 8, 4242);
+        assert_eq!(counts.decode(&span), Ok(Waiters { take: 3, drop: 0 }));
+        assert_eq!(counts.decode_mutex_owner(&span), Some(4242));
+        // An owner on a free lock is a torn read, not an owner.
+        put(&mut span, &counts, MUTEX, 0);
+        assert_eq!(counts.decode_mutex_owner(&span), None);
+        put(&mut span, &counts, MUTEX + 8, 0);
+        assert_eq!(counts.decode_mutex_owner(&span), Some(0));
+    }
+
+    #[test]
+    fn the_span_reaches_the_owner_without_a_switch_cond() {
+        let counts = WaiterCounts {
+            drop_wrefs: None,
+            ..counts()
+        };
+        assert_eq!(counts.span_end(), MUTEX + 12);
+        let unlocated = WaiterCounts {
+            mutex_lock: None,
+            ..counts
+        };
+        assert_eq!(unlocated.mutex(), None);
+        assert_eq!(unlocated.span_end(), COND + 40);
+        assert_eq!(unlocated.decode_mutex_owner(&[0u8; 64]), None);
+    }
+}

@@ -1,0 +1,160 @@
+//! Checks on the live process before a layout is trusted: that it is a user process (not gilsample
+//! itself, a kernel thread or a zombie), that a free-threaded build runs with its GIL enabled, and
+//! that the thread list read with the chosen layout walks to real threads of the process and to the
+//! GIL's holder.
+//!
+//! Kept apart because these checks are what turns "a layout that parses" into "a layout that
+//! matches this process": a wrong one must be refused here, not show up as a wrong trace.
+
+use crate::error::{Error, Result};
+use crate::process::maps::proc_error;
+use crate::process::memory::{MemorySource, ReadError};
+use crate::process::tasks::TidMap;
+use crate::python::attach::{Target, read_error, walk_error};
+use crate::python::layout::Flavour;
+use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
+
+/// A free-threaded build may run with the GIL disabled; then there is nothing to record, and saying so
+/// beats writing an empty trace.
+pub(crate) fn check_gil_enabled(target: &Target) -> Result<()> {
+    if target.flavour != Flavour::FreeThreaded && target.layout.flavour != Flavour::FreeThreaded {
+        return Ok(());
+    }
+    let pid = target.pid;
+    let Some(enabled) = target.layout.field("interp.gil_enabled") else {
+        return Err(Error::Unsupported {
+            pid,
+            why: "a free-threaded build, and gilsample cannot tell whether its GIL is enabled"
+                .into(),
+        });
+    };
+    let main =
+        crate::python::runtime::read_interpreters(&target.memory, &target.layout, target.runtime)
+            .map_err(|e| walk_error(pid, e))?
+            .last()
+            .copied()
+            .ok_or(Error::NotReady {
+                pid,
+                why: "no interpreter yet".into(),
+            })?;
+    let mut flag = [0u8; 4];
+    target
+        .memory
+        .read_into(
+            main.offset(enabled.offset).ok_or(Error::LayoutInvalid {
+                pid,
+                why: "GIL flag address overflows".into(),
+            })?,
+            &mut flag,
+        )
+        .map_err(|e| read_error(pid, e, "the GIL's enabled flag"))?;
+    if u32::from_ne_bytes(flag) == 0 {
+        return Err(Error::Unsupported {
+            pid,
+            why: format!(
+                "Python {} is a free-threaded build running with the GIL disabled: there are no GIL waits or holds to record \
+                 (start it with PYTHON_GIL=1 or -X gil=1 to record its GIL)",
+                target.version
+            ),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_is_user_process(pid: u32) -> Result<()> {
+    if pid == std::process::id() {
+        return Err(Error::Usage(format!(
+            "process {pid} is gilsample itself; give the pid of a Python process"
+        )));
+    }
+    let stat = procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .map_err(|e| proc_error(pid, e, "/proc entry"))?;
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    if stat.flags & PF_KTHREAD != 0 {
+        return Err(Error::NotPython {
+            pid,
+            why: "it is a kernel thread".into(),
+        });
+    }
+    if stat.state == 'Z' {
+        return Err(Error::NotPython {
+            pid,
+            why: "it is a zombie: it has exited and waits for its parent to reap it".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks the layout against the live process: the thread list walks to real tids of the process, and
+/// a locked GIL's holder is one of those threads. A few attempts absorb a thread starting or exiting
+/// in the middle of the check.
+pub(crate) fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
+    let pid = target.pid;
+    let mut walker = ThreadWalker::default();
+    let mut threads: Vec<ThreadRef> = Vec::new();
+    let mut last_problem = String::new();
+    // Threads start and exit while we look (some programs churn hundreds a second), so each attempt
+    // brackets the walk with two reads of the GIL words, and a tid counts as real when the process has
+    // it now or had it a moment ago; the holder is checked only when no hand-off happened during the
+    // walk. A wrong layout fails every attempt: its "tids" are garbage.
+    let mut before = tid_map.their_tids()?;
+    for _ in 0..10 {
+        let word_before = target
+            .read_gil_word()
+            .map_err(|e| read_error(pid, e, "the GIL"))?;
+        // A walk can step onto a thread state freed under it (its `next` is then garbage): that is
+        // one failed attempt, like an unknown tid. A wrong layout fails all of them.
+        match target.walk_threads(&mut walker, &mut threads) {
+            Ok(()) => {}
+            Err(WalkError::Corrupt(why)) => {
+                last_problem = why;
+                before = tid_map.their_tids()?;
+                continue;
+            }
+            Err(WalkError::Read(ReadError::Fault)) => {
+                last_problem = "a pointer in the thread list leads to unmapped memory".into();
+                before = tid_map.their_tids()?;
+                continue;
+            }
+            Err(e) => return Err(walk_error(pid, e)),
+        }
+        let word_after = target
+            .read_gil_word()
+            .map_err(|e| read_error(pid, e, "the GIL"))?;
+        let after = tid_map.their_tids()?;
+        if threads.is_empty() {
+            return Err(Error::NotReady {
+                pid,
+                why: "no Python thread yet".into(),
+            });
+        }
+        let unknown: Vec<u32> = threads
+            .iter()
+            .map(|t| t.tid)
+            .filter(|t| !before.contains(t) && !after.contains(t))
+            .collect();
+        let steady = word_before == word_after;
+        let holder_known = !steady
+            || !word_after.locked
+            || threads.iter().any(|t| t.tstate == word_after.last_holder);
+        if unknown.is_empty() && holder_known {
+            return Ok(());
+        }
+        last_problem = if !unknown.is_empty() {
+            format!(
+                "thread ids {unknown:?} read from the thread states are not threads of the process"
+            )
+        } else {
+            format!(
+                "the GIL holder {} is not in the thread list",
+                word_after.last_holder
+            )
+        };
+        before = after;
+    }
+    Err(Error::LayoutInvalid {
+        pid,
+        why: last_problem,
+    })
+}

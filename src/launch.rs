@@ -146,6 +146,14 @@ impl Launched {
             let _ = self.child.kill();
         }
         let _ = self.wait();
+        // SIGKILL takes effect when each process next runs: return once they are gone, so that a
+        // caller who looks finds nothing left (bounded, as the grace was).
+        let begin = monotonic_ns();
+        while left.iter().any(|&p| alive(p))
+            && Duration::from_nanos(monotonic_ns() - begin) < STOP_GRACE
+        {
+            thread::sleep(Duration::from_millis(5));
+        }
         Stopped::Killed
     }
 }

@@ -9,6 +9,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use crate::process::memory::ReadError;
+use crate::process::syscalls::{Syscall, count};
 
 /// The `futex` syscall number of the architecture gilsample is built for (202 on x86_64, 98 on
 /// aarch64), from libc's per-architecture table rather than a hard-coded x86_64 constant.
@@ -127,6 +128,8 @@ pub struct ThreadFiles {
 impl ThreadFiles {
     pub fn open(pid: u32, tid: u32) -> Result<ThreadFiles, ReadError> {
         let base = format!("/proc/{pid}/task/{tid}");
+        count(Syscall::Open);
+        count(Syscall::Open);
         let syscall = File::open(format!("{base}/syscall")).map_err(io_to_read_error)?;
         let schedstat = File::open(format!("{base}/schedstat")).ok();
         Ok(ThreadFiles { syscall, schedstat })
@@ -134,6 +137,7 @@ impl ThreadFiles {
 
     pub fn read_state(&self) -> Result<KernelState, ReadError> {
         let mut buf = [0u8; 256];
+        count(Syscall::SyscallFileRead);
         let n = self
             .syscall
             .read_at(&mut buf, 0)
@@ -195,7 +199,9 @@ impl ThreadFiles {
     /// The thread's scheduler statistics, when the kernel exposes them.
     pub fn read_schedstat(&self) -> Option<SchedStat> {
         let mut buf = [0u8; 96];
-        let n = self.schedstat.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let file = self.schedstat.as_ref()?;
+        count(Syscall::SchedstatRead);
+        let n = file.read_at(&mut buf, 0).ok()?;
         parse_schedstat(&buf[..n])
     }
 }

@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 
 use nix::errno::Errno;
 use nix::sys::uio::{RemoteIoVec, process_vm_readv};
+
+use crate::process::syscalls::{Syscall, count};
 use nix::unistd::Pid;
 
 use crate::addr::RemoteAddr;
@@ -93,6 +95,7 @@ impl MemorySource for ProcessMemory {
         if buf.is_empty() {
             return Ok(());
         }
+        count(Syscall::MemoryRead);
         if self.mem_file.get().is_some() {
             return self.read_via_mem_file(addr, buf);
         }

@@ -5,4 +5,5 @@ pub mod glibc;
 pub mod kernel;
 pub mod maps;
 pub mod memory;
+pub mod syscalls;
 pub mod tasks;

@@ -350,6 +350,7 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "sampler_cpu_seconds": report.cpu_ns as f64 / 1e9,
         "sampler_moved_off_holder_cpu": report.cpu_moves,
         "saved_sample_bytes": report.saved_bytes,
+        "sampler_syscalls_per_sample": report.syscalls_per_sample(),
     });
     let Value::Object(mut map) = value else {
         unreachable!("json! of an object literal is an object")

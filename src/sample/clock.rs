@@ -4,6 +4,8 @@
 use nix::sys::time::TimeSpec;
 use nix::time::{ClockId, ClockNanosleepFlags, clock_gettime, clock_nanosleep};
 
+use crate::process::syscalls::{Syscall, count};
+
 /// Nanoseconds on CLOCK_MONOTONIC.
 pub fn monotonic_ns() -> u64 {
     to_ns(clock_gettime(ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC is always available"))
@@ -31,6 +33,7 @@ pub fn sleep_until(deadline_ns: u64) {
         (deadline_ns / 1_000_000_000) as i64,
         (deadline_ns % 1_000_000_000) as i64,
     );
+    count(Syscall::Sleep);
     // EINTR only shortens the sleep; the loop re-checks its stop flag and deadline anyway.
     let _ = clock_nanosleep(
         ClockId::CLOCK_MONOTONIC,

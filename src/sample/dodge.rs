@@ -13,6 +13,8 @@ use std::os::unix::fs::FileExt;
 use nix::sched::{CpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
 use nix::unistd::Pid;
 
+use crate::process::syscalls::{Syscall, count};
+
 /// How often the holder's CPU is looked up: a stat read costs a few µs.
 const CHECK_EVERY_NS: u64 = 2_000_000;
 
@@ -55,6 +57,7 @@ impl CpuDodge {
         };
         if self.holder.as_ref().is_none_or(|(t, _)| *t != tid) {
             let path = format!("/proc/{}/task/{tid}/stat", self.pid);
+            count(Syscall::Open);
             self.holder = File::open(path).ok().map(|f| (tid, f));
         }
         let Some(holder_cpu) = self.holder.as_ref().and_then(|(_, f)| read_cpu(f)) else {
@@ -67,6 +70,7 @@ impl CpuDodge {
         for &cpu in self.allowed.iter().filter(|&&c| c != holder_cpu) {
             let _ = set.set(cpu);
         }
+        count(Syscall::AffinityChange);
         let moved = sched_setaffinity(Pid::from_raw(0), &set).is_ok();
         if moved {
             self.avoiding = Some(holder_cpu);
@@ -78,6 +82,7 @@ impl CpuDodge {
 /// The CPU a thread last ran on, from the text of its stat file.
 fn read_cpu(file: &File) -> Option<usize> {
     let mut buf = [0u8; 1024];
+    count(Syscall::SchedstatRead);
     let n = file.read_at(&mut buf, 0).ok()?;
     parse_cpu(&buf[..n])
 }

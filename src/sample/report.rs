@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::infer::engine::InferenceCounts;
+use crate::process::syscalls::SyscallCounts;
 use crate::python::names::NameStats;
 use crate::sample::priority::Scheduling;
 use crate::sample::stack_watch::StackReport;
@@ -51,6 +52,8 @@ pub struct SamplerReport {
     pub cpu_moves: u64,
     /// CPU time the sampler thread used.
     pub cpu_ns: u64,
+    /// The system calls the sampler thread made (process/syscalls.rs).
+    pub syscalls: SyscallCounts,
     /// Bytes of samples saved (`--save-samples`).
     pub saved_bytes: u64,
     pub end: EndReason,
@@ -77,9 +80,28 @@ impl SamplerReport {
             scheduling,
             cpu_moves: 0,
             cpu_ns: 0,
+            syscalls: SyscallCounts::default(),
             saved_bytes: 0,
             end: EndReason::Stopped,
         }
+    }
+
+    /// System calls per sample, by kind and in all.
+    pub fn syscalls_per_sample(&self) -> serde_json::Value {
+        let per = |n: u64| {
+            let per = n as f64 / self.samples.max(1) as f64;
+            (per * 100.0).round() / 100.0
+        };
+        let s = &self.syscalls;
+        serde_json::json!({
+            "all": per(s.total()),
+            "memory_reads": per(s.memory_reads),
+            "syscall_file_reads": per(s.syscall_file_reads),
+            "schedstat_reads": per(s.schedstat_reads),
+            "opens": per(s.opens),
+            "affinity_changes": per(s.affinity_changes),
+            "sleeps": per(s.sleeps),
+        })
     }
 
     pub fn achieved_rate_hz(&self) -> f64 {

@@ -17,6 +17,7 @@ use crate::infer::engine::Engine;
 use crate::infer::sample::{Sample, SampleContext, ThreadSample, Wants};
 use crate::process::kernel::{KernelReading, KernelState, SleepProof, ThreadFiles};
 use crate::process::memory::ReadError;
+use crate::process::syscalls::counted;
 use crate::process::tasks::TidMap;
 use crate::python::attach::{GilReading, GilWaitRanges, Target};
 use crate::python::names::ThreadNamer;
@@ -126,6 +127,7 @@ pub fn run_sampler(
     mut log: Option<&mut dyn SampleLog>,
 ) -> SamplerReport {
     let start = monotonic_ns();
+    let syscalls_before = counted();
     let mut state = Loop {
         target,
         // Without it (the process is gone already) every thread is skipped and the loop ends.
@@ -160,6 +162,7 @@ pub fn run_sampler(
     state.report.inference = state.engine.counts();
     state.report.end = end;
     state.report.cpu_ns = thread_cpu_ns();
+    state.report.syscalls = counted().since(&syscalls_before);
     live.done.store(true, Ordering::Release);
     state.report
 }

@@ -1,0 +1,107 @@
+//! The system calls a sampler thread makes, counted where they are made: what a tick costs is mostly
+//! its syscalls (docs/cost.md), so the trace reports them per sample and the benchmarks print them.
+//! Thread-local: each target's sampler runs on its own thread, so its counts are its own.
+
+use std::cell::Cell;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyscallCounts {
+    /// `process_vm_readv` (or `pread` of /proc/PID/mem): reads of target memory.
+    pub memory_reads: u64,
+    /// `pread` of a thread's /proc syscall file.
+    pub syscall_file_reads: u64,
+    /// `pread` of a thread's /proc schedstat or stat file.
+    pub schedstat_reads: u64,
+    /// `openat` of /proc files while sampling.
+    pub opens: u64,
+    /// `sched_setaffinity`: the sampler moving off the GIL holder's CPU.
+    pub affinity_changes: u64,
+    /// `clock_nanosleep`: one per tick.
+    pub sleeps: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Syscall {
+    MemoryRead,
+    SyscallFileRead,
+    SchedstatRead,
+    Open,
+    AffinityChange,
+    Sleep,
+}
+
+thread_local! {
+    static COUNTS: Cell<SyscallCounts> = const { Cell::new(SyscallCounts {
+        memory_reads: 0,
+        syscall_file_reads: 0,
+        schedstat_reads: 0,
+        opens: 0,
+        affinity_changes: 0,
+        sleeps: 0,
+    }) };
+}
+
+/// One call made by this thread.
+pub fn count(call: Syscall) {
+    COUNTS.with(|counts| {
+        let mut c = counts.get();
+        match call {
+            Syscall::MemoryRead => c.memory_reads += 1,
+            Syscall::SyscallFileRead => c.syscall_file_reads += 1,
+            Syscall::SchedstatRead => c.schedstat_reads += 1,
+            Syscall::Open => c.opens += 1,
+            Syscall::AffinityChange => c.affinity_changes += 1,
+            Syscall::Sleep => c.sleeps += 1,
+        }
+        counts.set(c);
+    });
+}
+
+/// What this thread has made so far.
+pub fn counted() -> SyscallCounts {
+    COUNTS.with(Cell::get)
+}
+
+impl SyscallCounts {
+    /// The calls made since `before` (an earlier `counted()` of the same thread).
+    pub fn since(&self, before: &SyscallCounts) -> SyscallCounts {
+        SyscallCounts {
+            memory_reads: self.memory_reads - before.memory_reads,
+            syscall_file_reads: self.syscall_file_reads - before.syscall_file_reads,
+            schedstat_reads: self.schedstat_reads - before.schedstat_reads,
+            opens: self.opens - before.opens,
+            affinity_changes: self.affinity_changes - before.affinity_changes,
+            sleeps: self.sleeps - before.sleeps,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.memory_reads
+            + self.syscall_file_reads
+            + self.schedstat_reads
+            + self.opens
+            + self.affinity_changes
+            + self.sleeps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_per_thread_and_per_kind() {
+        let before = counted();
+        count(Syscall::MemoryRead);
+        count(Syscall::MemoryRead);
+        count(Syscall::Sleep);
+        std::thread::spawn(|| count(Syscall::Open)).join().unwrap();
+        let made = counted().since(&before);
+        assert_eq!(made.memory_reads, 2);
+        assert_eq!(made.sleeps, 1);
+        assert_eq!(made.opens, 0);
+        assert_eq!(made.total(), 3);
+    }
+}

@@ -12,6 +12,7 @@
 //!   `NEW`) a thread not there before, built from its tid and the fields in `m`.
 //!
 //! A thread whose tid moved elsewhere in the order is simply written as new: order is the sample's.
+//! A syscall equal to one a thread of the previous sample was in is written as that thread's index.
 
 use crate::addr::RemoteAddr;
 use crate::infer::intervals::GilState;
@@ -94,7 +95,9 @@ impl<'a> Input<'a> {
         let v = self.varint()?;
         if v > max as u64 {
             self.pos = start;
-            return self.bad(format!("{v} {what} (more than the {max} a stream may hold)"));
+            return self.bad(format!(
+                "{v} {what} (more than the {max} a stream may hold)"
+            ));
         }
         Ok(v as usize)
     }
@@ -167,10 +170,11 @@ const RUN: u8 = 0x80;
 const GONE: u8 = 0x40;
 
 /// Writes `cur` as its difference from `prev` (an empty `Sample::default()` before the first).
-pub fn encode_sample(prev: &Sample, cur: &Sample, out: &mut Vec<u8>) {
-    // The delta of each time from the last tick's is the period, about 3 bytes at 10 kHz; t_ns
-    // lies a few µs after read_ns, so it is written from read_ns.
-    put_delta(out, prev.read_ns, cur.read_ns);
+/// `period_ns` is the header's: a tick's time is written as its difference from the last tick's time
+/// plus the period, which the sampler's jitter keeps under 2 bytes.
+pub fn encode_sample(prev: &Sample, cur: &Sample, period_ns: u64, out: &mut Vec<u8>) {
+    // t_ns lies a few µs after read_ns, so it is written from read_ns.
+    put_delta(out, prev.read_ns.wrapping_add(period_ns), cur.read_ns);
     put_delta(out, cur.read_ns, cur.t_ns);
     let (p, c) = (&prev.word, &cur.word);
     let mut flags = 0;
@@ -242,7 +246,7 @@ fn encode_threads(prev: &[ThreadSample], cur: &[ThreadSample], out: &mut Vec<u8>
         let found = prev[cursor..].iter().position(|p| p.tid == t.tid);
         let Some(ahead) = found else {
             flush_run(out, &mut run);
-            put_thread(out, &ThreadSample::default(), t, T_NEW);
+            put_thread(out, prev, &ThreadSample::default(), t, T_NEW);
             continue;
         };
         let base = &prev[cursor + ahead];
@@ -260,7 +264,7 @@ fn encode_threads(prev: &[ThreadSample], cur: &[ThreadSample], out: &mut Vec<u8>
             run += 1;
         } else {
             flush_run(out, &mut run);
-            put_thread(out, base, t, 0);
+            put_thread(out, prev, base, t, 0);
         }
     }
     flush_run(out, &mut run);
@@ -274,10 +278,19 @@ fn flush_run(out: &mut Vec<u8>, run: &mut usize) {
     }
 }
 
-fn put_thread(out: &mut Vec<u8>, base: &ThreadSample, t: &ThreadSample, new: u8) {
+fn put_thread(
+    out: &mut Vec<u8>,
+    prev: &[ThreadSample],
+    base: &ThreadSample,
+    t: &ThreadSample,
+    new: u8,
+) {
     let mut mask = new;
     for (changed, bit) in [
-        (t.their_tid != base.their_tid || t.tstate != base.tstate, T_IDS),
+        (
+            t.their_tid != base.their_tid || t.tstate != base.tstate,
+            T_IDS,
+        ),
         (t.kernel != base.kernel, T_KERNEL),
         (t.slices_before_sleep != base.slices_before_sleep, T_SLICES),
         (t.schedstat != base.schedstat, T_SCHEDSTAT),
@@ -301,10 +314,20 @@ fn put_thread(out: &mut Vec<u8>, base: &ThreadSample, t: &ThreadSample, new: u8)
             Some(KernelState::Running) => out.push(1),
             Some(KernelState::Blocked) => out.push(2),
             Some(KernelState::InSyscall { nr, arg0, arg1 }) => {
-                out.push(3);
-                put_varint(out, zigzag(nr));
-                put_varint(out, arg0);
-                put_varint(out, arg1);
+                // A thread that starts to wait mostly waits where another waited a tick ago (the
+                // GIL's condition variable): naming that thread is 2 bytes instead of about 12.
+                match prev.iter().position(|p| p.kernel == t.kernel) {
+                    Some(i) => {
+                        out.push(4);
+                        put_varint(out, i as u64);
+                    }
+                    None => {
+                        out.push(3);
+                        put_varint(out, zigzag(nr));
+                        put_varint(out, arg0);
+                        put_varint(out, arg1);
+                    }
+                }
             }
         }
     }
@@ -336,8 +359,13 @@ const ZERO_SCHEDSTAT: SchedStat = SchedStat {
 
 /// Reads into `cur` the sample written as its difference from `prev`; `cur`'s thread vector is
 /// reused. The whole payload must be the sample.
-pub fn decode_sample(prev: &Sample, input: &mut Input<'_>, cur: &mut Sample) -> Result<(), Bad> {
-    cur.read_ns = input.delta(prev.read_ns)?;
+pub fn decode_sample(
+    prev: &Sample,
+    period_ns: u64,
+    input: &mut Input<'_>,
+    cur: &mut Sample,
+) -> Result<(), Bad> {
+    cur.read_ns = input.delta(prev.read_ns.wrapping_add(period_ns))?;
     cur.t_ns = input.delta(cur.read_ns)?;
     let flags = input.u8()?;
     let p = &prev.word;
@@ -459,13 +487,18 @@ fn decode_threads(
                 cursor += 1;
                 base
             };
-            threads.push(get_thread(input, base, op)?);
+            threads.push(get_thread(input, prev, base, op)?);
         }
     }
     Ok(())
 }
 
-fn get_thread(input: &mut Input<'_>, mut t: ThreadSample, mask: u8) -> Result<ThreadSample, Bad> {
+fn get_thread(
+    input: &mut Input<'_>,
+    prev: &[ThreadSample],
+    mut t: ThreadSample,
+    mask: u8,
+) -> Result<ThreadSample, Bad> {
     if mask & T_IDS != 0 {
         t.their_tid = input.u32("a thread id")?;
         t.tstate = RemoteAddr(input.varint()?);
@@ -480,6 +513,19 @@ fn get_thread(input: &mut Input<'_>, mut t: ThreadSample, mask: u8) -> Result<Th
                 arg0: input.varint()?,
                 arg1: input.varint()?,
             }),
+            4 => {
+                let start = input.pos;
+                let i = input.varint()?;
+                match prev.get(i as usize).map(|p| p.kernel) {
+                    Some(k @ Some(KernelState::InSyscall { .. })) => k,
+                    _ => {
+                        input.pos = start;
+                        return input.bad(format!(
+                            "the syscall of thread {i} of the previous sample, which has none"
+                        ));
+                    }
+                }
+            }
             k => {
                 input.pos -= 1;
                 return input.bad(format!("invalid kernel state {k}"));

@@ -14,6 +14,9 @@ mod reader;
 mod saver;
 mod writer;
 
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 use std::path::PathBuf;
 

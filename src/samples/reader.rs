@@ -162,7 +162,8 @@ impl<R: Read> StreamReader<R> {
         let item = match k {
             kind::SAMPLE => {
                 let mut cur = Sample::default();
-                decode_sample(&self.prev, &mut input, &mut cur).map_err(bad)?;
+                let period = self.header.context.period_ns;
+                decode_sample(&self.prev, period, &mut input, &mut cur).map_err(bad)?;
                 self.prev.clone_from(&cur);
                 Item::Sample(cur)
             }
@@ -246,8 +247,7 @@ impl<R: Read> Records<R> {
         let mut i = 0;
         loop {
             let mut b = [0u8];
-            if read_full(&mut self.input, &mut b).map_err(|e| self.error(start, io_why(&e)))? == 0
-            {
+            if read_full(&mut self.input, &mut b).map_err(|e| self.error(start, io_why(&e)))? == 0 {
                 return Err(cut(self));
             }
             self.offset += 1;

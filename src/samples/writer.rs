@@ -8,8 +8,8 @@ use crate::infer::sample::Sample;
 pub struct StreamWriter {
     header: StreamHeader,
     started: bool,
-    prev: Sample,
-    payload: Vec<u8>,
+    pub(super) prev: Sample,
+    pub(super) payload: Vec<u8>,
 }
 
 impl StreamWriter {
@@ -51,7 +51,12 @@ impl StreamWriter {
                 kind::HEADER
             }
             Item::Sample(s) => {
-                encode_sample(&self.prev, s, &mut self.payload);
+                encode_sample(
+                    &self.prev,
+                    s,
+                    self.header.context.period_ns,
+                    &mut self.payload,
+                );
                 // clone_from reuses the thread vector: no allocation once it has grown.
                 self.prev.clone_from(s);
                 kind::SAMPLE

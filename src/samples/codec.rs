@@ -197,7 +197,7 @@ pub fn encode_sample(prev: &Sample, cur: &Sample, period_ns: u64, out: &mut Vec<
         put_delta(out, p.switch_number, c.switch_number);
     }
     if flags & INTERVAL != 0 {
-        put_option(out, c.interval_us, |out, v| put_varint(out, v));
+        put_option(out, c.interval_us, put_varint);
     }
     if flags & WAITERS != 0 {
         put_option(out, cur.waiters, put_waiters);

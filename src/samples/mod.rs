@@ -12,6 +12,7 @@
 mod codec;
 mod reader;
 mod saver;
+mod wire;
 mod writer;
 
 #[cfg(test)]

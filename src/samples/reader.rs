@@ -5,7 +5,8 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use super::codec::{Bad, Input, decode_sample, decode_stack};
+use super::codec::{decode_sample, decode_stack};
+use super::wire::{Bad, Input};
 use super::{FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, StreamError, StreamHeader, kind};
 use crate::infer::sample::Sample;
 

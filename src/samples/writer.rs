@@ -1,7 +1,8 @@
 //! The encoder: items in, bytes out. It keeps the previous sample (what the next is written against)
 //! and one scratch buffer for a record's payload, so a steady stream of samples allocates nothing.
 
-use super::codec::{encode_sample, encode_stack, put_varint};
+use super::codec::{encode_sample, encode_stack};
+use super::wire::put_varint;
 use super::{FORMAT_VERSION, Item, MAGIC, StreamHeader, kind};
 use crate::infer::sample::Sample;
 

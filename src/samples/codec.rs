@@ -41,6 +41,9 @@ const T_SLICES: u8 = 1 << 3;
 const T_SCHEDSTAT: u8 = 1 << 4;
 const T_FLAGS: u8 = 1 << 5;
 const RUN: u8 = 0x80;
+/// How far the encoder searches the previous sample's threads (for a tid, for a syscall): past it
+/// a thread costs more bytes, never a wrong decode, and the encoder's time stays linear.
+const LOOK_AHEAD: usize = 256;
 const GONE: u8 = 0x40;
 
 /// Writes `cur` as its difference from `prev` (an empty `Sample::default()` before the first).
@@ -116,8 +119,12 @@ fn encode_threads(prev: &[ThreadSample], cur: &[ThreadSample], out: &mut Vec<u8>
     let mut run = 0usize;
     for t in cur {
         // The same tid further on in the previous order: the threads before it are gone. Usually it
-        // is the very next one, so this search is one comparison.
-        let found = prev[cursor..].iter().position(|p| p.tid == t.tid);
+        // is the very next one, so this search is one comparison; bounded, so a sample of thousands
+        // of reordered threads costs the encoder O(n), not O(n²) (they are then written as new).
+        let found = prev[cursor..]
+            .iter()
+            .take(LOOK_AHEAD)
+            .position(|p| p.tid == t.tid);
         let Some(ahead) = found else {
             flush_run(out, &mut run);
             put_thread(out, prev, &ThreadSample::default(), t, T_NEW);
@@ -190,7 +197,11 @@ fn put_thread(
             Some(KernelState::InSyscall { nr, arg0, arg1 }) => {
                 // A thread that starts to wait mostly waits where another waited a tick ago (the
                 // GIL's condition variable): naming that thread is 2 bytes instead of about 12.
-                match prev.iter().position(|p| p.kernel == t.kernel) {
+                match prev
+                    .iter()
+                    .take(LOOK_AHEAD)
+                    .position(|p| p.kernel == t.kernel)
+                {
                     Some(i) => {
                         out.push(4);
                         put_varint(out, i as u64);
@@ -290,6 +301,31 @@ pub fn decode_sample(
         p.last_holder
     };
     Ok(())
+}
+
+/// `dst = src.clone()` reusing `dst`'s thread vector: derived `Clone` has no `clone_from` of its own,
+/// and the encoder keeps a copy of every sample. Destructured, so a new field of `Sample` is not
+/// forgotten here.
+pub fn copy_sample(dst: &mut Sample, src: &Sample) {
+    let Sample {
+        read_ns,
+        t_ns,
+        word,
+        waiters,
+        waiters_again,
+        mutex_owner,
+        all_kernel_read,
+        threads,
+    } = src;
+    dst.read_ns = *read_ns;
+    dst.t_ns = *t_ns;
+    dst.word = *word;
+    dst.waiters = *waiters;
+    dst.waiters_again = *waiters_again;
+    dst.mutex_owner = *mutex_owner;
+    dst.all_kernel_read = *all_kernel_read;
+    dst.threads.clear();
+    dst.threads.extend_from_slice(threads);
 }
 
 fn get_option<'a, T>(

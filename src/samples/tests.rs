@@ -323,24 +323,8 @@ fn thirty_two_mostly_idle_threads_take_under_50_bytes_a_sample() {
     assert!(per < 50.0, "{per} bytes/sample");
 }
 
-/// The encoder's buffers stop growing once they hold one sample: a steady stream reuses them.
-#[test]
-fn the_writer_reuses_its_buffers() {
-    let items = typical(32, 200);
-    let mut writer = StreamWriter::new(header());
-    let mut out = Vec::with_capacity(1 << 20);
-    for item in &items[..100] {
-        writer.push(item, &mut out);
-    }
-    let caps = (writer.payload.capacity(), writer.prev.threads.capacity());
-    for item in &items[100..] {
-        writer.push(item, &mut out);
-    }
-    assert_eq!(
-        (writer.payload.capacity(), writer.prev.threads.capacity()),
-        caps
-    );
-}
+// That the writer allocates nothing per sample is tested with a counting allocator in
+// tests/sample_stream.rs (a global allocator is per test binary).
 
 #[test]
 fn the_saver_writes_a_stream_the_reader_reads() {
@@ -555,4 +539,29 @@ fn a_hand_off_every_tick_stays_under_40_bytes_a_sample() {
     let per = (bytes.len() - encode(&[]).len()) as f64 / items.len() as f64;
     eprintln!("4 threads, a hand-off every tick: {per:.2} bytes/sample");
     assert!(per < 40.0, "{per} bytes/sample");
+}
+
+/// Thousands of threads reversed, or departed in a block longer than the encoder looks ahead, are
+/// written as new threads: more bytes, the same samples.
+#[test]
+fn threads_beyond_the_look_ahead_round_trip() {
+    let many: Vec<ThreadSample> = (0..2000)
+        .map(|i| thread(10_000 + i, futex(0x1008 + u64::from(i))))
+        .collect();
+    let s0 = Sample {
+        threads: many.clone(),
+        ..Sample::default()
+    };
+    let mut s1 = s0.clone();
+    s1.threads.reverse();
+    let mut s2 = s0.clone();
+    s2.threads.drain(..1000);
+    for t in &mut s2.threads[500..] {
+        t.kernel = futex(0x1008);
+    }
+    let items: Vec<Item> = [s0, s1, s2.clone(), s2]
+        .into_iter()
+        .map(Item::Sample)
+        .collect();
+    roundtrip(&items);
 }

@@ -1,7 +1,7 @@
 //! The encoder: items in, bytes out. It keeps the previous sample (what the next is written against)
 //! and one scratch buffer for a record's payload, so a steady stream of samples allocates nothing.
 
-use super::codec::{encode_sample, encode_stack};
+use super::codec::{copy_sample, encode_sample, encode_stack};
 use super::wire::put_varint;
 use super::{FORMAT_VERSION, Item, MAGIC, StreamHeader, kind};
 use crate::infer::sample::Sample;
@@ -58,8 +58,8 @@ impl StreamWriter {
                     self.header.context.period_ns,
                     &mut self.payload,
                 );
-                // clone_from reuses the thread vector: no allocation once it has grown.
-                self.prev.clone_from(s);
+                // Reuses the thread vector: no allocation once it has grown.
+                copy_sample(&mut self.prev, s);
                 kind::SAMPLE
             }
             Item::Stack {

@@ -371,3 +371,138 @@ proptest! {
         }
     }
 }
+
+// The sample stream reader (`replay`'s input): random bytes after a valid preamble and header, and
+// mutations of a valid stream, are read or refused, and reading ends: every item consumes a byte.
+
+fn sample_stream_header() -> gilsample::samples::StreamHeader {
+    gilsample::samples::StreamHeader::new(
+        1,
+        "3.12.3",
+        "3.12-x86_64",
+        10_000.0,
+        gilsample::infer::sample::SampleContext {
+            period_ns: 100_000,
+            ranges: Default::default(),
+            waiter_counts: true,
+            gil_flags: true,
+            check_gil_flags: false,
+        },
+    )
+}
+
+fn valid_sample_stream() -> Vec<u8> {
+    use gilsample::infer::sample::{GilFlagsReading, Sample, ThreadSample};
+    use gilsample::process::kernel::{KernelState, SchedStat};
+    use gilsample::samples::{Item, StreamWriter};
+    let mut writer = StreamWriter::new(sample_stream_header());
+    let mut out = Vec::new();
+    for i in 0..12u64 {
+        let threads = (0..(3 + i % 4) as u32)
+            .map(|t| ThreadSample {
+                tid: 100 + t,
+                their_tid: t,
+                tstate: RemoteAddr(0x7f00_0000 + u64::from(t) * 64),
+                kernel: match (i + u64::from(t)) % 4 {
+                    0 => Some(KernelState::Running),
+                    1 => Some(KernelState::Blocked),
+                    2 => None,
+                    _ => Some(KernelState::InSyscall {
+                        nr: 202,
+                        arg0: 0x7f00_1008,
+                        arg1: 0x189,
+                    }),
+                },
+                slices_before_sleep: (t == 1).then_some(i),
+                schedstat: (t == 0).then_some(SchedStat {
+                    cpu_ns: i * 1000,
+                    run_queue_ns: i,
+                    timeslices: i,
+                }),
+                gil_flags: (t == 2).then_some(GilFlagsReading {
+                    holds: i % 2 == 0,
+                    requested: true,
+                }),
+            })
+            .collect::<Vec<_>>();
+        let mut s = Sample {
+            read_ns: i * 100_000,
+            t_ns: i * 100_000 + 3000,
+            threads,
+            ..Sample::default()
+        };
+        s.word.locked = i % 3 != 0;
+        s.word.last_holder = s.threads[(i % 3) as usize].tstate;
+        s.word.switch_number = i / 2;
+        writer.push(&Item::Sample(s), &mut out);
+        if i % 5 == 0 {
+            let frames = vec!["f (a.py:1)".to_string(); 2];
+            let state = gilsample::infer::intervals::GilState::Take;
+            writer.push(
+                &Item::Stack {
+                    tid: 100,
+                    t_ns: i,
+                    state,
+                    frames,
+                    samples: i,
+                },
+                &mut out,
+            );
+        }
+    }
+    writer.push(&Item::End(json!({"ok": true})), &mut out);
+    out
+}
+
+/// Reads `bytes` to the end or the first refusal; more items than bytes would mean a loop.
+fn read_sample_stream(bytes: &[u8]) -> Result<usize, gilsample::samples::StreamError> {
+    let mut reader =
+        gilsample::samples::StreamReader::new(std::io::Cursor::new(bytes), "fuzzed.gss")?;
+    let mut n = 0;
+    while reader.next()?.is_some() {
+        n += 1;
+        assert!(n <= bytes.len(), "more items than bytes");
+    }
+    Ok(n)
+}
+
+#[test]
+fn the_seed_sample_stream_reads_whole() {
+    assert_eq!(
+        read_sample_stream(&valid_sample_stream()).unwrap(),
+        12 + 3 + 1
+    );
+}
+
+proptest! {
+    #![proptest_config(config("sample-streams"))]
+    #[test]
+    fn sample_streams_of_any_bytes_are_read_or_refused(
+        tail in prop::collection::vec(any::<u8>(), 0..1024),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..8),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        // Random records after a valid header.
+        let mut bytes = Vec::new();
+        gilsample::samples::StreamWriter::new(sample_stream_header()).start(&mut bytes);
+        bytes.extend_from_slice(&tail);
+        if let Err(e) = read_sample_stream(&bytes) {
+            prop_assert!(e.to_string().starts_with("fuzzed.gss: byte "), "{}", e);
+        }
+        // A valid stream with bytes overwritten, inserted or removed, then maybe cut.
+        let mut bytes = valid_sample_stream();
+        for (at, byte, op) in edits {
+            let i = at.index(bytes.len());
+            match op {
+                0 => bytes[i] = byte,
+                1 => bytes.insert(i, byte),
+                _ => { bytes.remove(i); }
+            }
+        }
+        let keep = cut.index(bytes.len() * 2);
+        bytes.truncate(keep.max(1));
+        if let Err(e) = read_sample_stream(&bytes) {
+            prop_assert!(e.to_string().starts_with("fuzzed.gss: byte "), "{}", e);
+        }
+    }
+}

@@ -7,7 +7,7 @@ use crate::infer::sample::Sample;
 use crate::python::attach::Target;
 use crate::record::target::RecordedProcess;
 use crate::sample::sampler::{Record, SampleLog, SamplerConfig, SamplerReport, sample_context};
-use crate::samples::{Item, SampleSaver, StreamHeader};
+use crate::samples::{Item, SampleSaver, StreamHeader, copy_sample};
 
 /// The saver as the sampler's log: samples and stacks go into the stream as they are read.
 pub struct Saving {
@@ -19,7 +19,7 @@ pub struct Saving {
 impl SampleLog for Saving {
     fn sample(&mut self, sample: &Sample) {
         if let Item::Sample(saved) = &mut self.item {
-            copy_sample(sample, saved);
+            copy_sample(saved, sample);
         }
         self.saver.push(&self.item);
     }
@@ -46,26 +46,6 @@ impl SampleLog for Saving {
     fn failed(&self) -> bool {
         self.saver.failed()
     }
-}
-
-/// `from` into `to`, reusing `to`'s thread table.
-fn copy_sample(from: &Sample, to: &mut Sample) {
-    let Sample {
-        read_ns,
-        woke_ns,
-        t_ns,
-        word,
-        waiters,
-        waiters_again,
-        mutex_owner,
-        all_kernel_read,
-        threads,
-    } = from;
-    (to.read_ns, to.woke_ns, to.t_ns, to.word) = (*read_ns, *woke_ns, *t_ns, *word);
-    (to.waiters, to.waiters_again) = (*waiters, *waiters_again);
-    (to.mutex_owner, to.all_kernel_read) = (*mutex_owner, *all_kernel_read);
-    to.threads.clear();
-    to.threads.extend_from_slice(threads);
 }
 
 impl Saving {

@@ -12,6 +12,7 @@
 //!   `NEW`) a thread not there before, built from its tid and the fields in `m`.
 //!
 //! A thread whose tid moved elsewhere in the order is simply written as new: order is the sample's.
+//! A syscall equal to one a thread of the previous sample was in is written as that thread's index.
 
 use crate::addr::RemoteAddr;
 use crate::infer::intervals::GilState;
@@ -19,134 +20,8 @@ use crate::infer::sample::{GilFlagsReading, Sample, ThreadSample};
 use crate::process::kernel::{KernelState, SchedStat};
 use crate::python::attach::Waiters;
 
+use super::wire::{Bad, Input, put_delta, put_varint, unzigzag, zigzag};
 use super::{MAX_FRAMES, MAX_THREADS};
-
-/// A problem inside one payload: the byte (from the payload's start) and why.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Bad {
-    pub at: usize,
-    pub why: String,
-}
-
-/// A payload being read; every read is checked against its end.
-pub struct Input<'a> {
-    bytes: &'a [u8],
-    pub pos: usize,
-}
-
-impl<'a> Input<'a> {
-    pub fn new(bytes: &'a [u8]) -> Input<'a> {
-        Input { bytes, pos: 0 }
-    }
-
-    pub fn bad<T>(&self, why: impl Into<String>) -> Result<T, Bad> {
-        Err(Bad {
-            at: self.pos,
-            why: why.into(),
-        })
-    }
-
-    pub fn at_end(&self) -> bool {
-        self.pos == self.bytes.len()
-    }
-
-    pub fn u8(&mut self) -> Result<u8, Bad> {
-        match self.bytes.get(self.pos) {
-            Some(&b) => {
-                self.pos += 1;
-                Ok(b)
-            }
-            None => self.bad("the record ends in the middle of a field (its length is wrong)"),
-        }
-    }
-
-    /// LEB128: at most 10 bytes, the tenth carrying only the top bit of a u64.
-    pub fn varint(&mut self) -> Result<u64, Bad> {
-        let start = self.pos;
-        let mut value = 0u64;
-        for i in 0..10 {
-            let b = self.u8()?;
-            if i == 9 && b > 1 {
-                self.pos = start;
-                return self.bad("a number over 64 bits (a varint's tenth byte is over 1)");
-            }
-            value |= u64::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        self.pos = start;
-        self.bad("a varint longer than 10 bytes")
-    }
-
-    pub fn u32(&mut self, what: &str) -> Result<u32, Bad> {
-        let start = self.pos;
-        let v = self.varint()?;
-        u32::try_from(v).or_else(|_| {
-            self.pos = start;
-            self.bad(format!("{what} {v} does not fit in 32 bits"))
-        })
-    }
-
-    /// A count bounded by `max`, checked before anything is allocated for it.
-    pub fn count(&mut self, what: &str, max: usize) -> Result<usize, Bad> {
-        let start = self.pos;
-        let v = self.varint()?;
-        if v > max as u64 {
-            self.pos = start;
-            return self.bad(format!(
-                "{v} {what} (more than the {max} a stream may hold)"
-            ));
-        }
-        Ok(v as usize)
-    }
-
-    pub fn delta(&mut self, from: u64) -> Result<u64, Bad> {
-        Ok(from.wrapping_add(unzigzag(self.varint()?) as u64))
-    }
-
-    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Bad> {
-        if self.bytes.len() - self.pos < n {
-            return self.bad("the record ends in the middle of a field (its length is wrong)");
-        }
-        let out = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
-    }
-
-    /// An option's tag byte: 0 for none, 1 for some.
-    fn tag(&mut self, what: &str) -> Result<bool, Bad> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            t => {
-                self.pos -= 1;
-                self.bad(format!("invalid {what} tag {t}"))
-            }
-        }
-    }
-}
-
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(u: u64) -> i64 {
-    ((u >> 1) as i64) ^ -((u & 1) as i64)
-}
-
-/// `to` as a signed difference from `from`; wrapping, so every pair of u64 round-trips.
-fn put_delta(out: &mut Vec<u8>, from: u64, to: u64) {
-    put_varint(out, zigzag(to.wrapping_sub(from) as i64));
-}
 
 // The sample's flags byte.
 const LOCKED: u8 = 1;
@@ -166,13 +41,17 @@ const T_SLICES: u8 = 1 << 3;
 const T_SCHEDSTAT: u8 = 1 << 4;
 const T_FLAGS: u8 = 1 << 5;
 const RUN: u8 = 0x80;
+/// How far the encoder searches the previous sample's threads (for a tid, for a syscall): past it
+/// a thread costs more bytes, never a wrong decode, and the encoder's time stays linear.
+const LOOK_AHEAD: usize = 256;
 const GONE: u8 = 0x40;
 
 /// Writes `cur` as its difference from `prev` (an empty `Sample::default()` before the first).
-pub fn encode_sample(prev: &Sample, cur: &Sample, out: &mut Vec<u8>) {
-    // The delta of each time from the last tick's is the period, about 3 bytes at 10 kHz; t_ns
-    // lies a few µs after read_ns, so it is written from read_ns.
-    put_delta(out, prev.read_ns, cur.read_ns);
+/// `period_ns` is the header's: a tick's time is written as its difference from the last tick's time
+/// plus the period, which the sampler's jitter keeps under 2 bytes.
+pub fn encode_sample(prev: &Sample, cur: &Sample, period_ns: u64, out: &mut Vec<u8>) {
+    // t_ns lies a few µs after read_ns, so it is written from read_ns.
+    put_delta(out, prev.read_ns.wrapping_add(period_ns), cur.read_ns);
     put_delta(out, cur.read_ns, cur.t_ns);
     // When the tick began: a few µs before the read returned (more when the read stalled).
     put_delta(out, cur.read_ns, cur.woke_ns);
@@ -242,11 +121,15 @@ fn encode_threads(prev: &[ThreadSample], cur: &[ThreadSample], out: &mut Vec<u8>
     let mut run = 0usize;
     for t in cur {
         // The same tid further on in the previous order: the threads before it are gone. Usually it
-        // is the very next one, so this search is one comparison.
-        let found = prev[cursor..].iter().position(|p| p.tid == t.tid);
+        // is the very next one, so this search is one comparison; bounded, so a sample of thousands
+        // of reordered threads costs the encoder O(n), not O(n²) (they are then written as new).
+        let found = prev[cursor..]
+            .iter()
+            .take(LOOK_AHEAD)
+            .position(|p| p.tid == t.tid);
         let Some(ahead) = found else {
             flush_run(out, &mut run);
-            put_thread(out, &ThreadSample::default(), t, T_NEW);
+            put_thread(out, prev, &ThreadSample::default(), t, T_NEW);
             continue;
         };
         let base = &prev[cursor + ahead];
@@ -264,7 +147,7 @@ fn encode_threads(prev: &[ThreadSample], cur: &[ThreadSample], out: &mut Vec<u8>
             run += 1;
         } else {
             flush_run(out, &mut run);
-            put_thread(out, base, t, 0);
+            put_thread(out, prev, base, t, 0);
         }
     }
     flush_run(out, &mut run);
@@ -278,7 +161,13 @@ fn flush_run(out: &mut Vec<u8>, run: &mut usize) {
     }
 }
 
-fn put_thread(out: &mut Vec<u8>, base: &ThreadSample, t: &ThreadSample, new: u8) {
+fn put_thread(
+    out: &mut Vec<u8>,
+    prev: &[ThreadSample],
+    base: &ThreadSample,
+    t: &ThreadSample,
+    new: u8,
+) {
     let mut mask = new;
     for (changed, bit) in [
         (
@@ -308,10 +197,24 @@ fn put_thread(out: &mut Vec<u8>, base: &ThreadSample, t: &ThreadSample, new: u8)
             Some(KernelState::Running) => out.push(1),
             Some(KernelState::Blocked) => out.push(2),
             Some(KernelState::InSyscall { nr, arg0, arg1 }) => {
-                out.push(3);
-                put_varint(out, zigzag(nr));
-                put_varint(out, arg0);
-                put_varint(out, arg1);
+                // A thread that starts to wait mostly waits where another waited a tick ago (the
+                // GIL's condition variable): naming that thread is 2 bytes instead of about 12.
+                match prev
+                    .iter()
+                    .take(LOOK_AHEAD)
+                    .position(|p| p.kernel == t.kernel)
+                {
+                    Some(i) => {
+                        out.push(4);
+                        put_varint(out, i as u64);
+                    }
+                    None => {
+                        out.push(3);
+                        put_varint(out, zigzag(nr));
+                        put_varint(out, arg0);
+                        put_varint(out, arg1);
+                    }
+                }
             }
         }
     }
@@ -343,8 +246,13 @@ const ZERO_SCHEDSTAT: SchedStat = SchedStat {
 
 /// Reads into `cur` the sample written as its difference from `prev`; `cur`'s thread vector is
 /// reused. The whole payload must be the sample.
-pub fn decode_sample(prev: &Sample, input: &mut Input<'_>, cur: &mut Sample) -> Result<(), Bad> {
-    cur.read_ns = input.delta(prev.read_ns)?;
+pub fn decode_sample(
+    prev: &Sample,
+    period_ns: u64,
+    input: &mut Input<'_>,
+    cur: &mut Sample,
+) -> Result<(), Bad> {
+    cur.read_ns = input.delta(prev.read_ns.wrapping_add(period_ns))?;
     cur.t_ns = input.delta(cur.read_ns)?;
     cur.woke_ns = input.delta(cur.read_ns)?;
     let flags = input.u8()?;
@@ -396,6 +304,33 @@ pub fn decode_sample(prev: &Sample, input: &mut Input<'_>, cur: &mut Sample) -> 
         p.last_holder
     };
     Ok(())
+}
+
+/// `dst = src.clone()` reusing `dst`'s thread vector: derived `Clone` has no `clone_from` of its own,
+/// and the encoder keeps a copy of every sample. Destructured, so a new field of `Sample` is not
+/// forgotten here.
+pub fn copy_sample(dst: &mut Sample, src: &Sample) {
+    let Sample {
+        read_ns,
+        woke_ns,
+        t_ns,
+        word,
+        waiters,
+        waiters_again,
+        mutex_owner,
+        all_kernel_read,
+        threads,
+    } = src;
+    dst.read_ns = *read_ns;
+    dst.woke_ns = *woke_ns;
+    dst.t_ns = *t_ns;
+    dst.word = *word;
+    dst.waiters = *waiters;
+    dst.waiters_again = *waiters_again;
+    dst.mutex_owner = *mutex_owner;
+    dst.all_kernel_read = *all_kernel_read;
+    dst.threads.clear();
+    dst.threads.extend_from_slice(threads);
 }
 
 fn get_option<'a, T>(
@@ -467,13 +402,18 @@ fn decode_threads(
                 cursor += 1;
                 base
             };
-            threads.push(get_thread(input, base, op)?);
+            threads.push(get_thread(input, prev, base, op)?);
         }
     }
     Ok(())
 }
 
-fn get_thread(input: &mut Input<'_>, mut t: ThreadSample, mask: u8) -> Result<ThreadSample, Bad> {
+fn get_thread(
+    input: &mut Input<'_>,
+    prev: &[ThreadSample],
+    mut t: ThreadSample,
+    mask: u8,
+) -> Result<ThreadSample, Bad> {
     if mask & T_IDS != 0 {
         t.their_tid = input.u32("a thread id")?;
         t.tstate = RemoteAddr(input.varint()?);
@@ -488,6 +428,19 @@ fn get_thread(input: &mut Input<'_>, mut t: ThreadSample, mask: u8) -> Result<Th
                 arg0: input.varint()?,
                 arg1: input.varint()?,
             }),
+            4 => {
+                let start = input.pos;
+                let i = input.varint()?;
+                match prev.get(i as usize).map(|p| p.kernel) {
+                    Some(k @ Some(KernelState::InSyscall { .. })) => k,
+                    _ => {
+                        input.pos = start;
+                        return input.bad(format!(
+                            "the syscall of thread {i} of the previous sample, which has none"
+                        ));
+                    }
+                }
+            }
             k => {
                 input.pos -= 1;
                 return input.bad(format!("invalid kernel state {k}"));

@@ -12,7 +12,11 @@
 mod codec;
 mod reader;
 mod saver;
+mod wire;
 mod writer;
+
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -22,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::infer::intervals::GilState;
 use crate::infer::sample::{Sample, SampleContext};
 
+pub use codec::copy_sample;
 pub use reader::StreamReader;
 pub use saver::{SampleSaver, SaveStats};
 pub use writer::StreamWriter;

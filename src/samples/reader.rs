@@ -5,7 +5,8 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use super::codec::{Bad, Input, decode_sample, decode_stack};
+use super::codec::{copy_sample, decode_sample, decode_stack};
+use super::wire::{Bad, Input};
 use super::{FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, StreamError, StreamHeader, kind};
 use crate::infer::sample::Sample;
 
@@ -162,8 +163,9 @@ impl<R: Read> StreamReader<R> {
         let item = match k {
             kind::SAMPLE => {
                 let mut cur = Sample::default();
-                decode_sample(&self.prev, &mut input, &mut cur).map_err(bad)?;
-                self.prev.clone_from(&cur);
+                let period = self.header.context.period_ns;
+                decode_sample(&self.prev, period, &mut input, &mut cur).map_err(bad)?;
+                copy_sample(&mut self.prev, &cur);
                 Item::Sample(cur)
             }
             kind::STACK => {

@@ -1,5 +1,9 @@
 //! Saving a stream while sampling: the sampler thread only encodes into memory; a writer thread
 //! owns the file. A slow or full disk then delays the file, never a tick.
+//!
+//! Chunks hold whole records, so a recording killed between two writes leaves a file that ends at a
+//! record boundary: the reader reads it to there and reports it did not end cleanly (no End). What
+//! a crash loses is the chunk not yet handed over, at most CHUNK_BYTES.
 
 use std::fs::File;
 use std::io::Write;
@@ -12,8 +16,8 @@ use std::thread::JoinHandle;
 use super::{Item, StreamHeader, StreamWriter};
 use crate::error::Error;
 
-/// Bytes gathered before a chunk goes to the writer thread: about a second of 4 threads at 10 kHz,
-/// so the hand-over costs nothing measurable per sample.
+/// Bytes gathered before a chunk goes to the writer thread: about 2.5 s of 4 threads at 10 kHz
+/// (docs/sample-stream.md, "Size"), so the hand-over costs nothing measurable per sample.
 pub const CHUNK_BYTES: usize = 256 << 10;
 
 /// What `finish` saved.

@@ -1,15 +1,16 @@
 //! The encoder: items in, bytes out. It keeps the previous sample (what the next is written against)
 //! and one scratch buffer for a record's payload, so a steady stream of samples allocates nothing.
 
-use super::codec::{encode_sample, encode_stack, put_varint};
+use super::codec::{copy_sample, encode_sample, encode_stack};
+use super::wire::put_varint;
 use super::{FORMAT_VERSION, Item, MAGIC, StreamHeader, kind};
 use crate::infer::sample::Sample;
 
 pub struct StreamWriter {
     header: StreamHeader,
     started: bool,
-    prev: Sample,
-    payload: Vec<u8>,
+    pub(super) prev: Sample,
+    pub(super) payload: Vec<u8>,
 }
 
 impl StreamWriter {
@@ -51,9 +52,14 @@ impl StreamWriter {
                 kind::HEADER
             }
             Item::Sample(s) => {
-                encode_sample(&self.prev, s, &mut self.payload);
-                // clone_from reuses the thread vector: no allocation once it has grown.
-                self.prev.clone_from(s);
+                encode_sample(
+                    &self.prev,
+                    s,
+                    self.header.context.period_ns,
+                    &mut self.payload,
+                );
+                // Reuses the thread vector: no allocation once it has grown.
+                copy_sample(&mut self.prev, s);
                 kind::SAMPLE
             }
             Item::Stack {

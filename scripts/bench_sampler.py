@@ -8,11 +8,19 @@ noisy machine hits both sides alike. Reports, per shape:
   - gilsample CPU seconds per second of recording (user + system, from wait4),
   - the target's work rate with / without gilsample (slowdown ratio).
 
+  - system calls per sample (the trace's sampler_syscalls_per_sample),
+  - with --save, the same runs again saving their samples (--save-samples) side by side, and the
+    stream's bytes per second,
+  - with --baseline BINARY, the same runs with another gilsample build side by side (before/after).
+
 With --soak SECONDS it instead records one long run (32 threads: 4 busy, 28 idle) and reports
 gilsample's peak resident memory and the trace size: memory must stay flat however long the recording.
+With --soak and --save it also saves the samples and replays them (`gilsample replay`), reporting the
+stream's size and the replay's peak memory, which must stay flat too.
 
 Usage: scripts/bench_sampler.py [--python PY] [--rate 10khz] [--seconds 3] [--reps 3] [--json out.json]
-       scripts/bench_sampler.py --soak 600
+                                [--save] [--baseline BINARY] [--ab FLAG]
+       scripts/bench_sampler.py --soak 600 [--save]
 Needs a release build (cargo build --release); timing belongs here, never in tests.
 """
 
@@ -49,10 +57,12 @@ def run_alone(python, threads, idle, seconds):
     return finish_workload(proc)
 
 
-def run_sampled(python, threads, idle, seconds, rate, priority="realtime", extra=()):
+def run_sampled(python, threads, idle, seconds, rate, priority="realtime", extra=(), binary=BINARY):
     proc, pid = start_workload(python, threads, idle, seconds)
     out = tempfile.mkdtemp(prefix="gilsample-bench-")
-    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", rate, "--priority", priority, "--quiet", "-o", out]
+    # "{samples}" in a flag stands for a stream file in this run's own directory.
+    extra = [e.replace("{samples}", os.path.join(out, "run.gilsamples")) for e in extra]
+    sampler = subprocess.Popen([binary, "--pid", str(pid), "--rate", rate, "--priority", priority, "--quiet", "-o", out]
                                + list(extra))
     ops_rate = finish_workload(proc)
     _, status, usage = os.wait4(sampler.pid, 0)
@@ -71,6 +81,8 @@ def run_sampled(python, threads, idle, seconds, rate, priority="realtime", extra
         "handoffs_seen": meta["handoffs_seen"],
         "handoffs_counted": meta["handoffs_counted"],
         "kernel_reads_skipped": meta.get("kernel_reads_skipped_idle", 0) / max(1, meta["thread_samples"]),
+        "syscalls_per_sample": (meta.get("sampler_syscalls_per_sample") or {}).get("all", float("nan")),
+        "saved_kb_per_s": meta.get("saved_sample_bytes", 0) / 1000 / recorded_s,
     }
 
 
@@ -83,6 +95,10 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--priority", default="realtime", help="gilsample's --priority for the sampled runs")
     parser.add_argument("--soak", type=float, help="one long recording of this many seconds; report peak memory")
+    parser.add_argument("--save", action="store_true",
+                        help="also run gilsample saving its samples (--save-samples) in every round, side by side")
+    parser.add_argument("--baseline", metavar="BINARY",
+                        help="also run this gilsample build in every round, side by side (before/after a change)")
     parser.add_argument("--ab", metavar="FLAG",
                         help="also run gilsample with this extra flag in every round (e.g. --no-idle-backoff), "
                              "side by side, and report it as its own rows")
@@ -94,17 +110,23 @@ def main():
         return
 
     shapes = [("4 threads", 4, 0), ("32 threads (4 busy, 28 idle)", 4, 28)]
-    variants = [("", ())] + ([(" " + args.ab, (args.ab,))] if args.ab else [])
+    variants = [("", (), BINARY)]
+    if args.ab:
+        variants.append((" " + args.ab, (args.ab,), BINARY))
+    if args.save:
+        variants.append((" --save-samples", ("--save-samples", "{samples}"), BINARY))
+    if args.baseline:
+        variants.append((" (baseline)", (), args.baseline))
     results = {}
     for shape, threads, idle in shapes:
         alone = []
-        sampled = {name: [] for name, _ in variants}
+        sampled = {name: [] for name, _, _ in variants}
         for _ in range(args.reps):
             alone.append(run_alone(args.python, threads, idle, args.seconds))
-            for name, extra in variants:
+            for name, extra, binary in variants:
                 sampled[name].append(run_sampled(args.python, threads, idle, args.seconds, args.rate,
-                                                 args.priority, extra))
-        for name, _ in variants:
+                                                 args.priority, extra, binary))
+        for name, _, _ in variants:
             summarize(results, shape + name, alone, sampled[name])
     report(args, results)
 
@@ -121,6 +143,8 @@ def summarize(results, label, alone, sampled):
         "handoffs_seen": med("handoffs_seen"),
         "handoffs_counted": med("handoffs_counted"),
         "kernel_reads_skipped": med("kernel_reads_skipped"),
+        "syscalls_per_sample": med("syscalls_per_sample"),
+        "saved_kb_per_s": med("saved_kb_per_s"),
         "runs": {"alone": alone, "sampled": sampled},
     }
 
@@ -129,13 +153,13 @@ def report(args, results):
     print("python: %s, rate %s, priority %s, %d x %.0f s per side, medians" % (
         args.python, args.rate, args.priority, args.reps, args.seconds))
     print("| target | achieved rate | late samples | gilsample CPU s/s | target work alone | with gilsample "
-          "| slowdown ratio | hand-offs seen/counted | idle reads skipped |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| slowdown ratio | hand-offs seen/counted | idle reads skipped | syscalls/sample | saved KB/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, r in results.items():
-        print("| %s | %.0f Hz | %.2f%% | %.3f | %.3g ops/s | %.3g ops/s | %.3f | %d / %d | %.0f%% |" % (
+        print("| %s | %.0f Hz | %.2f%% | %.3f | %.3g ops/s | %.3g ops/s | %.3f | %d / %d | %.0f%% | %.1f | %.0f |" % (
             label, r["achieved_hz"], 100 * r["late_share"], r["cpu_s_per_s"], r["alone_ops_per_s"],
             r["sampled_ops_per_s"], r["slowdown_ratio"], r["handoffs_seen"], r["handoffs_counted"],
-            100 * r["kernel_reads_skipped"]))
+            100 * r["kernel_reads_skipped"], r["syscalls_per_sample"], r["saved_kb_per_s"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
@@ -144,7 +168,9 @@ def report(args, results):
 def soak(args):
     proc, pid = start_workload(args.python, 4, 28, args.soak)
     out = tempfile.mkdtemp(prefix="gilsample-soak-")
-    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", args.rate, "--quiet", "-o", out])
+    samples = os.path.join(out, "soak.gilsamples")
+    save = ["--save-samples", samples] if args.save else []
+    sampler = subprocess.Popen([BINARY, "--pid", str(pid), "--rate", args.rate, "--quiet", "-o", out] + save)
     finish_workload(proc)
     _, status, usage = os.wait4(sampler.pid, 0)
     path = os.path.join(out, "GIL_%d_rank_0.json" % pid)
@@ -153,6 +179,12 @@ def soak(args):
     print("soak: %.0f s at %s, 32 threads: %d samples (%.0f Hz), peak RSS %.1f MiB, trace %.1f MiB, exit %d" % (
         seconds, args.rate, meta["samples"], meta["rate_achieved_hz"], usage.ru_maxrss / 1024,
         os.path.getsize(path) / 2**20, os.waitstatus_to_exitcode(status)))
+    if args.save:
+        replayer = subprocess.Popen([BINARY, "replay", samples, "-o", os.path.join(out, "replayed.json"), "--quiet"])
+        _, status, usage = os.wait4(replayer.pid, 0)
+        print("replay: stream %.1f MiB (%.0f KB/s), peak RSS %.1f MiB, exit %d" % (
+            os.path.getsize(samples) / 2**20, os.path.getsize(samples) / 1000 / seconds,
+            usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ use crate::trace::chrome::ChromeWriter;
 
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let mut reader = StreamReader::open(&args.input)?;
+    let stream_bytes = std::fs::metadata(&args.input).map(|m| m.len()).unwrap_or(0);
     let header = reader.header().clone();
     let process: RecordedProcess =
         serde_json::from_value(header.process.clone()).map_err(|e| Error::Input {
@@ -52,7 +53,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             engine.explain();
         }
         let explain = explain.as_mut();
-        let (report, error) = replay(&mut reader, &mut engine, sink, writer_failed, explain);
+        let (mut report, error) = replay(&mut reader, &mut engine, sink, writer_failed, explain);
+        // The saved report was written before the stream's size was known.
+        report.saved_bytes = stream_bytes;
         failure = error;
         report
     })?;

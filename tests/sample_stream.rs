@@ -344,11 +344,17 @@ fn garbage_inside_a_stack_is_refused() {
         base as u64 + 2,
         "invalid GIL state 7",
     );
-    // One frame of 2 bytes that are not UTF-8.
+    // One new frame name (0) of 2 bytes that are not UTF-8.
     refused(
-        &after_header(&record(3, &[1, 2, 0, 1, 1, 2, 0xc3, 0x28])),
-        base as u64 + 6,
+        &after_header(&record(3, &[1, 2, 0, 1, 1, 0, 2, 0xc3, 0x28])),
+        base as u64 + 7,
         "a frame that is not valid UTF-8",
+    );
+    // A frame naming name 4 (5) before any was defined.
+    refused(
+        &after_header(&record(3, &[1, 2, 0, 1, 1, 5])),
+        base as u64 + 5,
+        "frame name 4 of the 0 defined so far",
     );
     // 2^20 frames in 3 bytes.
     refused(

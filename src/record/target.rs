@@ -115,15 +115,24 @@ pub(super) fn record_one(
         }
         None => None,
     };
-    let mut report = write_trace(&process, writer, opts.force, |sink, writer_failed| {
+    let mut save_failed = None;
+    let report = write_trace(&process, writer, opts.force, |sink, writer_failed| {
         let should_stop = || stop.load(Ordering::Relaxed) || writer_failed.load(Ordering::Relaxed);
         let log = saver.as_mut().map(|s| s as &mut dyn SampleLog);
-        run_sampler(target, config, &should_stop, live, sink, log)
+        let mut report = run_sampler(target, config, &should_stop, live, sink, log);
+        // Finished before the trace's metadata is written, which gives the stream's size.
+        if let Some(saver) = saver.take() {
+            match saver.finish(&report) {
+                Ok(bytes) => report.saved_bytes = bytes,
+                Err(e) => save_failed = Some(e),
+            }
+        }
+        report
     })?;
-    if let Some(saver) = saver {
-        report.sampler.saved_bytes = saver.finish(&report.sampler)?;
+    match save_failed {
+        Some(e) => Err(e),
+        None => Ok(report),
     }
-    Ok(report)
 }
 
 /// Writes one process's trace from what `produce` sends to its sink (a live sampler, or a replay of

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use super::codec::{copy_sample, decode_sample, decode_stack};
+use super::codec::{FrameNamesRead, copy_sample, decode_sample, decode_stack};
 use super::wire::{Bad, Input};
 use super::{FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, StreamError, StreamHeader, kind};
 use crate::infer::sample::Sample;
@@ -14,6 +14,7 @@ pub struct StreamReader<R: Read> {
     records: Records<R>,
     header: StreamHeader,
     prev: Sample,
+    frame_names: FrameNamesRead,
     ended: bool,
     /// The error already returned: returned again rather than reading on from a broken place.
     failed: Option<StreamError>,
@@ -111,6 +112,7 @@ impl<R: Read> StreamReader<R> {
             records,
             header,
             prev: Sample::default(),
+            frame_names: FrameNamesRead::default(),
             ended: false,
             failed: None,
         })
@@ -169,7 +171,8 @@ impl<R: Read> StreamReader<R> {
                 Item::Sample(cur)
             }
             kind::STACK => {
-                let (tid, t_ns, state, frames, samples) = decode_stack(&mut input).map_err(bad)?;
+                let (tid, t_ns, state, frames, samples) =
+                    decode_stack(&mut input, &mut self.frame_names).map_err(bad)?;
                 Item::Stack {
                     tid,
                     t_ns,

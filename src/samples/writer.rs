@@ -1,7 +1,7 @@
 //! The encoder: items in, bytes out. It keeps the previous sample (what the next is written against)
 //! and one scratch buffer for a record's payload, so a steady stream of samples allocates nothing.
 
-use super::codec::{copy_sample, encode_sample, encode_stack};
+use super::codec::{FrameNamesWritten, copy_sample, encode_sample, encode_stack};
 use super::wire::put_varint;
 use super::{FORMAT_VERSION, Item, MAGIC, StreamHeader, kind};
 use crate::infer::sample::Sample;
@@ -11,6 +11,7 @@ pub struct StreamWriter {
     started: bool,
     pub(super) prev: Sample,
     pub(super) payload: Vec<u8>,
+    frame_names: FrameNamesWritten,
 }
 
 impl StreamWriter {
@@ -22,6 +23,7 @@ impl StreamWriter {
             started: false,
             prev: Sample::default(),
             payload: Vec::with_capacity(4096),
+            frame_names: FrameNamesWritten::default(),
         }
     }
 
@@ -69,7 +71,9 @@ impl StreamWriter {
                 frames,
                 samples,
             } => {
-                encode_stack(*tid, *t_ns, *state, frames, *samples, &mut self.payload);
+                let names = &mut self.frame_names;
+                let fields = (*tid, *t_ns, *state, *samples);
+                encode_stack(fields, frames, names, &mut self.payload);
                 kind::STACK
             }
             Item::End(v) => {

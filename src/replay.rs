@@ -63,6 +63,12 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         explain.finish()?;
     }
     if let Some(error) = failure {
+        if !args.quiet {
+            eprintln!(
+                "gilsample: {} holds what the stream had before the problem below",
+                target.path.display()
+            );
+        }
         return Err(error);
     }
     if !reader.ended_cleanly() && !args.quiet {

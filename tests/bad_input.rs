@@ -315,3 +315,51 @@ fn output_symlink_is_not_followed() {
     assert_eq!(code, OUTPUT);
     assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
 }
+
+/// `replay` refuses what is not a whole sample stream with exit 7, naming the file and the byte, and
+/// writes no trace.
+#[test]
+fn replay_refuses_bad_streams_with_the_file_and_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.json");
+    let out_arg = out.to_str().unwrap();
+    let cases: [(&str, &[u8], &str); 4] = [
+        ("empty", b"", "byte 0"),
+        ("not-a-stream", b"{\"traceEvents\": []}", "not a gilsample sample stream"),
+        ("newer", b"GILSMPL\n\x63\x00", "newer gilsample"),
+        ("cut", b"GILSMPL\n\x01\x00\x01\x90\x4e{\"prod", "truncated"),
+    ];
+    for (name, bytes, why) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let path_arg = path.to_str().unwrap();
+        let (code, stderr) = refuse(&["replay", path_arg, "-o", out_arg]);
+        assert_eq!(code, 7, "{name}: {stderr}");
+        assert!(stderr.contains(path_arg), "{name}: {stderr}");
+        assert!(stderr.contains(why), "{name}: expected {why:?}: {stderr}");
+        assert!(!out.exists(), "{name}: a trace was written");
+    }
+    assert_refused(
+        &["replay", "/nonexistent/run.gilsamples"],
+        7,
+        "/nonexistent/run.gilsamples: byte 0: cannot open",
+    );
+}
+
+/// `--save-samples` to a path that exists is refused before anything is recorded, like an output.
+#[test]
+fn save_samples_refuses_an_existing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let existing = dir.path().join("run.gilsamples");
+    std::fs::write(&existing, b"keep me").unwrap();
+    let (pid, out_dir) = (workload.pid.to_string(), dir.path().display().to_string());
+    let save = existing.display().to_string();
+    let args = ["--pid", &pid, "-o", &out_dir, "--save-samples", &save];
+    assert_refused(&args, OUTPUT, "--force");
+    assert_eq!(std::fs::read(&existing).unwrap(), b"keep me");
+    assert!(
+        !dir.path().join(format!("GIL_{pid}_rank_0.json")).exists(),
+        "a trace was written"
+    );
+}

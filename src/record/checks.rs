@@ -23,6 +23,11 @@ pub(super) fn check_outputs(opts: &RecordOptions) -> Result<()> {
     if opts.merge {
         check_not_exists(&opts.output.merged_path(), opts.force)?;
     }
+    // One target's stream is the path itself (several targets' get their pids, checked as each
+    // starts: record/save.rs).
+    if let Some(path) = &opts.save_samples {
+        check_not_exists(path, opts.force)?;
+    }
     let dir = match &opts.output {
         OutputSpec::Directory(dir) => dir.clone(),
         OutputSpec::File(file) => match file.parent() {

@@ -8,6 +8,7 @@ use crate::python::attach::Target;
 use crate::record::target::RecordedProcess;
 use crate::sample::sampler::{Record, SampleLog, SamplerConfig, SamplerReport, sample_context};
 use crate::samples::{Item, SampleSaver, StreamHeader, copy_sample};
+use crate::trace::output::check_not_exists;
 
 /// The saver as the sampler's log: samples and stacks go into the stream as they are read.
 pub struct Saving {
@@ -84,13 +85,7 @@ pub fn save_samples_to(
     target: &Target,
     config: &SamplerConfig,
 ) -> Result<Saving> {
-    if path.exists() && !force {
-        return Err(Error::Output {
-            path: path.to_path_buf(),
-            why: "exists already: choose another --save-samples path, or --force to replace it"
-                .into(),
-        });
-    }
+    check_not_exists(path, force)?;
     let mut header = StreamHeader::new(
         target.pid,
         target.version.to_string(),

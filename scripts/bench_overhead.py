@@ -49,7 +49,7 @@ def pinned(args, role):
 
 def start_workload(args):
     proc = subprocess.Popen(
-        pinned(args, "target") + [args.python, WORKLOAD, "bench", "--threads", str(args.threads), "--idle", str(args.idle),
+        pinned(args, "target") + [args.python, WORKLOAD, args.workload, "--threads", str(args.threads), "--idle", str(args.idle),
          "--seconds", str(args.seconds), "--release-every", str(args.release_every), "--start-on-stdin"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     ready = json.loads(proc.stdout.readline().split(" ", 1)[1])
@@ -113,7 +113,10 @@ def run_gilsample(args, out, binary=BINARY):
     trace = [f for f in os.listdir(out) if f.startswith("GIL_")][0]
     meta = json.load(open(os.path.join(out, trace)))["otherData"]
     os.remove(os.path.join(out, trace))
-    return {"ops_per_s": ops, "cpu_s_per_s": cpu, "rate_hz": meta["rate_achieved_hz"]}
+    return {"ops_per_s": ops, "cpu_s_per_s": cpu, "rate_hz": meta["rate_achieved_hz"],
+            "stalled_reads": meta.get("stalled_reads", 0), "late_samples": meta.get("late_samples", 0),
+            "cpu_moves": meta.get("sampler_moved_off_holder_cpu", 0),
+            "syscalls_per_sample": (meta.get("sampler_syscalls_per_sample") or {}).get("all", float("nan"))}
 
 
 def run_pyspy(args, out):
@@ -157,6 +160,9 @@ def paired_slowdowns(alone_runs, runs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--workload", default="bench", choices=["bench", "dispatch"],
+                        help="bench: N counting spinners; dispatch: a producer feeding N workers that alternate "
+                             "pure Python and hashlib (work = items done)")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--idle", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -197,13 +203,14 @@ def main():
         for name, run in order:
             runs[name].append(run(args, out))
     alone = statistics.median(r["ops_per_s"] for r in runs["alone"])
-    print("python %s, %d spinner threads + %d idle%s, %d rounds x %.0f s, medians; gilsample at %s, priority %s%s"
-          % (args.python, args.threads, args.idle,
+    print("python %s, %s: %d threads + %d idle%s, %d rounds x %.0f s, medians; gilsample at %s, priority %s%s"
+          % (args.python, args.workload, args.threads, args.idle,
              ", GIL released every %d counts" % args.release_every if args.release_every else "",
              args.reps, args.seconds, args.rate, args.priority,
              "; observers pinned to a spare CPU" if args.pin else ""))
-    print("| observer | target work | slowdown ratio | per round (min–max) | observer CPU s/s | achieved rate |")
-    print("|---|---|---|---|---|---|")
+    print("| observer | target work | work kept (with ÷ without) | slowdown ratio | per round (min–max) "
+          "| observer CPU s/s | achieved rate |")
+    print("|---|---|---|---|---|---|---|")
     summary = {}
     for name, _ in observers:
         med = lambda key: statistics.median(r.get(key, float("nan")) for r in runs[name])
@@ -214,12 +221,22 @@ def main():
         s = summary[name]
         if name == "alone":
             spread = [r["ops_per_s"] / alone for r in runs[name]]
-            print("| alone | %.3g ops/s | 1.000 | %.3f–%.3f | — | — |" % (s["ops_per_s"], min(spread), max(spread)))
+            print("| alone | %.3g ops/s | 1.000 | 1.000 | %.3f–%.3f | — | — |" % (
+                s["ops_per_s"], min(spread), max(spread)))
         else:
             unit = "events/s" if "giltruth" in name else "Hz"
-            print("| %s | %.3g ops/s | %.3f | %.3f–%.3f | %.3f | %.0f %s |" % (
-                name, s["ops_per_s"], s["slowdown_ratio"], min(paired), max(paired), s["cpu_s_per_s"],
-                s["rate_hz"], unit))
+            print("| %s | %.3g ops/s | %.3f | %.3f | %.3f–%.3f | %.3f | %.0f %s |" % (
+                name, s["ops_per_s"], 1 / s["slowdown_ratio"], s["slowdown_ratio"], min(paired), max(paired),
+                s["cpu_s_per_s"], s["rate_hz"], unit))
+    for name, _ in observers:
+        if not name.startswith("gilsample"):
+            continue
+        rates = sorted(r["rate_hz"] for r in runs[name])
+        print("%s per run: achieved rate min %.0f / median %.0f / max %.0f Hz; stalled reads %s; late samples %s; "
+              "moves off the holder's CPU %s; syscalls per sample %s" % (
+                  name, rates[0], statistics.median(rates), rates[-1],
+                  [r["stalled_reads"] for r in runs[name]], [r["late_samples"] for r in runs[name]],
+                  [r["cpu_moves"] for r in runs[name]], [r["syscalls_per_sample"] for r in runs[name]]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -13,7 +13,7 @@ use crate::cli::ReplayArgs;
 use crate::error::{Error, Result};
 use crate::infer::engine::Engine;
 use crate::infer::sample::Sample;
-use crate::record::target::{RecordedProcess, write_trace};
+use crate::record::target::{Pace, RecordedProcess, write_trace};
 use crate::record::{RecordReport, TargetReport};
 use crate::sample::priority::Scheduling;
 use crate::sample::sampler::{EndReason, Record, SamplerReport};
@@ -47,7 +47,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         None => None,
     };
     let mut failure = None;
-    let target = write_trace(&process, writer, args.force, |sink, writer_failed| {
+    let pace = (args.force, Pace::AsFastAsTheWriter);
+    let target = write_trace(&process, writer, pace, |sink, writer_failed| {
         let mut engine = Engine::new(header.context.clone());
         if explain.is_some() {
             engine.explain();
@@ -141,7 +142,14 @@ fn replay(
                 samples,
             }),
             Item::End(report) => {
-                saved = serde_json::from_value(report).ok();
+                match serde_json::from_value(report) {
+                    Ok(report) => saved = Some(report),
+                    Err(e) => eprintln!(
+                        "gilsample: {}: the recording's report at the end does not read ({e}): \
+                         its counts are left out",
+                        reader.path().display()
+                    ),
+                }
                 break;
             }
             Item::Header(_) => {}

@@ -325,7 +325,11 @@ fn replay_refuses_bad_streams_with_the_file_and_byte() {
     let out_arg = out.to_str().unwrap();
     let cases: [(&str, &[u8], &str); 4] = [
         ("empty", b"", "byte 0"),
-        ("not-a-stream", b"{\"traceEvents\": []}", "not a gilsample sample stream"),
+        (
+            "not-a-stream",
+            b"{\"traceEvents\": []}",
+            "not a gilsample sample stream",
+        ),
         ("newer", b"GILSMPL\n\x63\x00", "newer gilsample"),
         ("cut", b"GILSMPL\n\x01\x00\x01\x90\x4e{\"prod", "truncated"),
     ];

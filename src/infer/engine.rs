@@ -17,6 +17,7 @@ use crate::python::attach::Waiters;
 
 /// What inference counted over a recording.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct InferenceCounts {
     pub decisions: DecisionCounts,
     /// Threads classified, summed over the samples.

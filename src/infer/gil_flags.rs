@@ -8,6 +8,7 @@ use crate::infer::sample::GilFlagsReading;
 
 /// What the flags did over a recording.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct FlagStats {
     /// Readings consulted where the rules infer.
     pub read: u64,

@@ -7,6 +7,7 @@ use std::cell::Cell;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SyscallCounts {
     /// `process_vm_readv` (or `pread` of /proc/PID/mem): reads of target memory.
     pub memory_reads: u64,

@@ -24,6 +24,7 @@ pub const MAX_NAME_CHARS: u64 = 256;
 
 /// How the reads of thread names went over a recording.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct NameStats {
     /// Times the names were read (one pass over `threading._active`).
     pub reads: u64,

@@ -38,6 +38,7 @@ const MAX_CACHED_CODE: usize = 8192;
 
 /// How reading stacks went over a recording.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StackStats {
     pub stacks: u64,
     pub frames: u64,

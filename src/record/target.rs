@@ -116,23 +116,44 @@ pub(super) fn record_one(
         None => None,
     };
     let mut save_failed = None;
-    let report = write_trace(&process, writer, opts.force, |sink, writer_failed| {
-        let should_stop = || stop.load(Ordering::Relaxed) || writer_failed.load(Ordering::Relaxed);
-        let log = saver.as_mut().map(|s| s as &mut dyn SampleLog);
-        let mut report = run_sampler(target, config, &should_stop, live, sink, log);
-        // Finished before the trace's metadata is written, which gives the stream's size.
-        if let Some(saver) = saver.take() {
-            match saver.finish(&report) {
-                Ok(bytes) => report.saved_bytes = bytes,
-                Err(e) => save_failed = Some(e),
+    let report = write_trace(
+        &process,
+        writer,
+        (opts.force, Pace::Live),
+        |sink, writer_failed| {
+            let should_stop =
+                || stop.load(Ordering::Relaxed) || writer_failed.load(Ordering::Relaxed);
+            let log = saver.as_mut().map(|s| s as &mut dyn SampleLog);
+            let mut report = run_sampler(target, config, &should_stop, live, sink, log);
+            // Finished before the trace's metadata is written, which gives the stream's size.
+            if let Some(saver) = saver.take() {
+                match saver.finish(&report) {
+                    Ok(bytes) => report.saved_bytes = bytes,
+                    Err(e) => save_failed = Some(e),
+                }
             }
-        }
-        report
-    })?;
+            report
+        },
+    )?;
     match save_failed {
         Some(e) => Err(e),
         None => Ok(report),
     }
+}
+
+/// Who sets the pace of the records: a live sampler, or a replay that goes as fast as the writer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    Live,
+    AsFastAsTheWriter,
+}
+
+/// Batches a replay may have ahead of its writer: a few MB of records.
+const BATCHES_IN_FLIGHT: usize = 8;
+
+enum Sender {
+    Unbounded(mpsc::Sender<Vec<Record>>),
+    Bounded(mpsc::SyncSender<Vec<Record>>),
 }
 
 /// Writes one process's trace from what `produce` sends to its sink (a live sampler, or a replay of
@@ -141,11 +162,23 @@ pub(super) fn record_one(
 pub fn write_trace(
     process: &RecordedProcess,
     mut writer: ChromeWriter,
-    force: bool,
+    (force, pace): (bool, Pace),
     produce: impl FnOnce(&mut dyn FnMut(Record), &AtomicBool) -> SamplerReport,
 ) -> Result<TargetReport> {
     let handoff_arrows = process.handoff_arrows;
-    let (tx, rx) = mpsc::channel::<Vec<Record>>();
+    // A live sampler must never wait for the writer (its ticks would slip), and it cannot outrun
+    // it for long (it produces at the sampling rate); a replay produces as fast as it reads, so it
+    // waits for the writer instead of piling batches up in memory.
+    let (tx, rx) = match pace {
+        Pace::Live => {
+            let (tx, rx) = mpsc::channel::<Vec<Record>>();
+            (Sender::Unbounded(tx), rx)
+        }
+        Pace::AsFastAsTheWriter => {
+            let (tx, rx) = mpsc::sync_channel::<Vec<Record>>(BATCHES_IN_FLIGHT);
+            (Sender::Bounded(tx), rx)
+        }
+    };
     let writing = thread::scope(|scope| {
         let writer_thread = scope.spawn(move || -> Result<(ChromeWriter, Totals)> {
             let mut totals = Totals::default();
@@ -250,7 +283,7 @@ pub fn write_trace(
 /// the writer on nearly every tick, and those wake-ups were a tenth of the sampler's CPU at ~45k GIL
 /// releases/s (scripts/bench_overhead.py; README "Tuning the sampler's own cost").
 struct Batch<'a> {
-    tx: mpsc::Sender<Vec<Record>>,
+    tx: Sender,
     records: Vec<Record>,
     first_ns: u64,
     writer_failed: &'a AtomicBool,
@@ -262,7 +295,7 @@ impl<'a> Batch<'a> {
     const MAX_RECORDS: usize = 4096;
     const MAX_AGE_NS: u64 = 20_000_000;
 
-    fn new(tx: mpsc::Sender<Vec<Record>>, writer_failed: &'a AtomicBool) -> Batch<'a> {
+    fn new(tx: Sender, writer_failed: &'a AtomicBool) -> Batch<'a> {
         Batch {
             tx,
             records: Vec::with_capacity(Self::MAX_RECORDS),
@@ -291,7 +324,11 @@ impl<'a> Batch<'a> {
             return;
         }
         let full = std::mem::replace(&mut self.records, Vec::with_capacity(Self::MAX_RECORDS));
-        if self.tx.send(full).is_err() {
+        let sent = match &self.tx {
+            Sender::Unbounded(tx) => tx.send(full).is_ok(),
+            Sender::Bounded(tx) => tx.send(full).is_ok(),
+        };
+        if !sent {
             self.writer_failed.store(true, Ordering::Relaxed);
         }
     }
@@ -329,6 +366,7 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "handoffs_seen": counts.handoffs_seen,
         "handoffs_counted": counts.handoffs_counted,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
+        "kernel_reads_skipped_still_in_take_gil": report.kernel_reads_still_waiting,
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
         "thread_name_reads": report.name_reads.reads,
         "thread_names_read": report.name_reads.names,

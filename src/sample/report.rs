@@ -21,7 +21,9 @@ pub enum EndReason {
     Failed(String),
 }
 
+/// Saved at a stream's end: a field added later reads as its default from an older stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SamplerReport {
     pub start_ns: u64,
     pub end_ns: u64,
@@ -41,6 +43,9 @@ pub struct SamplerReport {
     pub kernel_reads_unchanged: u64,
     /// Kernel readings not taken because the thread was idle in a non-GIL wait.
     pub kernel_reads_skipped: u64,
+    /// Kernel readings not taken because the thread was waiting in `take_gil` and the GIL's words
+    /// had not changed since (sampler.rs, `still_waiting`).
+    pub kernel_reads_still_waiting: u64,
     pub thread_names: BTreeMap<u32, String>,
     /// How reading the threads' Python names went (python/names.rs).
     pub name_reads: NameStats,
@@ -59,6 +64,12 @@ pub struct SamplerReport {
     pub end: EndReason,
 }
 
+impl Default for SamplerReport {
+    fn default() -> SamplerReport {
+        SamplerReport::new(0, Scheduling::Inherited)
+    }
+}
+
 impl SamplerReport {
     /// All counts zero, for a loop that starts at `start_ns` with `scheduling`.
     pub fn new(start_ns: u64, scheduling: Scheduling) -> SamplerReport {
@@ -72,6 +83,7 @@ impl SamplerReport {
             faulted_samples: 0,
             inference: InferenceCounts::default(),
             kernel_reads_skipped: 0,
+            kernel_reads_still_waiting: 0,
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
             name_reads: NameStats::default(),

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::addr::RemoteAddr;
-use crate::infer::classify::asleep_elsewhere;
+use crate::infer::classify::{asleep_elsewhere, inside};
 use crate::infer::engine::Engine;
 use crate::infer::sample::{Sample, SampleContext, ThreadSample, Wants};
 use crate::process::kernel::{KernelReading, KernelState, SleepProof, ThreadFiles};
@@ -21,7 +21,7 @@ use crate::process::syscalls::counted;
 use crate::process::tasks::TidMap;
 use crate::python::attach::{GilReading, GilWaitRanges, Target};
 use crate::python::names::ThreadNamer;
-use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
+use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
 use crate::sample::gil_flags::GilFlags;
@@ -90,6 +90,25 @@ struct Tracked {
     idle_since: Option<u64>,
     /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
     sleep_proof: SleepProof,
+    /// The GIL's words at the last reading that found the thread asleep in `take_gil`'s wait.
+    waiting_since: Option<GilWord>,
+}
+
+/// Whether a thread last read asleep in `take_gil`'s wait when the GIL's words were `then` must
+/// still be inside `take_gil` now that they are `now`. `take_gil` returns only once its thread holds
+/// the GIL (or the interpreter tells it to exit, at shutdown): that makes the thread `last_holder`
+/// (with `locked` set and, when it was not the last holder already, `switch_number` moved). While
+/// another thread holds the GIL with the very words of that reading, the thread has not taken it, so
+/// it is still in `take_gil`: asleep in the wait, or between two timed waits (which every rule also
+/// places in `take_gil`, and which the waiter counts then show as a count below the readings:
+/// unknown, never wrong). Its syscall file need not be read (docs/cost.md).
+fn still_waiting(then: Option<GilWord>, now: &GilWord, tstate: RemoteAddr) -> bool {
+    then.is_some_and(|then| {
+        now.locked
+            && now.last_holder != tstate
+            && (then.locked, then.last_holder, then.switch_number)
+                == (now.locked, now.last_holder, now.switch_number)
+    })
 }
 
 /// The sampler's context for inference, from the target and the configuration.
@@ -269,7 +288,7 @@ impl Loop<'_> {
             sample.all_kernel_read = self.read_kernel_states(
                 &mut sample.threads,
                 &ranges,
-                (t0, word.last_holder),
+                (t0, &word),
                 config.idle_backoff,
             );
             sample.waiters_again = match counts {
@@ -324,12 +343,13 @@ impl Loop<'_> {
         &mut self,
         out: &mut Vec<ThreadSample>,
         ranges: &GilWaitRanges,
-        (now, holder): (u64, RemoteAddr),
+        (now, word): (u64, &GilWord),
         idle_backoff: bool,
     ) -> bool {
         out.clear();
         let tick = self.report.samples;
         let skipped_before = self.report.kernel_reads_skipped;
+        let holder = word.last_holder;
         for tracked in self.threads.iter_mut() {
             let idle = tracked
                 .idle_since
@@ -341,6 +361,11 @@ impl Loop<'_> {
                 && !(tick + u64::from(tracked.thread.tid)).is_multiple_of(IDLE_READ_EVERY);
             let kernel = if skip {
                 self.report.kernel_reads_skipped += 1;
+                tracked.last_kernel
+            } else if idle_backoff
+                && still_waiting(tracked.waiting_since, word, tracked.thread.tstate)
+            {
+                self.report.kernel_reads_still_waiting += 1;
                 tracked.last_kernel
             } else {
                 let state = match tracked
@@ -365,6 +390,10 @@ impl Loop<'_> {
                     _ => None,
                 };
                 tracked.last_kernel = state;
+                let in_take = state
+                    .and_then(|k| k.futex_addr())
+                    .is_some_and(|a| inside(a, &ranges.take));
+                tracked.waiting_since = in_take.then_some(*word);
                 state
             };
             out.push(ThreadSample {
@@ -450,6 +479,7 @@ impl Loop<'_> {
                 last_kernel: None,
                 idle_since: None,
                 sleep_proof: SleepProof::default(),
+                waiting_since: None,
             });
         }
         let names = &mut self.report.thread_names;

@@ -25,6 +25,7 @@ pub const CHECK_EVERY: u32 = 10;
 
 /// What the recording's metadata says about stacks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StackReport {
     /// Why stacks could not be read in this target, when they could not.
     pub unavailable: Option<String>,

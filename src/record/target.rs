@@ -366,7 +366,6 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "handoffs_seen": counts.handoffs_seen,
         "handoffs_counted": counts.handoffs_counted,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
-        "kernel_reads_skipped_still_in_take_gil": report.kernel_reads_still_waiting,
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
         "thread_name_reads": report.name_reads.reads,
         "thread_names_read": report.name_reads.names,

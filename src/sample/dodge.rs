@@ -23,8 +23,9 @@ pub struct CpuDodge {
     /// The CPUs the sampler may use at all (its affinity when sampling began).
     allowed: Vec<usize>,
     next_check_ns: u64,
-    /// The holder whose stat file is open, and the file.
-    holder: Option<(u32, File)>,
+    /// The stat files of the threads that held the GIL, opened once each: the GIL moves between
+    /// the same few threads, and an open per hand-off was 100 `openat` a second (dispatch, 10 kHz).
+    stat_files: Vec<(u32, File)>,
     /// The CPU currently left out of the sampler's affinity.
     avoiding: Option<usize>,
 }
@@ -40,7 +41,7 @@ impl CpuDodge {
             pid,
             allowed,
             next_check_ns: 0,
-            holder: None,
+            stat_files: Vec::new(),
             avoiding: None,
         })
     }
@@ -55,12 +56,9 @@ impl CpuDodge {
         let Some(tid) = holder_tid else {
             return false;
         };
-        if self.holder.as_ref().is_none_or(|(t, _)| *t != tid) {
-            let path = format!("/proc/{}/task/{tid}/stat", self.pid);
-            count(Syscall::Open);
-            self.holder = File::open(path).ok().map(|f| (tid, f));
-        }
-        let Some(holder_cpu) = self.holder.as_ref().and_then(|(_, f)| read_cpu(f)) else {
+        let Some(holder_cpu) = self.stat_file(tid).and_then(read_cpu) else {
+            // Gone, or the file is of an exited thread whose tid a new one took: opened afresh.
+            self.stat_files.retain(|(t, _)| *t != tid);
             return false;
         };
         if self.avoiding == Some(holder_cpu) || sched_getcpu().ok() != Some(holder_cpu) {
@@ -76,6 +74,26 @@ impl CpuDodge {
             self.avoiding = Some(holder_cpu);
         }
         moved
+    }
+}
+
+impl CpuDodge {
+    /// Threads whose stat files stay open; past it the oldest is closed (a pool of short-lived
+    /// threads would otherwise keep files of exited threads open).
+    const STAT_FILES_KEPT: usize = 64;
+
+    /// `tid`'s stat file, opened the first time it is needed.
+    fn stat_file(&mut self, tid: u32) -> Option<&File> {
+        if let Some(at) = self.stat_files.iter().position(|(t, _)| *t == tid) {
+            return Some(&self.stat_files[at].1);
+        }
+        count(Syscall::Open);
+        let file = File::open(format!("/proc/{}/task/{tid}/stat", self.pid)).ok()?;
+        if self.stat_files.len() >= Self::STAT_FILES_KEPT {
+            self.stat_files.remove(0);
+        }
+        self.stat_files.push((tid, file));
+        self.stat_files.last().map(|(_, f)| f)
     }
 }
 

@@ -43,9 +43,6 @@ pub struct SamplerReport {
     pub kernel_reads_unchanged: u64,
     /// Kernel readings not taken because the thread was idle in a non-GIL wait.
     pub kernel_reads_skipped: u64,
-    /// Kernel readings not taken because the thread was waiting in `take_gil` and the GIL's words
-    /// had not changed since (sampler.rs, `still_waiting`).
-    pub kernel_reads_still_waiting: u64,
     pub thread_names: BTreeMap<u32, String>,
     /// How reading the threads' Python names went (python/names.rs).
     pub name_reads: NameStats,
@@ -83,7 +80,6 @@ impl SamplerReport {
             faulted_samples: 0,
             inference: InferenceCounts::default(),
             kernel_reads_skipped: 0,
-            kernel_reads_still_waiting: 0,
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
             name_reads: NameStats::default(),

@@ -11,8 +11,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::addr::RemoteAddr;
-use crate::infer::classify::{asleep_elsewhere, inside};
+use crate::infer::classify::asleep_elsewhere;
 use crate::infer::engine::Engine;
 use crate::infer::sample::{Sample, SampleContext, ThreadSample, Wants};
 use crate::process::kernel::{KernelReading, KernelState, SleepProof, ThreadFiles};
@@ -90,25 +89,6 @@ struct Tracked {
     idle_since: Option<u64>,
     /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
     sleep_proof: SleepProof,
-    /// The GIL's words at the last reading that found the thread asleep in `take_gil`'s wait.
-    waiting_since: Option<GilWord>,
-}
-
-/// Whether a thread last read asleep in `take_gil`'s wait when the GIL's words were `then` must
-/// still be inside `take_gil` now that they are `now`. `take_gil` returns only once its thread holds
-/// the GIL (or the interpreter tells it to exit, at shutdown): that makes the thread `last_holder`
-/// (with `locked` set and, when it was not the last holder already, `switch_number` moved). While
-/// another thread holds the GIL with the very words of that reading, the thread has not taken it, so
-/// it is still in `take_gil`: asleep in the wait, or between two timed waits (which every rule also
-/// places in `take_gil`, and which the waiter counts then show as a count below the readings:
-/// unknown, never wrong). Its syscall file need not be read (docs/cost.md).
-fn still_waiting(then: Option<GilWord>, now: &GilWord, tstate: RemoteAddr) -> bool {
-    then.is_some_and(|then| {
-        now.locked
-            && now.last_holder != tstate
-            && (then.locked, then.last_holder, then.switch_number)
-                == (now.locked, now.last_holder, now.switch_number)
-    })
 }
 
 /// The sampler's context for inference, from the target and the configuration.
@@ -362,11 +342,6 @@ impl Loop<'_> {
             let kernel = if skip {
                 self.report.kernel_reads_skipped += 1;
                 tracked.last_kernel
-            } else if idle_backoff
-                && still_waiting(tracked.waiting_since, word, tracked.thread.tstate)
-            {
-                self.report.kernel_reads_still_waiting += 1;
-                tracked.last_kernel
             } else {
                 let state = match tracked
                     .files
@@ -390,10 +365,6 @@ impl Loop<'_> {
                     _ => None,
                 };
                 tracked.last_kernel = state;
-                let in_take = state
-                    .and_then(|k| k.futex_addr())
-                    .is_some_and(|a| inside(a, &ranges.take));
-                tracked.waiting_since = in_take.then_some(*word);
                 state
             };
             out.push(ThreadSample {
@@ -479,7 +450,6 @@ impl Loop<'_> {
                 last_kernel: None,
                 idle_since: None,
                 sleep_proof: SleepProof::default(),
-                waiting_since: None,
             });
         }
         let names = &mut self.report.thread_names;

@@ -54,6 +54,8 @@ pub fn format_summary(
         );
         if let Some(warning) = low_rate_warning(target.sampler.achieved_rate_hz(), requested_hz) {
             let _ = writeln!(out, "  {warning}");
+        } else if let Some(warning) = gaps_warning(&target.sampler, requested_hz) {
+            let _ = writeln!(out, "  {warning}");
         }
         if verbose {
             format_target(&mut out, target);
@@ -200,6 +202,42 @@ pub fn low_rate_warning(achieved_hz: f64, requested_hz: f64) -> Option<String> {
     ))
 }
 
+/// Late ticks over this share of all, or a read that stalled this many periods, are warned about
+/// even when the rate as a whole was kept: they are holes in the timeline, where hand-offs are missed.
+pub const LATE_SHARE_WARNED: f64 = 0.01;
+pub const STALL_PERIODS_WARNED: f64 = 10.0;
+
+/// The warning for a recording that kept its rate overall but has holes: ticks that started late
+/// (the sampler waited for a CPU) or reads that stalled (the target was changing its memory map).
+pub fn gaps_warning(s: &crate::sample::sampler::SamplerReport, requested_hz: f64) -> Option<String> {
+    if requested_hz.is_nan() || requested_hz <= 0.0 || s.samples == 0 {
+        return None;
+    }
+    let late_share = s.late_samples as f64 / (s.samples + s.late_samples) as f64;
+    let stall_periods = s.longest_stall_ns as f64 * requested_hz / 1e9;
+    let mut holes = Vec::new();
+    if late_share >= LATE_SHARE_WARNED {
+        holes.push(format!(
+            "{:.1}% of its ticks started late (it waited for a CPU: every core busy, or real-time \
+             priority refused; --cpus gives it one)",
+            100.0 * late_share
+        ));
+    }
+    if stall_periods >= STALL_PERIODS_WARNED {
+        holes.push(format!(
+            "a read of the process waited {:.1} ms (it was changing its memory map, e.g. allocating)",
+            s.longest_stall_ns as f64 / 1e6
+        ));
+    }
+    (!holes.is_empty()).then(|| {
+        format!(
+            "warning: the timeline has holes where the sampler saw nothing: {}. Hand-offs inside them \
+             are missed; --verbose counts them.",
+            holes.join("; ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,5 +288,22 @@ mod tests {
         }
         assert_eq!(low_rate_warning(0.0, 0.0), None);
         assert!(low_rate_warning(899.0, 1_000.0).is_some());
+    }
+
+    #[test]
+    fn late_ticks_and_stalled_reads_are_warned_about_when_the_rate_was_kept() {
+        let mut report = report_at(9_900);
+        report.targets[0].sampler.late_samples = 150;
+        let summary = format_summary(&report, &[None], false, 10_000.0);
+        assert!(summary.contains("1.5% of its ticks started late"), "{summary}");
+        assert!(!summary.contains("memory map"), "{summary}");
+        report.targets[0].sampler.late_samples = 10;
+        report.targets[0].sampler.longest_stall_ns = 2_500_000;
+        let summary = format_summary(&report, &[None], false, 10_000.0);
+        assert!(summary.contains("waited 2.5 ms"), "{summary}");
+        assert!(!summary.contains("started late"), "{summary}");
+        report.targets[0].sampler.longest_stall_ns = 500_000;
+        let summary = format_summary(&report, &[None], false, 10_000.0);
+        assert!(!summary.contains("warning"), "{summary}");
     }
 }

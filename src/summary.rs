@@ -209,7 +209,10 @@ pub const STALL_PERIODS_WARNED: f64 = 10.0;
 
 /// The warning for a recording that kept its rate overall but has holes: ticks that started late
 /// (the sampler waited for a CPU) or reads that stalled (the target was changing its memory map).
-pub fn gaps_warning(s: &crate::sample::sampler::SamplerReport, requested_hz: f64) -> Option<String> {
+pub fn gaps_warning(
+    s: &crate::sample::sampler::SamplerReport,
+    requested_hz: f64,
+) -> Option<String> {
     if requested_hz.is_nan() || requested_hz <= 0.0 || s.samples == 0 {
         return None;
     }
@@ -295,7 +298,10 @@ mod tests {
         let mut report = report_at(9_900);
         report.targets[0].sampler.late_samples = 150;
         let summary = format_summary(&report, &[None], false, 10_000.0);
-        assert!(summary.contains("1.5% of its ticks started late"), "{summary}");
+        assert!(
+            summary.contains("1.5% of its ticks started late"),
+            "{summary}"
+        );
         assert!(!summary.contains("memory map"), "{summary}");
         report.targets[0].sampler.late_samples = 10;
         report.targets[0].sampler.longest_stall_ns = 2_500_000;

@@ -134,13 +134,16 @@ fn replay(
                 state,
                 frames,
                 samples,
-            } => sink(Record::Stack {
-                tid,
-                t_ns,
-                state,
-                frames: frames.into(),
-                samples,
-            }),
+            } => {
+                let frames = frames.into();
+                sink(Record::Stack {
+                    tid,
+                    t_ns,
+                    state,
+                    frames,
+                    samples,
+                })
+            }
             Item::End(report) => {
                 match serde_json::from_value(report) {
                     Ok(report) => saved = Some(report),

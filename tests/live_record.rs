@@ -1,5 +1,6 @@
 //! Recording real processes of every expected interpreter (see `common::EXPECTED`).
 
+#[macro_use]
 mod common;
 
 use std::process::{Command, Stdio};
@@ -368,20 +369,7 @@ macro_rules! interpreter_tests {
     };
 }
 
-interpreter_tests!(
-    py37 => "3.7",
-    py38 => "3.8",
-    py39 => "3.9",
-    py310 => "3.10",
-    py311 => "3.11",
-    py312 => "3.12",
-    py313 => "3.13",
-    debian311 => "debian-3.11",
-    sid313 => "sid-3.13",
-    sid314 => "sid-3.14",
-    sid315 => "sid-3.15",
-    sid314d => "sid-3.14d",
-);
+every_expected_interpreter!(interpreter_tests);
 
 #[test]
 fn every_expected_interpreter_is_covered() {

@@ -1,6 +1,7 @@
 //! Python thread names in the trace, the summary and `gilsample info`, on every interpreter of the
 //! suite (`common::EXPECTED`, and the debug builds of sid's 3.13 and 3.15).
 
+#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -235,19 +236,8 @@ macro_rules! name_tests {
     };
 }
 
-name_tests!(
-    py37 => "3.7",
-    py38 => "3.8",
-    py39 => "3.9",
-    py310 => "3.10",
-    py311 => "3.11",
-    py312 => "3.12",
-    py313 => "3.13",
-    debian311 => "debian-3.11",
-    sid313 => "sid-3.13",
-    sid314 => "sid-3.14",
-    sid315 => "sid-3.15",
+every_expected_interpreter!(
+    name_tests,
     sid313d => "sid-3.13d",
-    sid314d => "sid-3.14d",
     sid315d => "sid-3.15d",
 );

@@ -3,6 +3,7 @@
 //! replay into their expected traces (`GILSAMPLE_BLESS=1` rewrites those, so a rule change shows as
 //! a diff of the expected files).
 
+#[macro_use]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -126,20 +127,7 @@ macro_rules! interpreter_tests {
     };
 }
 
-interpreter_tests!(
-    py37 => "3.7",
-    py38 => "3.8",
-    py39 => "3.9",
-    py310 => "3.10",
-    py311 => "3.11",
-    py312 => "3.12",
-    py313 => "3.13",
-    debian311 => "debian-3.11",
-    sid313 => "sid-3.13",
-    sid314 => "sid-3.14",
-    sid315 => "sid-3.15",
-    sid314d => "sid-3.14d",
-);
+every_expected_interpreter!(interpreter_tests);
 
 fn golden_cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/samples");

@@ -2,6 +2,7 @@
 //! slices name the function it runs, its `take_gil` slices the function it waits in, and
 //! `--no-stacks` leaves them out.
 
+#[macro_use]
 mod common;
 
 use common::{Trace, Workload, interpreter, run};
@@ -124,20 +125,9 @@ macro_rules! stack_tests {
     };
 }
 
-stack_tests!(
-    py37 => "3.7",
-    py38 => "3.8",
-    py39 => "3.9",
-    py310 => "3.10",
-    py311 => "3.11",
-    py312 => "3.12",
-    py313 => "3.13",
-    debian311 => "debian-3.11",
-    sid313 => "sid-3.13",
-    sid314 => "sid-3.14",
-    sid315 => "sid-3.15",
+every_expected_interpreter!(
+    stack_tests,
     sid313d => "sid-3.13d",
-    sid314d => "sid-3.14d",
     sid315d => "sid-3.15d",
 );
 

@@ -26,21 +26,8 @@ impl SampleLog for Saving {
     }
 
     fn stack(&mut self, stack: &Record) {
-        if let Record::Stack {
-            tid,
-            t_ns,
-            state,
-            frames,
-            samples,
-        } = stack
-        {
-            self.saver.push(&Item::Stack {
-                tid: *tid,
-                t_ns: *t_ns,
-                state: *state,
-                frames: frames.to_vec(),
-                samples: *samples,
-            });
+        if let Some(item) = Item::from_stack(stack) {
+            self.saver.push(&item);
         }
     }
 

@@ -112,6 +112,28 @@ pub enum Item {
     End(serde_json::Value),
 }
 
+impl Item {
+    /// The item that saves a stack the sampler read (`None` for any other record).
+    pub fn from_stack(record: &crate::infer::records::Record) -> Option<Item> {
+        match record {
+            crate::infer::records::Record::Stack {
+                tid,
+                t_ns,
+                state,
+                frames,
+                samples,
+            } => Some(Item::Stack {
+                tid: *tid,
+                t_ns: *t_ns,
+                state: *state,
+                frames: frames.to_vec(),
+                samples: *samples,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// A stream that cannot be read, where and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamError {

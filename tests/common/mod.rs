@@ -27,6 +27,29 @@ pub const EXPECTED: &[&str] = &[
     "sid-3.14d",
 ];
 
+/// Invokes `$tests!` with `module => label` for every interpreter in `EXPECTED` (and the extra ones
+/// given), so a live test file names the interpreters in one place. Needs `#[macro_use] mod common;`.
+#[allow(unused_macros)]
+macro_rules! every_expected_interpreter {
+    ($tests:ident $(, $extra:ident => $label:expr)* $(,)?) => {
+        $tests!(
+            py37 => "3.7",
+            py38 => "3.8",
+            py39 => "3.9",
+            py310 => "3.10",
+            py311 => "3.11",
+            py312 => "3.12",
+            py313 => "3.13",
+            debian311 => "debian-3.11",
+            sid313 => "sid-3.13",
+            sid314 => "sid-3.14",
+            sid315 => "sid-3.15",
+            sid314d => "sid-3.14d",
+            $($extra => $label,)*
+        );
+    };
+}
+
 pub fn pyenv_root() -> PathBuf {
     if let Some(root) = std::env::var_os("PYENV_ROOT") {
         return root.into();

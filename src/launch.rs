@@ -20,6 +20,8 @@ use crate::sample::clock::monotonic_ns;
 /// How long launch mode waits for the interpreter to start before giving up.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
 const LAUNCH_POLL: Duration = Duration::from_micros(500);
+/// Connect attempts on one located interpreter before it is located again (about 10 ms of polls).
+const RELOCATE_AFTER_FAILURES: u32 = 20;
 /// How long a stopped command has, after SIGTERM, to exit on its own (Python runs its exit handlers
 /// and flushes its files) before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -218,6 +220,7 @@ pub fn wait_for_interpreter(
     let pid = launched.pid();
     let begin = monotonic_ns();
     let mut located: Option<Located> = None;
+    let mut connect_failures = 0u32;
     let mut last_error = None;
     let mut ran_instead: Option<PathBuf> = None;
     while Duration::from_nanos(monotonic_ns() - begin) < LAUNCH_TIMEOUT
@@ -256,7 +259,15 @@ pub fn wait_for_interpreter(
             match found.connect() {
                 Ok(target) => return Ok(Launch::Python(Box::new(target))),
                 Err(e @ Error::Permission { .. }) => return Err(e),
-                Err(e) => last_error = Some(e),
+                Err(e) => {
+                    last_error = Some(e);
+                    connect_failures += 1;
+                }
+            }
+            // What was located may be gone: a Python that exec'd (another Python, or itself
+            // again at another address) after it was found. Found again now and then.
+            if connect_failures.is_multiple_of(RELOCATE_AFTER_FAILURES) {
+                located = None;
             }
         }
         thread::sleep(LAUNCH_POLL);

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::report::load::{ProcessTrace, Slice, SliceKind};
+use crate::report::slice_index::SliceIndex;
 
 /// The answer for one process; the shape of `gilsample report --json` (docs/report-json.md).
 #[derive(Clone, Debug, Serialize)]
@@ -95,44 +96,6 @@ fn durations(mut ns: Vec<i128>) -> Durations {
         p50_ms: rank(0.50),
         p99_ms: rank(0.99),
         max_ms: *ns.last().unwrap() as f64 / 1e6,
-    }
-}
-
-/// Holds sorted by start, with the running maximum of their ends: every hold that overlaps a
-/// moment `t` lies at or before the last start <= `t`, and the walk back stops where the running
-/// maximum end falls to `t` or below.
-struct HoldIndex<'a> {
-    holds: Vec<&'a Slice>,
-    max_end: Vec<i128>,
-}
-
-impl<'a> HoldIndex<'a> {
-    fn new(slices: &'a [Slice], kind: SliceKind) -> HoldIndex<'a> {
-        let mut holds: Vec<&Slice> = slices.iter().filter(|s| s.kind == kind).collect();
-        holds.sort_by_key(|s| s.start_ns);
-        let mut max_end = Vec::with_capacity(holds.len());
-        let mut running = i128::MIN;
-        for h in &holds {
-            running = running.max(h.end_ns);
-            max_end.push(running);
-        }
-        HoldIndex { holds, max_end }
-    }
-
-    /// Calls `f(hold, overlap_ns)` for every hold overlapping `[start, end)`.
-    fn overlapping(&self, start: i128, end: i128, mut f: impl FnMut(&Slice, i128)) {
-        let mut i = self.holds.partition_point(|h| h.start_ns < end);
-        while i > 0 {
-            i -= 1;
-            if self.max_end[i] <= start {
-                break;
-            }
-            let h = self.holds[i];
-            let overlap = h.end_ns.min(end) - h.start_ns.max(start);
-            if overlap > 0 {
-                f(h, overlap);
-            }
-        }
     }
 }
 
@@ -232,8 +195,8 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         (start, end)
     });
     let window = (window_end - window_start).max(0);
-    let holds = HoldIndex::new(slices, SliceKind::Hold);
-    let takes = HoldIndex::new(slices, SliceKind::Take);
+    let holds = SliceIndex::new(slices, SliceKind::Hold);
+    let takes = SliceIndex::new(slices, SliceKind::Take);
     let label = |l: Option<u32>| l.map(|i| process.labels[i as usize].clone());
     let mut threads: HashMap<u32, ThreadAcc> = HashMap::new();
     for slice in slices {

@@ -5,6 +5,7 @@
 
 pub mod analyze;
 pub mod load;
+pub mod slice_index;
 pub mod text;
 
 use std::collections::HashSet;

@@ -285,6 +285,13 @@ pub struct RecordArgs {
     #[arg(long, hide_short_help = true, help_heading = HELP_ADVANCED)]
     pub no_idle_backoff: bool,
 
+    /// Do not move a real-time sampler off the CPU the GIL holder runs on (it normally leaves that
+    /// CPU out of its affinity when it finds itself there; `--cpus` fixes its CPUs instead).
+    ///
+    /// For measuring what the move costs and saves (scripts/bench_overhead.py).
+    #[arg(long, hide_short_help = true, help_heading = HELP_ADVANCED)]
+    pub no_cpu_dodge: bool,
+
     /// Do not draw GIL hand-offs as arrows between threads (Chrome trace flow events).
     ///
     /// For a smaller file when the GIL changes hands very often.
@@ -308,7 +315,7 @@ pub struct RecordArgs {
     /// Also save every sample to PATH, for `gilsample replay` (rerun the classification offline,
     /// golden tests, tuning). With several processes, each gets PATH with `.PID` before its suffix.
     ///
-    /// About 100–300 KB per second at 10 kHz (docs/sample-stream.md).
+    /// About 170–340 KB per second at 10 kHz (docs/sample-stream.md).
     #[arg(long, value_name = "PATH", hide_short_help = true, help_heading = HELP_ADVANCED)]
     pub save_samples: Option<PathBuf>,
 

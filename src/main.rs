@@ -194,6 +194,7 @@ fn run_record(
         waiter_counts: !args.no_waiter_counts,
         handoff_arrows: !args.no_handoff_arrows,
         stacks: !args.no_stacks,
+        cpu_dodge: !args.no_cpu_dodge,
         save_samples: args.save_samples.clone(),
     };
     if opts.priority == Priority::Realtime && !args.quiet && !realtime_allowed() {

@@ -70,6 +70,8 @@ pub struct RecordOptions {
     pub handoff_arrows: bool,
     /// Read the Python stacks of waiters and holders (sample/stack_watch.rs).
     pub stacks: bool,
+    /// Move a real-time sampler off the GIL holder's CPU (sample/dodge.rs; off only to measure it).
+    pub cpu_dodge: bool,
     /// Also save every sample, for `gilsample replay` (samples/).
     pub save_samples: Option<PathBuf>,
 }
@@ -207,7 +209,7 @@ pub fn record(
             idle_backoff: opts.idle_backoff,
             waiter_counts: opts.waiter_counts,
             stacks: opts.stacks,
-            dodge_holder: opts.cpus.is_none(),
+            dodge_holder: opts.cpus.is_none() && opts.cpu_dodge,
         },
         offset_ns: match opts.clock {
             TraceClock::Wall => monotonic_to_wall_offset_ns(),

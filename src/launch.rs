@@ -127,7 +127,7 @@ impl Launched {
             return Stopped::AlreadyExited;
         }
         // Collected first: once the command is gone its children are reparented and untraceable.
-        let started = descendants(&[self.pid()]);
+        let mut started = descendants(&[self.pid()]);
         let signal_all = |signal: Signal, pids: &[u32]| {
             for &pid in pids {
                 let _ = kill(Pid::from_raw(pid as i32), signal);
@@ -140,6 +140,16 @@ impl Launched {
             if self.try_status().is_some() && !started.iter().any(|&p| alive(p)) {
                 return Stopped::Terminated;
             }
+            // What they start while shutting down (a trap handler, a cleanup script) is stopped too.
+            let roots: Vec<u32> = std::iter::once(self.pid())
+                .chain(started.iter().copied())
+                .collect();
+            let new: Vec<u32> = descendants(&roots)
+                .into_iter()
+                .filter(|p| !roots.contains(p))
+                .collect();
+            signal_all(Signal::SIGTERM, &new);
+            started.extend(new);
             thread::sleep(Duration::from_millis(10));
         }
         let left: Vec<u32> = started.into_iter().filter(|&p| alive(p)).collect();
@@ -308,6 +318,30 @@ mod tests {
             thread::sleep(Duration::from_millis(5));
         };
         (launched, vec![child])
+    }
+
+    #[test]
+    fn what_the_command_starts_while_stopping_is_stopped_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let late = dir.path().join("late");
+        // A child of the command that, on SIGTERM, starts another (and says which), then keeps
+        // running until it is killed.
+        let script = format!(
+            "(trap 'sleep 600 & echo $! > {0}.tmp; mv {0}.tmp {0}' TERM; while :; do sleep 0.01; done)",
+            late.display()
+        );
+        let (mut launched, children) = spawn_tree(&script);
+        assert_eq!(launched.stop(), Stopped::Killed);
+        assert!(children.iter().all(|&c| gone(c)));
+        let late: u32 = std::fs::read_to_string(&late)
+            .expect("the trap ran")
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            gone(late),
+            "the child started on SIGTERM ({late}) is still running"
+        );
     }
 
     #[test]

@@ -53,6 +53,9 @@ WORKLOADS = {
     "many": ["many", "--threads", "2", "--nappers", "32"],
     "fastswitch": ["contention", "--threads", "4", "--switch-interval", "0.0005"],
     "dispatch": ["dispatch", "--threads", "4"],
+    # Mostly quiet (a hasher in native code, a thread waking every 50 ms): the sampler spends most of
+    # it at its quiet rate, so this is where skipping ticks could cost accuracy (--ab=--fixed-rate).
+    "bursts": ["released", "--threads", "0"],
 }
 
 

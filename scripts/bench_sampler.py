@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Sampler benchmark: what gilsample achieves and what it costs, measured side by side in one run.
 
-For each target shape (4 threads; 32 threads = 4 spinners + 28 idle), runs alternate between the
+For each target shape (4 threads; 32 threads = 4 spinners + 28 idle; 29 threads = 1 spinner that
+nobody contends + 28 idle, which the sampler sees as quiet), runs alternate between the
 workload alone and the workload with gilsample attached at the requested rate, so drift of a shared,
 noisy machine hits both sides alike. Reports, per shape:
   - achieved sample rate and late-sample share (from the trace metadata),
   - gilsample CPU seconds per second of recording (user + system, from wait4),
   - the target's work rate with / without gilsample (slowdown ratio).
 
-  - system calls per sample (the trace's sampler_syscalls_per_sample),
+  - system calls per sample (the trace's sampler_syscalls_per_sample), and the share of samples
+    taken at the quiet rate (samples_at_quiet_rate),
   - with --save, the same runs again saving their samples (--save-samples) side by side, and the
     stream's bytes per second,
   - with --baseline BINARY, the same runs with another gilsample build side by side (before/after).
@@ -83,6 +85,7 @@ def run_sampled(python, threads, idle, seconds, rate, priority="realtime", extra
         "kernel_reads_skipped": meta.get("kernel_reads_skipped_idle", 0) / max(1, meta["thread_samples"]),
         "syscalls_per_sample": (meta.get("sampler_syscalls_per_sample") or {}).get("all", float("nan")),
         "saved_kb_per_s": meta.get("saved_sample_bytes", 0) / 1000 / recorded_s,
+        "quiet_share": meta.get("samples_at_quiet_rate", 0) / max(1, samples),
     }
 
 
@@ -109,7 +112,9 @@ def main():
         soak(args)
         return
 
-    shapes = [("4 threads", 4, 0), ("32 threads (4 busy, 28 idle)", 4, 28)]
+    # The last shape is quiet: one thread keeps the GIL, nobody asks for it, so the sampler runs at
+    # its quiet rate (src/infer/quiet.rs; compare with --ab=--fixed-rate).
+    shapes = [("4 threads", 4, 0), ("32 threads (4 busy, 28 idle)", 4, 28), ("29 threads (1 busy, 28 idle)", 1, 28)]
     variants = [("", (), BINARY)]
     if args.ab:
         variants.append((" " + args.ab, (args.ab,), BINARY))
@@ -145,6 +150,7 @@ def summarize(results, label, alone, sampled):
         "kernel_reads_skipped": med("kernel_reads_skipped"),
         "syscalls_per_sample": med("syscalls_per_sample"),
         "saved_kb_per_s": med("saved_kb_per_s"),
+        "quiet_share": med("quiet_share"),
         "runs": {"alone": alone, "sampled": sampled},
     }
 
@@ -153,13 +159,15 @@ def report(args, results):
     print("python: %s, rate %s, priority %s, %d x %.0f s per side, medians" % (
         args.python, args.rate, args.priority, args.reps, args.seconds))
     print("| target | achieved rate | late samples | gilsample CPU s/s | target work alone | with gilsample "
-          "| slowdown ratio | hand-offs seen/counted | idle reads skipped | syscalls/sample | saved KB/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| slowdown ratio | hand-offs seen/counted | idle reads skipped | syscalls/sample | saved KB/s "
+          "| samples at the quiet rate |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, r in results.items():
-        print("| %s | %.0f Hz | %.2f%% | %.3f | %.3g ops/s | %.3g ops/s | %.3f | %d / %d | %.0f%% | %.1f | %.0f |" % (
+        print("| %s | %.0f Hz | %.2f%% | %.3f | %.3g ops/s | %.3g ops/s | %.3f | %d / %d | %.0f%% | %.1f | %.0f | %.0f%% |" % (
             label, r["achieved_hz"], 100 * r["late_share"], r["cpu_s_per_s"], r["alone_ops_per_s"],
             r["sampled_ops_per_s"], r["slowdown_ratio"], r["handoffs_seen"], r["handoffs_counted"],
-            100 * r["kernel_reads_skipped"], r["syscalls_per_sample"], r["saved_kb_per_s"]))
+            100 * r["kernel_reads_skipped"], r["syscalls_per_sample"], r["saved_kb_per_s"],
+            100 * r["quiet_share"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -285,6 +285,16 @@ pub struct RecordArgs {
     #[arg(long, hide_short_help = true, help_heading = HELP_ADVANCED)]
     pub no_idle_backoff: bool,
 
+    /// Sample at the asked rate all the time, also while the target is quiet (normally, after 50
+    /// samples in which nothing GIL-related changed, the sampler ticks at a fifth of the rate, never
+    /// below 1 kHz, and returns to the full rate at the first change: the trace's "sampling rate"
+    /// track shows which rate held when).
+    ///
+    /// For timelines where the start of the first wait after a quiet stretch must be exact to a
+    /// period rather than to five.
+    #[arg(long, hide_short_help = true, help_heading = HELP_ADVANCED)]
+    pub fixed_rate: bool,
+
     /// Do not move a real-time sampler off the CPU the GIL holder runs on (it normally leaves that
     /// CPU out of its affinity when it finds itself there; `--cpus` fixes its CPUs instead).
     ///

@@ -191,6 +191,7 @@ fn run_record(
         priority: args.priority,
         cpus: args.cpus.map(|c| c.0),
         idle_backoff: !args.no_idle_backoff,
+        adaptive_rate: !args.fixed_rate,
         waiter_counts: !args.no_waiter_counts,
         handoff_arrows: !args.no_handoff_arrows,
         stacks: !args.no_stacks,

@@ -121,6 +121,15 @@ fn format_target(out: &mut String, t: &TargetReport) {
         s.faulted_samples,
         s.end
     );
+    if s.skipped_periods > 0 {
+        let _ = writeln!(
+            out,
+            "  {} samples at the quiet rate: {:.0}% of the ticks skipped while nothing GIL-related \
+             changed (--fixed-rate keeps every one)",
+            s.quiet_samples,
+            100.0 * s.skipped_share()
+        );
+    }
     if s.stalled_reads > 0 {
         let _ = writeln!(
             out,

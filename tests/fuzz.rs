@@ -434,6 +434,8 @@ fn valid_sample_stream() -> Vec<u8> {
         s.word.locked = i % 3 != 0;
         s.word.last_holder = s.threads[(i % 3) as usize].tstate;
         s.word.switch_number = i / 2;
+        // Runs at the quiet rate, so the stream has pace records to damage too.
+        s.skipped_periods = if i % 11 < 5 { 4 } else { 0 };
         writer.push(&Item::Sample(s), &mut out);
         if i % 5 == 0 {
             let frames = vec!["f (a.py:1)".to_string(); 2];

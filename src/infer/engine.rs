@@ -8,6 +8,7 @@ use crate::infer::gil_flags::{FlagDecider, FlagStats};
 use crate::infer::handoff_age::{HandoffAge, may_have_lasted};
 use crate::infer::held_blocked::blocking_syscall;
 use crate::infer::intervals::{GilState, TimelineParams};
+use crate::infer::quiet::{QuietWatch, params_for};
 use crate::infer::records::{Handoff, Record};
 use crate::infer::rules::{Decision, DecisionCounts};
 use crate::infer::sample::{Sample, SampleContext, Wants};
@@ -68,6 +69,7 @@ pub struct Engine {
     counts: InferenceCounts,
     decided: Vec<Decided>,
     holder_tid: Option<u32>,
+    quiet: QuietWatch,
 }
 
 impl Engine {
@@ -90,6 +92,7 @@ impl Engine {
             counts: InferenceCounts::default(),
             decided: Vec::with_capacity(64),
             holder_tid: None,
+            quiet: QuietWatch::default(),
         }
     }
 
@@ -147,6 +150,7 @@ impl Engine {
                 out.schedstat_if_running.push(thread.tid);
             }
         }
+        out.skip_periods = self.quiet.skip_periods(self.ctx.period_ns);
     }
 
     /// One sample in; what it settles goes to `sink`.
@@ -159,7 +163,7 @@ impl Engine {
             .is_some_and(|interval_us| self.handoff_age.younger_than(interval_us, sample.read_ns));
         let census = self.census(sample);
         let t = sample.t_ns;
-        let params = self.params;
+        let params = params_for(self.params, sample);
         let ranges = self.ctx.ranges;
         let mut taking = 0u32;
         self.decided.clear();
@@ -295,6 +299,13 @@ impl Engine {
             taking += u32::from(state == GilState::Take);
         }
         self.counts.thread_samples += self.threads.len() as u64;
+        // `decided` is in index order: one walk pairs it with the threads.
+        let mut decided = self.decided.iter().peekable();
+        let states =
+            (0..self.threads.len()).map(|i| decided.next_if(|d| d.index == i).map(|d| d.state));
+        let pending = self.threads.iter().any(|t| t.pending.is_some());
+        self.quiet
+            .observe(sample, self.ctx.period_ns, states, pending, sink);
         if self.waiters != Some(taking) {
             self.waiters = Some(taking);
             sink(Record::Waiters {

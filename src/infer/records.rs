@@ -35,6 +35,11 @@ pub enum Record {
         t_ns: u64,
         count: u32,
     },
+    /// From `t_ns` on the sampler ticked at `hz` (lower while the target was quiet, infer/quiet.rs).
+    Rate {
+        t_ns: u64,
+        hz: u32,
+    },
 }
 
 impl Record {
@@ -44,7 +49,7 @@ impl Record {
             Record::Interval(interval) => interval.end_ns,
             Record::HeldWhileBlocked(stretch) => stretch.end_ns,
             Record::Handoff(handoff) => handoff.taken_ns,
-            Record::Waiters { t_ns, .. } => *t_ns,
+            Record::Waiters { t_ns, .. } | Record::Rate { t_ns, .. } => *t_ns,
             Record::Stack { t_ns, .. } => *t_ns,
         }
     }

@@ -32,6 +32,9 @@ pub struct Sample {
     /// No thread's kernel state was carried over from an earlier tick (idle threads are read only
     /// every few ticks; sample/sampler.rs).
     pub all_kernel_read: bool,
+    /// Periods the sampler let pass without a tick before this one because the target was quiet
+    /// (`Wants::skip_periods`): 0 at the full rate. The timeline's gap rule allows for them.
+    pub skipped_periods: u32,
     /// Every tracked Python thread, in a stable order (new threads at the end).
     pub threads: Vec<ThreadSample>,
 }
@@ -82,6 +85,9 @@ pub struct Wants {
     pub schedstat_always: Vec<u32>,
     /// Threads whose schedstat is wanted when the kernel says they run.
     pub schedstat_if_running: Vec<u32>,
+    /// Periods the next tick may let pass first: the target has been quiet long enough that fewer
+    /// ticks lose nothing (`Engine::wants`); 0 means the full rate.
+    pub skip_periods: u32,
 }
 
 impl Wants {

@@ -64,6 +64,8 @@ pub struct RecordOptions {
     pub cpus: Option<Vec<usize>>,
     /// Read idle threads' kernel state less often (off only to measure what it saves).
     pub idle_backoff: bool,
+    /// Tick less often while the target is quiet (infer/quiet.rs; off with `--fixed-rate`).
+    pub adaptive_rate: bool,
     /// Read glibc's GIL waiter counts where the target has them (off only to measure them).
     pub waiter_counts: bool,
     /// Draw each hand-off of the GIL as an arrow between the two threads' tracks.
@@ -133,6 +135,7 @@ pub fn record(
             refresh_ns: SamplerConfig::DEFAULT_REFRESH_NS,
             priority: opts.priority,
             idle_backoff: opts.idle_backoff,
+            adaptive_rate: opts.adaptive_rate,
             waiter_counts: opts.waiter_counts,
             stacks: opts.stacks,
             dodge_holder: opts.cpus.is_none() && opts.cpu_dodge,

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
+use crate::infer::quiet;
 use crate::infer::stats::Totals;
 use crate::process::tasks::{read_cmdline, read_namespace_pid};
 use crate::python::attach::Target;
@@ -189,6 +190,7 @@ pub fn write_trace(
                         writer.write_interval(&interval)?;
                     }
                     Record::Waiters { t_ns, count } => writer.write_waiters(t_ns, count)?,
+                    Record::Rate { t_ns, hz } => writer.write_rate(t_ns, hz)?,
                     Record::HeldWhileBlocked(stretch) => {
                         writer.write_held_while_blocked(&stretch)?
                     }
@@ -357,6 +359,12 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "rate_requested_hz": process.rate_requested_hz,
         "rate_achieved_hz": (report.achieved_rate_hz() * 10.0).round() / 10.0,
         "samples": report.samples,
+        "samples_at_quiet_rate": report.quiet_samples,
+        "periods_skipped_while_quiet": report.skipped_periods,
+        "rate_while_quiet_hz": (report.quiet_samples > 0).then(|| {
+            let period_ns = (1e9 / process.rate_requested_hz).round() as u64;
+            quiet::rate_hz(period_ns, quiet::skip_for(period_ns))
+        }),
         "late_samples": report.late_samples,
         "stalled_reads": report.stalled_reads,
         "longest_stall_us": report.longest_stall_ns / 1000,

@@ -35,6 +35,10 @@ pub struct SamplerReport {
     /// waits for it.
     pub stalled_reads: u64,
     pub longest_stall_ns: u64,
+    /// Samples taken at the slow rate while the target was quiet, and the periods skipped before
+    /// them (infer/quiet.rs).
+    pub quiet_samples: u64,
+    pub skipped_periods: u64,
     /// Ticks skipped because a read was torn or the thread list was inconsistent.
     pub faulted_samples: u64,
     /// What inference decided and counted (infer/engine.rs).
@@ -78,6 +82,8 @@ impl SamplerReport {
             stalled_reads: 0,
             longest_stall_ns: 0,
             faulted_samples: 0,
+            quiet_samples: 0,
+            skipped_periods: 0,
             inference: InferenceCounts::default(),
             kernel_reads_skipped: 0,
             kernel_reads_unchanged: 0,
@@ -112,12 +118,19 @@ impl SamplerReport {
         })
     }
 
+    /// The rate the sampler kept against the one it aimed at: samples per second, counting the
+    /// periods a quiet target let it skip as kept (they were skipped on purpose, not missed).
     pub fn achieved_rate_hz(&self) -> f64 {
         let secs = (self.end_ns.saturating_sub(self.start_ns)) as f64 / 1e9;
         if secs > 0.0 {
-            self.samples as f64 / secs
+            (self.samples + self.skipped_periods) as f64 / secs
         } else {
             0.0
         }
+    }
+
+    /// The share of the recording's ticks that a quiet target let the sampler skip.
+    pub fn skipped_share(&self) -> f64 {
+        self.skipped_periods as f64 / (self.samples + self.skipped_periods).max(1) as f64
     }
 }

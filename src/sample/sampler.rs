@@ -41,6 +41,8 @@ pub struct SamplerConfig {
     pub priority: Priority,
     /// Read threads idle in a non-GIL wait only every few samples (see `IDLE_READ_EVERY`).
     pub idle_backoff: bool,
+    /// Skip periods while the target is quiet, as inference suggests (infer/quiet.rs).
+    pub adaptive_rate: bool,
     /// Use the GIL's waiter counts where the target has them (classify.rs, rule 8).
     pub waiter_counts: bool,
     /// Keep a real-time sampler off the GIL holder's CPU (dodge.rs); off when `--cpus` chose.
@@ -195,6 +197,8 @@ impl Loop<'_> {
         let mut faulting_since: Option<u64> = None;
         let mut sample = Sample::default();
         let mut wants = Wants::default();
+        // Periods skipped before the coming tick (infer/quiet.rs).
+        let mut skipping = 0u32;
         let mut settled: Vec<Record> = Vec::with_capacity(256);
         loop {
             if stop() || log.as_ref().is_some_and(|l| l.failed()) {
@@ -265,11 +269,14 @@ impl Loop<'_> {
             sample.word = word;
             sample.waiters = waiters;
             sample.mutex_owner = mutex_owner;
+            sample.skipped_periods = skipping;
+            // At the slow rate every thread is read at every tick: a sleeper read only every few
+            // slow ticks could start to wait unseen for longer than the quiet rule allows.
             sample.all_kernel_read = self.read_kernel_states(
                 &mut sample.threads,
                 &ranges,
                 (t0, &word),
-                config.idle_backoff,
+                config.idle_backoff && skipping == 0,
             );
             sample.waiters_again = match counts {
                 Some(at) if Engine::wants_recount(&sample) => self.target.read_waiters(at).ok(),
@@ -301,6 +308,16 @@ impl Loop<'_> {
             }
             settled.drain(..).for_each(&mut *sink);
             self.engine.wants(&mut wants);
+            skipping = if config.adaptive_rate {
+                wants.skip_periods
+            } else {
+                0
+            };
+            deadline += u64::from(skipping) * period;
+            if sample.skipped_periods > 0 {
+                self.report.quiet_samples += 1;
+                self.report.skipped_periods += u64::from(sample.skipped_periods);
+            }
 
             if dodge
                 .as_mut()

@@ -319,6 +319,7 @@ pub fn copy_sample(dst: &mut Sample, src: &Sample) {
         waiters_again,
         mutex_owner,
         all_kernel_read,
+        skipped_periods,
         threads,
     } = src;
     dst.read_ns = *read_ns;
@@ -329,6 +330,7 @@ pub fn copy_sample(dst: &mut Sample, src: &Sample) {
     dst.waiters_again = *waiters_again;
     dst.mutex_owner = *mutex_owner;
     dst.all_kernel_read = *all_kernel_read;
+    dst.skipped_periods = *skipped_periods;
     dst.threads.clear();
     dst.threads.extend_from_slice(threads);
 }

@@ -36,7 +36,9 @@ pub const MAGIC: [u8; 8] = *b"GILSMPL\n";
 
 /// Bumped on any change an older reader would misread; readers refuse streams of a newer format
 /// instead of guessing (docs/sample-stream.md, "Versioning").
-pub const FORMAT_VERSION: u16 = 1;
+/// Format 2 added pace records (the sampler's rate while the target was quiet); format 1 streams
+/// have none and read as samples at the full rate.
+pub const FORMAT_VERSION: u16 = 2;
 
 /// The largest record payload written or read: far above any real record (a sample of 65536 threads
 /// all changed is under 3 MiB), so a corrupt length is refused before it is allocated or waited for.
@@ -46,6 +48,9 @@ pub const MAX_RECORD_BYTES: u64 = 16 << 20;
 /// Python process runs, low enough that a corrupt count cannot ask for gigabytes.
 pub const MAX_THREADS: usize = 65536;
 pub const MAX_FRAMES: usize = 65536;
+
+/// The most periods a pace record may say are skipped per tick: far above the sampler's (infer/quiet.rs).
+pub const MAX_SKIPPED_PERIODS: u32 = 1_000_000;
 
 /// What the stream says about itself and its target before any sample: enough to know who wrote it
 /// and to rerun inference (`context`) without the live process.
@@ -163,6 +168,9 @@ mod kind {
     pub const SAMPLE: u8 = 2;
     pub const STACK: u8 = 3;
     pub const END: u8 = 4;
+    /// The samples after it were taken this many periods (a varint) after the tick before, besides
+    /// the first: written when that changes (0 before any), so a stream at the full rate has none.
+    pub const PACE: u8 = 5;
 
     /// The record's name in messages.
     pub fn name(kind: u8) -> &'static str {
@@ -171,6 +179,7 @@ mod kind {
             SAMPLE => "sample",
             STACK => "stack",
             END => "end",
+            PACE => "pace",
             _ => "unknown",
         }
     }

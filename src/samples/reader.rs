@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use super::codec::{FrameNamesRead, copy_sample, decode_sample, decode_stack};
 use super::wire::{Bad, Input};
-use super::{FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, StreamError, StreamHeader, kind};
+use super::{
+    FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, MAX_SKIPPED_PERIODS, StreamError, StreamHeader,
+    kind,
+};
 use crate::infer::sample::Sample;
 
 pub struct StreamReader<R: Read> {
@@ -16,6 +19,8 @@ pub struct StreamReader<R: Read> {
     prev: Sample,
     frame_names: FrameNamesRead,
     ended: bool,
+    /// Periods skipped before each sample, as the last pace record said (0 before any).
+    skipped_periods: u32,
     /// The error already returned: returned again rather than reading on from a broken place.
     failed: Option<StreamError>,
 }
@@ -114,6 +119,7 @@ impl<R: Read> StreamReader<R> {
             prev: Sample::default(),
             frame_names: FrameNamesRead::default(),
             ended: false,
+            skipped_periods: 0,
             failed: None,
         })
     }
@@ -147,9 +153,20 @@ impl<R: Read> StreamReader<R> {
     }
 
     fn next_item(&mut self) -> Result<Option<Item>, StreamError> {
+        // A pace record is no item: it changes the samples after it. A loop, not recursion, so a
+        // file of nothing but pace records cannot exhaust the stack.
+        loop {
+            if let Some(read) = self.next_record()? {
+                return Ok(read);
+            }
+        }
+    }
+
+    /// The next item (`Some(None)` at the end of the file), or `None` after a pace record.
+    fn next_record(&mut self) -> Result<Option<Option<Item>>, StreamError> {
         let start = self.records.offset;
         let Some(k) = self.records.record()? else {
-            return Ok(None);
+            return Ok(Some(None));
         };
         let records = &self.records;
         if self.ended {
@@ -167,6 +184,7 @@ impl<R: Read> StreamReader<R> {
                 let mut cur = Sample::default();
                 let period = self.header.context.period_ns;
                 decode_sample(&self.prev, period, &mut input, &mut cur).map_err(bad)?;
+                cur.skipped_periods = self.skipped_periods;
                 copy_sample(&mut self.prev, &cur);
                 Item::Sample(cur)
             }
@@ -186,7 +204,28 @@ impl<R: Read> StreamReader<R> {
                     records.error(start, format!("the end record is not JSON: {e}"))
                 })?;
                 self.ended = true;
-                return Ok(Some(Item::End(v)));
+                return Ok(Some(Some(Item::End(v))));
+            }
+            kind::PACE => {
+                let skipped = input.varint().map_err(bad)?;
+                if skipped > u64::from(MAX_SKIPPED_PERIODS) {
+                    return Err(bad(Bad {
+                        at: 0,
+                        why: format!(
+                            "{skipped} periods skipped per tick, over the {MAX_SKIPPED_PERIODS} \
+                             a sampler may skip (garbage?)"
+                        ),
+                    }));
+                }
+                if !input.at_end() {
+                    return Err(bad(Bad {
+                        at: input.pos,
+                        why: "bytes left over after the record's content (its length is wrong)"
+                            .into(),
+                    }));
+                }
+                self.skipped_periods = skipped as u32;
+                return Ok(None);
             }
             kind::HEADER => {
                 return Err(records.error(start, "a second header record (garbage?)".into()));
@@ -199,7 +238,7 @@ impl<R: Read> StreamReader<R> {
                 why: "bytes left over after the record's content (its length is wrong)".into(),
             }));
         }
-        Ok(Some(item))
+        Ok(Some(Some(item)))
     }
 }
 
@@ -230,7 +269,7 @@ impl<R: Read> Records<R> {
             return Ok(None);
         }
         let k = k[0];
-        if !(kind::HEADER..=kind::END).contains(&k) {
+        if !(kind::HEADER..=kind::PACE).contains(&k) {
             return Err(self.error(
                 start,
                 format!("unknown record kind {k} (garbage, or a damaged file)"),

@@ -99,14 +99,17 @@ fn hand_made_sequences_round_trip() {
         waiters_again: None,
         mutex_owner: Some(1001),
         all_kernel_read: true,
+        skipped_periods: 0,
         threads: vec![a, b, c],
     };
-    // The same again: everything a run.
+    // The same again (everything a run), at the quiet rate: a pace record before it.
     let mut s1 = s0.clone();
+    s1.skipped_periods = 4;
     s1.read_ns += 100_000;
     s1.t_ns += 100_000;
     // A hand-off across switch_number's wrap, b runs, a waits, a new thread appears, c goes.
     let mut s2 = s1.clone();
+    s2.skipped_periods = 0;
     s2.read_ns += 100_123;
     s2.t_ns = s2.read_ns; // t_ns equal to read_ns
     s2.word.switch_number = 1; // wrapped
@@ -150,6 +153,7 @@ fn hand_made_sequences_round_trip() {
     });
     s3.mutex_owner = None;
     s3.all_kernel_read = false;
+    s3.skipped_periods = crate::samples::MAX_SKIPPED_PERIODS;
     s3.threads = vec![
         s2.threads[2],
         ThreadSample {
@@ -469,6 +473,12 @@ fn sample() -> impl Strategy<Value = Sample> {
                     waiters_again: waiters(wa),
                     mutex_owner: owner,
                     all_kernel_read: all,
+                    // Mostly the full rate, sometimes the quiet one, now and then anything.
+                    skipped_periods: match switch % 7 {
+                        0 | 1 => 4,
+                        2 => (read_ns % u64::from(crate::samples::MAX_SKIPPED_PERIODS)) as u32,
+                        _ => 0,
+                    },
                     threads,
                 }
             },

@@ -54,6 +54,11 @@ impl StreamWriter {
                 kind::HEADER
             }
             Item::Sample(s) => {
+                if s.skipped_periods != self.prev.skipped_periods {
+                    put_varint(&mut self.payload, s.skipped_periods.into());
+                    record(out, kind::PACE, &self.payload);
+                    self.payload.clear();
+                }
                 encode_sample(
                     &self.prev,
                     s,

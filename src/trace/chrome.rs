@@ -198,11 +198,21 @@ impl ChromeWriter {
 
     /// Writes a counter sample on the process's "GIL waiters" track.
     pub fn write_waiters(&mut self, t_ns: u64, count: u32) -> Result<()> {
+        self.write_counter("GIL waiters", "take_gil", t_ns, count)
+    }
+
+    /// Writes a counter sample on the process's "sampling rate" track: the rate the sampler ticked at
+    /// from `t_ns` on (lower while the target was quiet).
+    pub fn write_rate(&mut self, t_ns: u64, hz: u32) -> Result<()> {
+        self.write_counter("sampling rate", "Hz", t_ns, hz)
+    }
+
+    fn write_counter(&mut self, track: &str, key: &str, t_ns: u64, value: u32) -> Result<()> {
         self.separator()?;
         let ts = whole_micros(t_ns as i128 + self.offset_ns as i128);
         write!(
             self.out,
-            "{{\"name\":\"GIL waiters\",\"ph\":\"C\",\"ts\":{ts},\"pid\":{},\"args\":{{\"take_gil\":{count}}}}}",
+            "{{\"name\":\"{track}\",\"ph\":\"C\",\"ts\":{ts},\"pid\":{},\"args\":{{\"{key}\":{value}}}}}",
             self.pid
         )
         .map_err(|e| self.output_error(e))

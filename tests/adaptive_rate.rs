@@ -1,0 +1,107 @@
+//! The quiet rate, live on every interpreter of the suite (infer/quiet.rs): a target where nothing
+//! GIL-related changes is sampled at a fifth of the rate after 50 ticks, and the trace says so; a
+//! contended one keeps the full rate; `--fixed-rate` keeps it always. That the first change after a
+//! quiet stretch brings the full rate back is the engine's, tested in infer/quiet.rs and engine.rs.
+
+#[macro_use]
+mod common;
+
+use common::{Trace, Workload, interpreter, run};
+use gilsample::infer::quiet::QUIET_AFTER;
+use gilsample::samples::{Item, StreamReader};
+
+/// The "sampling rate" counter's values, in the order written.
+fn rates(trace: &Trace) -> Vec<u64> {
+    trace.value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "sampling rate")
+        .map(|e| e["args"]["Hz"].as_u64().unwrap())
+        .collect()
+}
+
+fn record(label: &str, workload_args: &[&str], extra: &[&str]) -> (Trace, Vec<u32>) {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, workload_args);
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("run.gilsamples");
+    let pid = workload.pid.to_string();
+    let mut args = vec!["--pid", &pid, "--duration", "0.5", "--rate", "10khz"];
+    args.extend(["--save-samples", samples.to_str().unwrap()]);
+    args.extend(extra);
+    let (status, stderr) = run(&args, dir.path());
+    assert!(status.success(), "{label}: {stderr}");
+    let mut reader = StreamReader::open(&samples).unwrap();
+    let mut skipped = Vec::new();
+    while let Some(item) = reader.next().unwrap() {
+        if let Item::Sample(s) = item {
+            skipped.push(s.skipped_periods);
+        }
+    }
+    let trace = Trace::load_single(dir.path());
+    (trace, skipped)
+}
+
+fn an_idle_target_is_sampled_at_the_quiet_rate(label: &str) {
+    // Three threads blocked on an Event and a main thread waiting too: nothing changes.
+    let (trace, skipped) = record(label, &["contention", "--threads", "0", "--idle", "3"], &[]);
+    // The first sample has nothing to compare with; after the QUIET_AFTER quiet ones that follow it,
+    // every tick skips.
+    let quiet_from = QUIET_AFTER as usize + 1;
+    assert!(
+        skipped.len() > quiet_from,
+        "{label}: {} samples",
+        skipped.len()
+    );
+    assert!(
+        skipped[..quiet_from].iter().all(|&s| s == 0),
+        "{label}: the first {quiet_from} ticks are at the full rate"
+    );
+    assert!(
+        skipped[quiet_from..].iter().all(|&s| s == 4),
+        "{label}: quiet from then on, one tick in five: {:?}",
+        &skipped[quiet_from..skipped.len().min(quiet_from + 20)]
+    );
+    assert_eq!(rates(&trace), vec![10_000, 2_000], "{label}");
+    let quiet = trace.other("samples_at_quiet_rate").as_u64().unwrap();
+    assert_eq!(quiet as usize, skipped.len() - quiet_from, "{label}");
+    assert_eq!(trace.other("rate_while_quiet_hz"), 2_000, "{label}");
+}
+
+fn a_contended_target_keeps_the_full_rate(label: &str) {
+    // Two spinners: at every tick one holds the GIL and the other waits for it.
+    let (trace, skipped) = record(label, &["contention", "--threads", "2"], &[]);
+    assert!(!skipped.is_empty(), "{label}");
+    assert!(skipped.iter().all(|&s| s == 0), "{label}: {skipped:?}");
+    assert_eq!(rates(&trace), vec![10_000], "{label}");
+    assert_eq!(trace.other("samples_at_quiet_rate"), 0, "{label}");
+}
+
+macro_rules! adaptive_rate_tests {
+    ($($module:ident => $label:expr),* $(,)?) => {
+        $(
+            mod $module {
+                #[test]
+                fn an_idle_target_is_sampled_at_the_quiet_rate() {
+                    super::an_idle_target_is_sampled_at_the_quiet_rate($label)
+                }
+                #[test]
+                fn a_contended_target_keeps_the_full_rate() {
+                    super::a_contended_target_keeps_the_full_rate($label)
+                }
+            }
+        )*
+    };
+}
+
+every_expected_interpreter!(adaptive_rate_tests);
+
+#[test]
+fn fixed_rate_samples_an_idle_target_at_the_full_rate() {
+    let idle = ["contention", "--threads", "0", "--idle", "3"];
+    let (trace, skipped) = record("3.12", &idle, &["--fixed-rate"]);
+    assert!(skipped.len() > QUIET_AFTER as usize);
+    assert!(skipped.iter().all(|&s| s == 0));
+    assert_eq!(rates(&trace), vec![10_000]);
+}

@@ -46,6 +46,12 @@ pub trait MemorySource {
     /// Fills `buf` from `addr`; a short read is a `Fault`.
     fn read_into(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), ReadError>;
 
+    /// Fills each buffer from its address, in order, up to the first that cannot be read whole;
+    /// returns how many were filled. A live process does it in one system call.
+    fn read_each(&self, reads: &mut [(RemoteAddr, &mut [u8])]) -> usize {
+        one_by_one(reads, |addr, buf| self.read_into(addr, buf).is_ok())
+    }
+
     fn read_u64(&self, addr: RemoteAddr) -> Result<u64, ReadError> {
         let mut buf = [0u8; 8];
         self.read_into(addr, &mut buf)?;
@@ -55,6 +61,21 @@ pub trait MemorySource {
     fn read_addr(&self, addr: RemoteAddr) -> Result<RemoteAddr, ReadError> {
         self.read_u64(addr).map(RemoteAddr)
     }
+}
+
+/// `read_each` as a read per buffer: how many leading ones `read` filled.
+fn one_by_one(
+    reads: &mut [(RemoteAddr, &mut [u8])],
+    mut read: impl FnMut(RemoteAddr, &mut [u8]) -> bool,
+) -> usize {
+    let mut filled = 0;
+    for (addr, buf) in reads.iter_mut() {
+        if !read(*addr, buf) {
+            break;
+        }
+        filled += 1;
+    }
+    filled
 }
 
 /// A live process, read with `process_vm_readv`, falling back to `/proc/PID/mem` on kernels without
@@ -111,6 +132,47 @@ impl MemorySource for ProcessMemory {
             Err(Errno::ENOSYS) => self.read_via_mem_file(addr, buf),
             Err(errno) => Err(ReadError::from_errno(errno)),
         }
+    }
+
+    fn read_each(&self, reads: &mut [(RemoteAddr, &mut [u8])]) -> usize {
+        // The kernel copies the ranges in order and stops at the first it cannot read; the bytes it
+        // copied say how many buffers are whole. At most IOV_MAX ranges per call.
+        const IOV_MAX: usize = 1024;
+        if self.mem_file.get().is_some() {
+            return one_by_one(reads, |addr, buf| self.read_into(addr, buf).is_ok());
+        }
+        let mut filled = 0;
+        for batch in reads.chunks_mut(IOV_MAX) {
+            let remote: Vec<RemoteIoVec> = batch
+                .iter()
+                .map(|(addr, buf)| RemoteIoVec {
+                    base: addr.0 as usize,
+                    len: buf.len(),
+                })
+                .collect();
+            let lens: Vec<usize> = batch.iter().map(|(_, buf)| buf.len()).collect();
+            let mut local: Vec<IoSliceMut> = batch
+                .iter_mut()
+                .map(|(_, buf)| IoSliceMut::new(buf))
+                .collect();
+            count(Syscall::MemoryRead);
+            let copied =
+                process_vm_readv(Pid::from_raw(self.pid), &mut local, &remote).unwrap_or(0);
+            let mut left = copied;
+            let whole = lens
+                .iter()
+                .take_while(|&&len| {
+                    let fits = len <= left;
+                    left = left.saturating_sub(len);
+                    fits
+                })
+                .count();
+            filled += whole;
+            if whole < batch.len() {
+                break;
+            }
+        }
+        filled
     }
 }
 
@@ -169,6 +231,31 @@ mod tests {
         assert_eq!(mem.read_u64(RemoteAddr(0x1008)), Ok(42));
         assert_eq!(mem.read_u64(RemoteAddr(0x100c)), Err(ReadError::Fault));
         assert_eq!(mem.read_u64(RemoteAddr(0x0ff8)), Err(ReadError::Fault));
+    }
+
+    #[test]
+    fn read_each_fills_in_order_up_to_the_first_unreadable_range() {
+        let values: [u64; 3] = [1, 2, 3];
+        let at = |i: usize| RemoteAddr(&values[i] as *const u64 as u64);
+        let mem = ProcessMemory::new(std::process::id());
+        let (mut a, mut b, mut c, mut d) = ([0u8; 8], [0u8; 8], [0u8; 8], [0u8; 8]);
+        let mut reads = [
+            (at(0), &mut a[..]),
+            (at(2), &mut b[..]),
+            (RemoteAddr(8), &mut c[..]),
+            (at(1), &mut d[..]),
+        ];
+        assert_eq!(mem.read_each(&mut reads), 2);
+        assert_eq!((u64::from_ne_bytes(a), u64::from_ne_bytes(b)), (1, 3));
+        let mut snapshot = SnapshotMemory::new();
+        snapshot.insert(RemoteAddr(0x1000), 7u64.to_ne_bytes().to_vec());
+        let (mut e, mut f) = ([0u8; 8], [0u8; 8]);
+        let mut reads = [
+            (RemoteAddr(0x1000), &mut e[..]),
+            (RemoteAddr(0x2000), &mut f[..]),
+        ];
+        assert_eq!(snapshot.read_each(&mut reads), 1);
+        assert_eq!(u64::from_ne_bytes(e), 7);
     }
 
     #[test]

@@ -243,7 +243,41 @@ impl StackReader {
     fn read_frame(&self, mem: &dyn MemorySource, frame: u64) -> ObjectResult<(u64, u64, u64)> {
         let mut header = vec![0u8; self.frame_header as usize];
         mem.read_into(RemoteAddr(frame), &mut header)?;
-        let word = |offset: u64| read_le(&header, offset, 8);
+        self.decode_frame(&header)
+    }
+
+    /// The same, from a window of memory read earlier where it holds the frame, else from a new
+    /// window: from 3.11 the frames of Python calls lie one after another on the thread's data
+    /// stack, callers below callees, so one read from the start of a frame's page mostly holds its
+    /// callers too (one read per stack instead of one per frame). A page is mapped whole or not at
+    /// all, so the window is as readable as the frame; where it is not (a snapshot in tests), the
+    /// frame alone is read.
+    fn read_frame_via(
+        &self,
+        mem: &dyn MemorySource,
+        frame: u64,
+        window: &mut Window,
+    ) -> ObjectResult<(u64, u64, u64)> {
+        let len = self.frame_header;
+        if let Some(header) = window.get(frame, len) {
+            return self.decode_frame(header);
+        }
+        if matches!(self.frames, Frames::Objects { .. }) {
+            // Before 3.11 frames are heap objects, rarely beside their callers.
+            return self.read_frame(mem, frame);
+        }
+        let start = frame & !(PAGE - 1);
+        window.bytes.resize((frame + len - start) as usize, 0);
+        if mem.read_into(RemoteAddr(start), &mut window.bytes).is_err() {
+            window.bytes.clear();
+            return self.read_frame(mem, frame);
+        }
+        window.start = start;
+        self.decode_frame(window.get(frame, len).expect("the window holds the frame"))
+    }
+
+    fn decode_frame(&self, header: &[u8]) -> ObjectResult<(u64, u64, u64)> {
+        let word = |offset: u64| read_le(header, offset, 8);
         Ok(match self.frames {
             Frames::Objects {
                 back,
@@ -251,7 +285,7 @@ impl StackReader {
                 lasti,
                 lasti_scale,
             } => {
-                let lasti = read_le(&header, lasti.offset, lasti.size)? as i32;
+                let lasti = read_le(header, lasti.offset, lasti.size)? as i32;
                 // -1: the frame has not started; its line is the first one.
                 let offset = u64::try_from(lasti).unwrap_or(0) * lasti_scale;
                 (word(code)?, offset, word(back)?)
@@ -265,7 +299,7 @@ impl StackReader {
                 ..
             } => {
                 let is_shim = match shim {
-                    Some((owner, value)) => read_le(&header, owner, 1)? == value,
+                    Some((owner, value)) => read_le(header, owner, 1)? == value,
                     None => false,
                 };
                 // A shim's "code" is reported as none, so the walk skips it.
@@ -301,7 +335,18 @@ impl StackReader {
         mem: &dyn MemorySource,
         tstate: RemoteAddr,
     ) -> ObjectResult<Vec<String>> {
-        let result = self.walk(mem, tstate);
+        let top = self.top_frame(mem, tstate);
+        self.read_stack_from(mem, top)
+    }
+
+    /// The same, from an innermost frame already read (`innermost`'s `FrameId::frame`, 0 for none):
+    /// the thread state's pointers to it need not be read again.
+    pub fn read_stack_from(
+        &mut self,
+        mem: &dyn MemorySource,
+        top: ObjectResult<u64>,
+    ) -> ObjectResult<Vec<String>> {
+        let result = top.and_then(|top| self.walk(mem, top));
         match &result {
             Ok(frames) => {
                 self.stats.stacks += 1;
@@ -312,20 +357,13 @@ impl StackReader {
         result
     }
 
-    fn walk(&mut self, mem: &dyn MemorySource, tstate: RemoteAddr) -> ObjectResult<Vec<String>> {
-        let mut frame = self.top_frame(mem, tstate)?;
-        let mut seen: Vec<u64> = Vec::new();
+    fn walk(&mut self, mem: &dyn MemorySource, top: u64) -> ObjectResult<Vec<String>> {
+        let frames = self.frame_chain(mem, top)?;
+        let headers = self.code_headers(mem, &frames)?;
         let mut lines = Vec::new();
         let mut hidden = 0usize;
-        while frame != 0 {
-            check_pointer(frame)?;
-            if seen.len() >= MAX_FRAMES || seen.contains(&frame) {
-                break; // a loop, or deeper than we read: show what was read
-            }
-            seen.push(frame);
-            let (code, instr, next) = self.read_frame(mem, frame)?;
-            frame = next;
-            let info = match self.code_info(mem, code) {
+        for (&(code, instr), header) in frames.iter().zip(&headers) {
+            let info = match self.code_info(mem, code, header.as_deref()) {
                 Ok(info) => info,
                 // Not a code object: a shim frame of the C stack, or a frame being set up.
                 Err(ObjectError::Absent) => continue,
@@ -351,14 +389,76 @@ impl StackReader {
         Ok(lines)
     }
 
-    /// The cached code object at `code` if its header still matches, else read afresh.
-    fn code_info(&mut self, mem: &dyn MemorySource, code: u64) -> ObjectResult<Arc<CodeInfo>> {
+    /// Each frame's code object and instruction, innermost first: bounded, and ended at a frame
+    /// seen before (a loop), showing what was read.
+    fn frame_chain(&self, mem: &dyn MemorySource, top: u64) -> ObjectResult<Vec<(u64, u64)>> {
+        let mut frame = top;
+        let mut seen: Vec<u64> = Vec::new();
+        let mut frames = Vec::new();
+        let mut window = Window::default();
+        while frame != 0 {
+            check_pointer(frame)?;
+            if seen.len() >= MAX_FRAMES || seen.contains(&frame) {
+                break;
+            }
+            seen.push(frame);
+            let (code, instr, next) = self.read_frame_via(mem, frame, &mut window)?;
+            frames.push((code, instr));
+            frame = next;
+        }
+        Ok(frames)
+    }
+
+    /// The header of every frame's code object, read together (one system call for the stack);
+    /// `None` where the batch stopped short, for `code_info` to read alone and report.
+    fn code_headers(
+        &self,
+        mem: &dyn MemorySource,
+        frames: &[(u64, u64)],
+    ) -> ObjectResult<Vec<Option<Vec<u8>>>> {
+        let len = self.code.header as usize;
+        let mut headers: Vec<Option<Vec<u8>>> = Vec::with_capacity(frames.len());
+        for &(code, _) in frames {
+            if code != 0 {
+                check_pointer(code)?;
+            }
+            headers.push((code != 0).then(|| vec![0u8; len]));
+        }
+        let mut reads: Vec<(RemoteAddr, &mut [u8])> = frames
+            .iter()
+            .zip(headers.iter_mut())
+            .filter_map(|(&(code, _), h)| Some((RemoteAddr(code), h.as_deref_mut()?)))
+            .collect();
+        let filled = mem.read_each(&mut reads);
+        // The reads are the headers that are `Some`, in order: those past `filled` were not read.
+        headers
+            .iter_mut()
+            .filter(|h| h.is_some())
+            .skip(filled)
+            .for_each(|h| *h = None);
+        Ok(headers)
+    }
+
+    /// The cached code object at `code` if its header (`read`, or read here) still matches, else
+    /// read afresh.
+    fn code_info(
+        &mut self,
+        mem: &dyn MemorySource,
+        code: u64,
+        read: Option<&[u8]>,
+    ) -> ObjectResult<Arc<CodeInfo>> {
         if code == 0 {
             return Err(ObjectError::Absent);
         }
         check_pointer(code)?;
-        let mut header = vec![0u8; self.code.header as usize];
-        mem.read_into(RemoteAddr(code), &mut header)?;
+        let header = match read {
+            Some(header) => header.to_vec(),
+            None => {
+                let mut header = vec![0u8; self.code.header as usize];
+                mem.read_into(RemoteAddr(code), &mut header)?;
+                header
+            }
+        };
         if !self.objects.has_type(&header, self.objects.types.code) {
             return Err(ObjectError::Absent);
         }
@@ -394,6 +494,23 @@ impl StackReader {
     }
 }
 
+/// Target memory is mapped in pages of at least this size.
+const PAGE: u64 = 4096;
+
+/// Bytes of target memory read at `start`, reused for the frames they hold.
+#[derive(Default)]
+struct Window {
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl Window {
+    fn get(&self, at: u64, len: u64) -> Option<&[u8]> {
+        let from = usize::try_from(at.checked_sub(self.start)?).ok()?;
+        self.bytes.get(from..from.checked_add(len as usize)?)
+    }
+}
+
 fn check_pointer(addr: u64) -> ObjectResult<()> {
     if RemoteAddr(addr).is_plausible_pointer(8) {
         Ok(())
@@ -418,7 +535,7 @@ fn read_le(bytes: &[u8], offset: u64, size: u64) -> ObjectResult<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::memory::SnapshotMemory;
+    use crate::process::memory::{ReadError, SnapshotMemory};
     use crate::python::layout::{Flavour, find_shipped};
     use crate::python::objects::TypeObjects;
     use crate::python::test_heap::{BASE, BYTES_TYPE, CODE_TYPE, Heap, STR_TYPE};
@@ -521,6 +638,99 @@ mod tests {
             .read_stack(&memory(&heap), RemoteAddr(tstate))
             .unwrap();
         assert_eq!(stack, ["spin (a.py:11)"]);
+    }
+
+    /// Counts the system calls a reader would make.
+    struct Counting {
+        inner: SnapshotMemory,
+        calls: std::cell::Cell<usize>,
+    }
+
+    impl MemorySource for Counting {
+        fn read_into(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), ReadError> {
+            self.calls.set(self.calls.get() + 1);
+            self.inner.read_into(addr, buf)
+        }
+
+        fn read_each(&self, reads: &mut [(RemoteAddr, &mut [u8])]) -> usize {
+            self.calls.set(self.calls.get() + 1);
+            self.inner.read_each(reads)
+        }
+    }
+
+    #[test]
+    fn a_data_stack_of_frames_is_read_in_one_window_and_their_code_in_one_batch() {
+        let layout = find_shipped("3.12", Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap();
+        let mut heap = Heap {
+            layout,
+            bytes: Vec::new(),
+        };
+        let file = heap.str("a.py", true);
+        let table = heap.object(BYTES_TYPE, heap.field("bytes.ob_sval") + 8);
+        let codes: Vec<u64> = ["outer", "middle", "inner"]
+            .iter()
+            .map(|name| {
+                let function = heap.str(name, true);
+                let code = heap.object(CODE_TYPE, 512);
+                heap.put(code + heap.field("code.co_qualname"), function, 8);
+                heap.put(code + heap.field("code.co_filename"), file, 8);
+                heap.put(code + heap.field("code.co_firstlineno"), 1, 4);
+                heap.put(code + heap.field("code.co_linetable"), table, 8);
+                code
+            })
+            .collect();
+        // Three frames one after another, callers below callees, as on a thread's data stack.
+        let size = heap
+            .layout
+            .field("iframe")
+            .unwrap()
+            .size
+            .next_multiple_of(16);
+        let stack = heap.alloc(3 * size);
+        for (i, &code) in codes.iter().enumerate() {
+            let frame = stack + i as u64 * size;
+            heap.put(frame + heap.field("iframe.executable"), code, 8);
+            if i > 0 {
+                heap.put(frame + heap.field("iframe.previous"), frame - size, 8);
+            }
+        }
+        let cframe = heap.alloc(64);
+        heap.put(
+            cframe + heap.field("cframe.current_frame"),
+            stack + 2 * size,
+            8,
+        );
+        let tstate = heap.alloc(512);
+        heap.put(tstate + heap.field("tstate.cframe"), cframe, 8);
+
+        let version = PyVersion::from_hex(0x030c_00f0);
+        let types = TypeObjects {
+            str: Some(RemoteAddr(STR_TYPE)),
+            code: Some(RemoteAddr(CODE_TYPE)),
+            bytes: Some(RemoteAddr(BYTES_TYPE)),
+            ..TypeObjects::default()
+        };
+        let objects = ObjectReader::new(&heap.layout, version, types).unwrap();
+        let mut reader = StackReader::new(&heap.layout, version, objects).unwrap();
+        let mem = Counting {
+            inner: memory(&heap),
+            calls: Default::default(),
+        };
+        let tstate = RemoteAddr(tstate);
+        let names: Vec<String> = reader
+            .read_stack(&mem, tstate)
+            .unwrap()
+            .iter()
+            .map(|line| line.split(' ').next().unwrap().to_string())
+            .collect();
+        assert_eq!(names, ["inner", "middle", "outer"]);
+        // Once the code objects are cached: the thread state's two pointers to the innermost
+        // frame, one window for the three frames, one batch for their code objects' headers.
+        mem.calls.set(0);
+        reader.read_stack(&mem, tstate).unwrap();
+        assert_eq!(mem.calls.get(), 4);
     }
 
     #[test]

@@ -82,7 +82,8 @@ impl StackWatch {
             self.stacks_reused += 1;
             return Some((innermost, frames.clone()));
         }
-        let frames = Arc::new(self.reader.read_stack(mem, tstate).ok()?);
+        let top = Ok(innermost.map_or(0, |id| id.frame));
+        let frames = Arc::new(self.reader.read_stack_from(mem, top).ok()?);
         match innermost {
             Some(id) => {
                 self.last.insert(tid, (id, frames.clone()));

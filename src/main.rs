@@ -256,8 +256,9 @@ fn run_record(
         Update::Progress(p) => {
             if let Some(bar) = &bar {
                 let secs = p.elapsed.as_secs_f64();
+                // Periods skipped while quiet count as kept, as in the summary.
                 let rate = if secs > 0.0 {
-                    p.samples as f64 / secs / p.targets.max(1) as f64
+                    (p.samples + p.skipped_periods) as f64 / secs / p.targets.max(1) as f64
                 } else {
                     0.0
                 };

@@ -527,6 +527,10 @@ impl Session<'_> {
                 .clone()
                 .map(|l| l.samples.load(Ordering::Relaxed))
                 .sum(),
+            skipped_periods: lives
+                .clone()
+                .map(|l| l.skipped_periods.load(Ordering::Relaxed))
+                .sum(),
             late: lives.clone().map(|l| l.late.load(Ordering::Relaxed)).sum(),
             threads: lives.map(|l| l.threads.load(Ordering::Relaxed)).sum(),
             targets: self.running.len(),

@@ -78,6 +78,8 @@ pub enum Update<'a> {
 pub struct Progress {
     pub elapsed: Duration,
     pub samples: u64,
+    /// Periods skipped while targets were quiet (infer/quiet.rs): kept, not missed.
+    pub skipped_periods: u64,
     pub late: u64,
     pub threads: u64,
     pub targets: usize,

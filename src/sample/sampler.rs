@@ -60,6 +60,7 @@ impl SamplerConfig {
 pub struct LiveCounters {
     pub samples: AtomicU64,
     pub late: AtomicU64,
+    pub skipped_periods: AtomicU64,
     pub threads: AtomicU64,
     pub done: AtomicBool,
 }
@@ -317,6 +318,8 @@ impl Loop<'_> {
             if sample.skipped_periods > 0 {
                 self.report.quiet_samples += 1;
                 self.report.skipped_periods += u64::from(sample.skipped_periods);
+                live.skipped_periods
+                    .store(self.report.skipped_periods, Ordering::Relaxed);
             }
 
             if dodge

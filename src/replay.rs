@@ -199,6 +199,10 @@ impl Explainer {
                 "holds": sample.holds(thread),
                 "released_last": !sample.word.locked && thread.tstate == sample.word.last_holder,
                 "switch": sample.word.switch_number,
+                "locked": sample.word.locked,
+                // glibc's waiter counts (take, drop), before and after the kernel readings.
+                "waiters": sample.waiters.map(|w| [w.take, w.drop]),
+                "waiters_again": sample.waiters_again.map(|w| [w.take, w.drop]),
                 "owns_gil_mutex": sample.mutex_owner.map(|o| o == thread.their_tid),
                 "schedstat": thread.schedstat.map(|s| [s.cpu_ns, s.run_queue_ns, s.timeslices]),
                 "state": why.state.to_string(),

@@ -210,3 +210,47 @@ fn every_golden_case_says_how_it_was_made() {
         );
     }
 }
+
+#[test]
+fn explain_writes_every_thread_of_every_sample_with_what_decided_it() {
+    let case = golden_cases()
+        .into_iter()
+        .find(|c| c.ends_with("dispatch-3.12"))
+        .expect("the dispatch-3.12 golden case");
+    let dir = tempfile::tempdir().unwrap();
+    let (out, why) = (dir.path().join("trace.json"), dir.path().join("why.jsonl"));
+    let why_arg = why.to_str().unwrap();
+    replay(
+        &case.join("samples.gilsamples"),
+        &out,
+        &["--explain", why_arg],
+    );
+    let lines: Vec<Value> = std::fs::read_to_string(&why)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let trace = Trace::load(&out);
+    assert_eq!(
+        lines.len() as u64,
+        trace.other("thread_samples").as_u64().unwrap(),
+        "one line per thread per sample"
+    );
+    for key in [
+        "t_ns", "tid", "kernel", "holds", "switch", "locked", "waiters", "state", "basis",
+    ] {
+        assert!(lines.iter().all(|l| l.get(key).is_some()), "{key} missing");
+    }
+    // The bases the rules give on this workload, the inferring ones among them.
+    let bases: std::collections::BTreeSet<&str> = lines
+        .iter()
+        .map(|l| l["basis"].as_str().unwrap().split(' ').next().unwrap())
+        .collect();
+    for basis in ["Direct", "GilMutex", "Ambiguous", "RunningReleased"] {
+        assert!(bases.contains(basis), "no {basis} in {bases:?}");
+    }
+    assert!(
+        lines.iter().any(|l| l["waiters"].is_array()),
+        "no waiter counts"
+    );
+}

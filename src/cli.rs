@@ -363,7 +363,7 @@ pub struct LayoutArgs {
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
-    /// The raw file, e.g. GIL_12345_rank_0.json.
+    /// The raw file, e.g. GIL_12345_rank_0.json (a regular file: it is read twice, so not a pipe).
     #[arg(long, value_name = "FILE")]
     pub input: PathBuf,
     /// The Chrome Trace to write (.json is appended when missing).

@@ -248,11 +248,22 @@ impl<W: Write> Converter<W> {
 /// Converts `input` into `output` (`.json` appended when missing).
 pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, ConvertReport)> {
     let output = output_name(output);
-    // Checked before anything is created, so a missing input leaves nothing behind.
-    File::open(input).map_err(|e| Error::Input {
+    // Checked before anything is created, so a missing input leaves nothing behind. The input is
+    // read twice (first for threads whose events are out of order), which a pipe cannot be: refused
+    // before it is opened, since opening a FIFO waits for its writer.
+    let input_error = |why: String| Error::Input {
         path: input.to_path_buf(),
-        why: e.to_string(),
-    })?;
+        why,
+    };
+    let meta = std::fs::metadata(input).map_err(|e| input_error(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(input_error(
+            "not a regular file: convert reads its input twice, so a pipe or a device cannot be \
+             converted; save it to a file first"
+                .into(),
+        ));
+    }
+    File::open(input).map_err(|e| input_error(e.to_string()))?;
     check_not_exists(&output, force)?;
     let out_of_order = out_of_order_threads(input)?;
     let (partial_file, partial) = create_partial(&output)?;

@@ -29,6 +29,10 @@ pub fn parse_micros(value: &Value) -> std::result::Result<i128, String> {
             let mut ns: i128 = parts.whole.parse::<i128>().map_err(|_| out_of_range())? * 1000;
             let frac3: String = parts.frac.chars().chain("000".chars()).take(3).collect();
             ns += frac3.parse::<i128>().unwrap_or(0);
+            // Below a nanosecond: to the nearest one (half away from zero), as numbers are.
+            if parts.frac.as_bytes().get(3).is_some_and(|&d| d >= b'5') {
+                ns += 1;
+            }
             Ok(if parts.negative { -ns } else { ns })
         }
         _ => Err("expected a number or a decimal string".into()),
@@ -150,6 +154,10 @@ mod tests {
             Ok(1_795_985_719_635_057_125)
         );
         assert_eq!(parse_micros(&json!("7")), Ok(7_000));
+        // Digits below a nanosecond round to the nearest one, on either side of zero.
+        assert_eq!(parse_micros(&json!("7.0015")), Ok(7_002));
+        assert_eq!(parse_micros(&json!("7.0014999")), Ok(7_001));
+        assert_eq!(parse_micros(&json!("-7.0015")), Ok(-7_002));
         assert!(parse_micros(&json!("1e5")).is_err());
         assert!(parse_micros(&json!("99999999999999999999")).is_err());
         assert!(parse_micros(&json!(true)).is_err());

@@ -137,6 +137,19 @@ fn missing_input_file() {
     assert!(stderr.contains("nope.json"));
 }
 
+#[test]
+fn a_pipe_is_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("raw.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // Refused without opening it: nothing ever writes to this FIFO, so an open would wait forever.
+    let (code, stderr) = convert(&fifo, &dir.path().join("out.json"));
+    assert_eq!(code, INPUT, "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+    assert!(stderr.contains("save it to a file first"), "{stderr}");
+    assert!(!dir.path().join("out.json").exists());
+}
+
 /// A reference-format raw file: `threads` threads taking and dropping the GIL in turn, `ts` and `dur`
 /// alternately as numbers and as decimal strings, some `ts` equal across threads.
 fn reference_events(threads: u64, rounds: u64) -> Vec<serde_json::Value> {

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use common::{Trace, Workload, gilsample, interpreter};
+use gilsample::infer::engine::Engine;
+use gilsample::infer::sample::Sample;
+use gilsample::samples::{Item, StreamReader};
 use serde_json::Value;
 
 /// The GIL slices of a trace, as (tid, name, ts, dur) with ts and dur as the file writes them.
@@ -253,4 +256,52 @@ fn explain_writes_every_thread_of_every_sample_with_what_decided_it() {
         lines.iter().any(|l| l["waiters"].is_array()),
         "no waiter counts"
     );
+}
+
+/// Every sample of a golden stream, and its inference context.
+fn golden_samples(case: &Path) -> (gilsample::infer::sample::SampleContext, Vec<Sample>) {
+    let mut reader = StreamReader::open(&case.join("samples.gilsamples")).unwrap();
+    let context = reader.header().context.clone();
+    let mut samples = Vec::new();
+    while let Some(item) = reader.next().unwrap() {
+        if let Item::Sample(s) = item {
+            samples.push(s);
+        }
+    }
+    (context, samples)
+}
+
+#[test]
+fn skipping_the_recount_where_it_decides_nothing_changes_no_record() {
+    // The sampler reads glibc's waiter counts a second time only where `Engine::wants_recount`
+    // says the census needs it. On every golden stream (recorded with a recount wherever a thread
+    // ran without the GIL), dropping the recounts it would now skip must leave every record as it
+    // was, while some are skipped.
+    let (mut skipped, mut kept) = (0, 0);
+    for case in golden_cases() {
+        let (context, samples) = golden_samples(&case);
+        let (mut all, mut asked) = (Engine::new(context.clone()), Engine::new(context));
+        let (mut from_all, mut from_asked) = (Vec::new(), Vec::new());
+        for sample in &samples {
+            all.step(sample, &mut |r| from_all.push(r));
+            let mut sample = sample.clone();
+            if sample.waiters_again.is_some() {
+                if asked.wants_recount(&sample) {
+                    kept += 1;
+                } else {
+                    sample.waiters_again = None;
+                    skipped += 1;
+                }
+            }
+            asked.step(&sample, &mut |r| from_asked.push(r));
+        }
+        all.finish(&mut |r| from_all.push(r));
+        asked.finish(&mut |r| from_asked.push(r));
+        assert!(
+            from_all == from_asked,
+            "{}: the records differ",
+            case.display()
+        );
+    }
+    assert!(skipped > 0 && kept > 0, "skipped {skipped}, kept {kept}");
 }

@@ -280,7 +280,7 @@ impl Loop<'_> {
                 config.idle_backoff && skipping == 0,
             );
             sample.waiters_again = match counts {
-                Some(at) if Engine::wants_recount(&sample) => self.target.read_waiters(at).ok(),
+                Some(at) if self.engine.wants_recount(&sample) => self.target.read_waiters(at).ok(),
                 _ => None,
             };
             let t1 = monotonic_ns();

@@ -293,3 +293,45 @@ fn a_duration_finishes_the_trace_before_the_command_exits() {
         Some("Duration")
     );
 }
+
+#[test]
+fn a_python_caught_before_the_loader_mapped_libpython_is_not_ready_not_not_python() {
+    // A Python exec'd a moment ago is the executable and the dynamic loader only; judged "not
+    // Python" then, a launched `env python3 ...` was once taken for a launcher for good. The child
+    // here stops at its exec (PTRACE_TRACEME), before the loader runs, and is looked at there.
+    use std::os::unix::process::CommandExt;
+    let python = interpreter("3.12");
+    let mut cmd = Command::new(&python.command[0]);
+    cmd.args(["-c", "pass"]);
+    // SAFETY: ptrace(PTRACE_TRACEME) is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    let mut status = 0;
+    // The exec stops the traced child with SIGTRAP.
+    assert_eq!(
+        unsafe { libc::waitpid(pid as i32, &mut status, 0) },
+        pid as i32
+    );
+    assert!(libc::WIFSTOPPED(status), "status {status:#x}");
+    let judged = gilsample::python::attach::locate(
+        pid,
+        gilsample::python::layout_choice::LayoutChoice::Auto,
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    match judged {
+        Err(gilsample::error::Error::NotReady { why, .. }) => {
+            assert!(why.contains("libpython3.12"), "{why}")
+        }
+        Err(e) => panic!("judged {e:?}, not NotReady"),
+        Ok(_) => panic!("a Python without its libpython was located"),
+    }
+}

@@ -75,6 +75,10 @@ pub(crate) fn find_interpreter<T>(
 ) -> Result<T> {
     let mut python_like: Option<PyVersion> = None;
     let mut problems = Vec::new();
+    // A libpython the program needs (DT_NEEDED) that is not mapped yet: the program was exec'd a
+    // moment ago and the dynamic loader is still at work, so it is Python that is not ready, not a
+    // program that is not Python.
+    let mut loading: Option<String> = None;
     for candidate in candidate_files(mappings) {
         if let Some(v) = PyVersion::from_file_name(&candidate.path) {
             python_like.get_or_insert(v);
@@ -89,6 +93,7 @@ pub(crate) fn find_interpreter<T>(
         let image = ElfImage::from_file(file, &opened_as)?;
         let Ok(parsed) = image.parse() else { continue };
         let Some(symbol) = elf::find_symbol(&parsed, "_PyRuntime") else {
+            loading = loading.or_else(|| unmapped_libpython(&parsed, mappings));
             continue;
         };
         let same_file: Vec<&Mapping> = mappings.iter().filter(|m| m.same_file(candidate)).collect();
@@ -151,6 +156,13 @@ pub(crate) fn find_interpreter<T>(
                 OLDEST_SUPPORTED.0, OLDEST_SUPPORTED.1
             ),
         }),
+        _ if loading.is_some() => Err(Error::NotReady {
+            pid,
+            why: format!(
+                "it needs {} and the dynamic loader has not mapped it yet (just started)",
+                loading.unwrap_or_default()
+            ),
+        }),
         _ if !problems.is_empty() => Err(Error::NotPython {
             pid,
             why: problems.join("; "),
@@ -160,6 +172,15 @@ pub(crate) fn find_interpreter<T>(
             why: "no mapped file defines _PyRuntime".into(),
         }),
     }
+}
+
+/// The `libpython` in `elf`'s needed libraries when no mapping is of a file by that name.
+fn unmapped_libpython(elf: &Elf<'_>, mappings: &[Mapping]) -> Option<String> {
+    let needed = elf.libraries.iter().find(|l| l.starts_with("libpython"))?;
+    let mapped = mappings
+        .iter()
+        .any(|m| m.path.file_name().and_then(|n| n.to_str()) == Some(needed));
+    (!mapped).then(|| needed.to_string())
 }
 
 fn check_version_supported(pid: u32, version: PyVersion) -> Result<()> {

@@ -177,6 +177,22 @@ fn stopped_target_does_not_hang_the_recording() {
 }
 
 #[test]
+fn a_steady_thread_list_is_walked_at_the_start_and_every_100_ms_only() {
+    // New threads are found by the list's head moving (read with the GIL words), so a target whose
+    // threads neither start nor exit is walked once, then every 100 ms for exits elsewhere in the
+    // list: at most 1 + 5 walks in 0.5 s (it was 100, one every 5 ms).
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pid = workload.pid.to_string();
+    let (status, stderr) = run(&["--pid", &pid, "--duration", "0.5"], dir.path());
+    assert!(status.success(), "{stderr}");
+    let trace = Trace::load_single(dir.path());
+    let walks = trace.other("thread_list_walks").as_u64().unwrap();
+    assert!((1..=6).contains(&walks), "{walks} walks");
+}
+
+#[test]
 fn thread_churn_is_attributed_to_the_right_threads() {
     let python = interpreter("3.12");
     let mut workload = python

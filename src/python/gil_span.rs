@@ -26,6 +26,17 @@ impl Target {
         &self,
         counts: Option<&WaiterCounts>,
     ) -> std::result::Result<GilReading, ReadError> {
+        self.read_gil_watching(counts, None)
+            .map(|(reading, _)| reading)
+    }
+
+    /// `read_gil`, and in the same system call the pointer at `watch` (the sampler watches the
+    /// thread list's head there): `None` for it where that word alone could not be read.
+    pub fn read_gil_watching(
+        &self,
+        counts: Option<&WaiterCounts>,
+        watch: Option<RemoteAddr>,
+    ) -> std::result::Result<(GilReading, Option<u64>), ReadError> {
         let (word_start, word_end) = (
             self.gil.0 + self.gil_word.start,
             self.gil.0 + self.gil_word.end,
@@ -35,11 +46,12 @@ impl Target {
             None => (word_start, word_end),
         };
         let mut buf = [0u8; GIL_SPAN_MAX];
-        let span = self.read_span(start, end, &mut buf)?;
+        let mut watched = [0u8; 8];
+        let (span, watched) = self.read_span(start, end, &mut buf, watch, &mut watched)?;
         let word_bytes = &span[(word_start - start) as usize..(word_end - start) as usize];
         let word = self.gil_word.decode(word_bytes)?;
         let counted = counts.map(|at| &span[(at.take_wrefs.0 - start) as usize..]);
-        Ok(GilReading {
+        let reading = GilReading {
             word,
             waiters: counts
                 .zip(counted)
@@ -47,7 +59,8 @@ impl Target {
             mutex_owner: counts
                 .zip(counted)
                 .and_then(|(at, bytes)| at.decode_mutex_owner(bytes)),
-        })
+        };
+        Ok((reading, watched))
     }
 
     /// The byte ranges of the GIL's condition variables and mutexes: a thread sleeping in futex on an
@@ -196,22 +209,42 @@ impl Target {
     /// Reads both waiter counts in one read.
     pub fn read_waiters(&self, at: &WaiterCounts) -> std::result::Result<Waiters, ReadError> {
         let mut buf = [0u8; GIL_SPAN_MAX];
-        at.decode(self.read_span(at.take_wrefs.0, at.span_end(), &mut buf)?)
+        let (span, _) =
+            self.read_span(at.take_wrefs.0, at.span_end(), &mut buf, None, &mut [0; 8])?;
+        at.decode(span)
     }
 
     /// Target bytes `start..end`, one read into `buf`; a span longer than the buffer is refused as
     /// a fault (its length comes from the layout's and the C library's offsets, not the target).
+    /// With `watch`, the word there is read in the same system call (`read_each`).
     fn read_span<'b>(
         &self,
         start: u64,
         end: u64,
         buf: &'b mut [u8; GIL_SPAN_MAX],
-    ) -> std::result::Result<&'b [u8], ReadError> {
+        watch: Option<RemoteAddr>,
+        watched: &mut [u8; 8],
+    ) -> std::result::Result<(&'b [u8], Option<u64>), ReadError> {
         let span = buf
             .get_mut(..end.saturating_sub(start) as usize)
             .ok_or(ReadError::Fault)?;
-        self.memory.read_into(RemoteAddr(start), span)?;
-        Ok(span)
+        let Some(watch) = watch else {
+            self.memory.read_into(RemoteAddr(start), span)?;
+            return Ok((span, None));
+        };
+        let mut reads = [
+            (RemoteAddr(start), &mut span[..]),
+            (watch, &mut watched[..]),
+        ];
+        match self.memory.read_each(&mut reads) {
+            2 => Ok((span, Some(u64::from_ne_bytes(*watched)))),
+            1 => Ok((span, None)),
+            // Read alone again for the reason (the target gone, permission lost, a fault).
+            _ => {
+                self.memory.read_into(RemoteAddr(start), span)?;
+                Ok((span, None))
+            }
+        }
     }
 }
 

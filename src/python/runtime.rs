@@ -219,10 +219,19 @@ fn read_thread_states(
     id_field: &str,
     out: &mut Vec<(RemoteAddr, u64)>,
     seen: &mut HashSet<RemoteAddr>,
+    head_field: &mut Option<RemoteAddr>,
 ) -> Result<(), WalkError> {
     out.clear();
     seen.clear();
-    for interp in read_interpreters(mem, layout, runtime)? {
+    for (i, interp) in read_interpreters(mem, layout, runtime)?
+        .into_iter()
+        .enumerate()
+    {
+        if i == 0 {
+            *head_field = layout
+                .field("interp.threads.head")
+                .and_then(|f| interp.offset(f.offset));
+        }
         let mut tstate = read_field(mem, interp, layout, "interp.threads.head")?;
         while !tstate.is_null() {
             check_pointer(tstate, "thread state pointer")?;
@@ -245,9 +254,16 @@ fn read_thread_states(
 pub struct ThreadWalker {
     raw: Vec<(RemoteAddr, u64)>,
     seen: HashSet<RemoteAddr>,
+    head_field: Option<RemoteAddr>,
 }
 
 impl ThreadWalker {
+    /// Where the first interpreter keeps the head of its thread list, as the last walk found it:
+    /// CPython puts every new thread state at the head, so a change there says a thread started.
+    pub fn head_field(&self) -> Option<RemoteAddr> {
+        self.head_field
+    }
+
     pub fn walk(
         &mut self,
         mem: &dyn MemorySource,
@@ -267,6 +283,7 @@ impl ThreadWalker {
             id_field,
             &mut self.raw,
             &mut self.seen,
+            &mut self.head_field,
         )?;
         out.clear();
         // A thread state being created or freed while it is read (a target that churns threads)
@@ -329,6 +346,7 @@ pub fn find_tid_source(
         "tstate.thread_id",
         &mut raw,
         &mut HashSet::new(),
+        &mut None,
     )?;
     let mut pthreads: Vec<u64> = raw
         .iter()

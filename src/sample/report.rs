@@ -53,6 +53,9 @@ pub struct SamplerReport {
     /// How reading stacks went (stack_watch.rs).
     pub stacks: StackReport,
     pub max_threads: usize,
+    /// Walks of the thread list: at the start, when its head moved, when the holder was not a known
+    /// thread, and every `refresh_ns`.
+    pub thread_walks: u64,
     pub scheduling: Scheduling,
     /// Times the sampler left the GIL holder's CPU (dodge.rs).
     pub cpu_moves: u64,
@@ -91,6 +94,7 @@ impl SamplerReport {
             name_reads: NameStats::default(),
             stacks: StackReport::default(),
             max_threads: 0,
+            thread_walks: 0,
             scheduling,
             cpu_moves: 0,
             cpu_ns: 0,

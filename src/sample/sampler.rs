@@ -5,9 +5,12 @@
 //! a thread runs without the GIL), one `pread` of each Python thread's syscall file, and what the
 //! engine asked for at the last tick (schedstat of some threads, 3.15's GIL flags). That is one
 //! `Sample`; the engine turns it into records, and the stacks of threads that began to wait or hold
-//! are read after. The thread list is re-walked every `refresh_ns` and whenever the GIL holder is not
-//! a known thread, so threads that start or exit are picked up within that time. Nothing on the
-//! per-tick path allocates once the thread table is built.
+//! are read after. The thread list is re-walked when its head moves (CPython puts every new thread
+//! state at the head; the head is read with the GIL words, in the same system call), whenever the
+//! GIL holder is not a known thread, and every `refresh_ns` for threads that exit elsewhere in the
+//! list: a thread that starts is seen at the next tick, one that exits within `refresh_ns` (its
+//! kernel state reads as unknown meanwhile). Nothing on the per-tick path allocates once the
+//! thread table is built.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -52,7 +55,8 @@ pub struct SamplerConfig {
 }
 
 impl SamplerConfig {
-    pub const DEFAULT_REFRESH_NS: u64 = 5_000_000;
+    /// The walk for threads that exited: new ones are found at once by the head (module docs).
+    pub const DEFAULT_REFRESH_NS: u64 = 100_000_000;
 }
 
 /// Counters other threads (the progress bar) read while sampling runs.
@@ -200,6 +204,8 @@ impl Loop<'_> {
         let mut wants = Wants::default();
         // Periods skipped before the coming tick (infer/quiet.rs).
         let mut skipping = 0u32;
+        // The thread list's head at the last tick, and whether it moved since the last walk.
+        let (mut thread_list_head, mut walk_now) = (None, false);
         let mut settled: Vec<Record> = Vec::with_capacity(256);
         loop {
             if stop() || log.as_ref().is_some_and(|l| l.failed()) {
@@ -217,8 +223,16 @@ impl Loop<'_> {
             }
             deadline += period;
 
-            let reading = match self.target.read_gil(counts) {
-                Ok(read) => read,
+            let watch = self.walker.head_field();
+            let reading = match self.target.read_gil_watching(counts, watch) {
+                Ok((read, head)) => {
+                    // A new thread state goes to the head of the list: walk again when it moves.
+                    if head != thread_list_head {
+                        walk_now |= thread_list_head.is_some() || head.is_none();
+                        thread_list_head = head;
+                    }
+                    read
+                }
                 Err(ReadError::Gone) => return EndReason::TargetExited,
                 Err(ReadError::Permission) => {
                     return EndReason::Failed("permission to read the target was lost".into());
@@ -247,8 +261,9 @@ impl Loop<'_> {
                     .threads
                     .iter()
                     .any(|t| t.thread.tstate == word.last_holder);
-            if t0 - last_refresh >= config.refresh_ns || holder_unknown {
+            if t0 - last_refresh >= config.refresh_ns || holder_unknown || walk_now {
                 last_refresh = t0;
+                walk_now = false;
                 match self.refresh() {
                     Ok(()) => live
                         .threads
@@ -479,6 +494,7 @@ impl Loop<'_> {
             watch.retain(|tid| refs.iter().any(|r| r.tid == tid));
         }
         self.report.max_threads = self.report.max_threads.max(self.threads.len());
+        self.report.thread_walks += 1;
         Ok(())
     }
 }

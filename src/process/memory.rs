@@ -135,31 +135,36 @@ impl MemorySource for ProcessMemory {
     }
 
     fn read_each(&self, reads: &mut [(RemoteAddr, &mut [u8])]) -> usize {
-        // The kernel copies the ranges in order and stops at the first it cannot read; the bytes it
-        // copied say how many buffers are whole. At most IOV_MAX ranges per call.
-        const IOV_MAX: usize = 1024;
         if self.mem_file.get().is_some() {
             return one_by_one(reads, |addr, buf| self.read_into(addr, buf).is_ok());
         }
+        // Batches of up to 16 ranges live on the stack: the sampler's per-tick read (the GIL span
+        // and the thread list's head) allocates nothing.
+        const BATCH: usize = 16;
         let mut filled = 0;
-        for batch in reads.chunks_mut(IOV_MAX) {
-            let remote: Vec<RemoteIoVec> = batch
-                .iter()
-                .map(|(addr, buf)| RemoteIoVec {
+        for batch in reads.chunks_mut(BATCH) {
+            let mut lens = [0usize; BATCH];
+            let mut remote = [RemoteIoVec { base: 0, len: 0 }; BATCH];
+            for (i, (addr, buf)) in batch.iter().enumerate() {
+                lens[i] = buf.len();
+                remote[i] = RemoteIoVec {
                     base: addr.0 as usize,
                     len: buf.len(),
-                })
-                .collect();
-            let lens: Vec<usize> = batch.iter().map(|(_, buf)| buf.len()).collect();
-            let mut local: Vec<IoSliceMut> = batch
-                .iter_mut()
-                .map(|(_, buf)| IoSliceMut::new(buf))
-                .collect();
+                };
+            }
+            let n = batch.len();
+            let mut slots: [&mut [u8]; BATCH] = Default::default();
+            for (slot, (_, buf)) in slots.iter_mut().zip(batch.iter_mut()) {
+                *slot = buf;
+            }
+            let mut local = slots.map(IoSliceMut::new);
             count(Syscall::MemoryRead);
-            let copied =
-                process_vm_readv(Pid::from_raw(self.pid), &mut local, &remote).unwrap_or(0);
+            // The kernel copies the ranges in order and stops at the first it cannot read; the
+            // bytes it copied say how many buffers are whole.
+            let copied = process_vm_readv(Pid::from_raw(self.pid), &mut local[..n], &remote[..n])
+                .unwrap_or(0);
             let mut left = copied;
-            let whole = lens
+            let whole = lens[..n]
                 .iter()
                 .take_while(|&&len| {
                     let fits = len <= left;
@@ -168,7 +173,7 @@ impl MemorySource for ProcessMemory {
                 })
                 .count();
             filled += whole;
-            if whole < batch.len() {
+            if whole < n {
                 break;
             }
         }
@@ -247,6 +252,23 @@ mod tests {
         ];
         assert_eq!(mem.read_each(&mut reads), 2);
         assert_eq!((u64::from_ne_bytes(a), u64::from_ne_bytes(b)), (1, 3));
+        // More ranges than one batch holds: the count goes on across batches.
+        let many: Vec<u64> = (0..20).collect();
+        let mut bufs = [[0u8; 8]; 20];
+        let mut reads: Vec<(RemoteAddr, &mut [u8])> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| {
+                let addr = if i == 18 {
+                    8
+                } else {
+                    &many[i] as *const u64 as u64
+                };
+                (RemoteAddr(addr), &mut b[..])
+            })
+            .collect();
+        assert_eq!(mem.read_each(&mut reads), 18);
+        assert_eq!(u64::from_ne_bytes(bufs[17]), 17);
         let mut snapshot = SnapshotMemory::new();
         snapshot.insert(RemoteAddr(0x1000), 7u64.to_ne_bytes().to_vec());
         let (mut e, mut f) = ([0u8; 8], [0u8; 8]);

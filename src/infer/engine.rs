@@ -143,14 +143,8 @@ impl Engine {
             Census::Unknown => false,
             Census::AllTaking | Census::AllDropping => true,
             Census::NoneWaiting => {
-                let same_threads = self.threads.len() == sample.threads.len()
-                    && self
-                        .threads
-                        .iter()
-                        .zip(&sample.threads)
-                        .all(|(a, b)| a.tid == b.tid);
                 // New or gone threads: their last states are not matched up yet.
-                !same_threads
+                !self.has_the_threads_of(sample)
                     || self
                         .threads
                         .iter()
@@ -361,16 +355,20 @@ impl Engine {
         }
     }
 
-    /// Matches the tracked threads to the sample's: threads no longer in it are gone (closed at the
-    /// sample's read time, when the sampler's walk saw them missing), new ones begin.
-    fn follow_threads(&mut self, sample: &Sample, sink: &mut dyn FnMut(Record)) {
-        let same = self.threads.len() == sample.threads.len()
+    /// The tracked threads are the sample's, in its order.
+    fn has_the_threads_of(&self, sample: &Sample) -> bool {
+        self.threads.len() == sample.threads.len()
             && self
                 .threads
                 .iter()
                 .zip(&sample.threads)
-                .all(|(a, b)| a.tid == b.tid);
-        if !same {
+                .all(|(a, b)| a.tid == b.tid)
+    }
+
+    /// Matches the tracked threads to the sample's: threads no longer in it are gone (closed at the
+    /// sample's read time, when the sampler's walk saw them missing), new ones begin.
+    fn follow_threads(&mut self, sample: &Sample, sink: &mut dyn FnMut(Record)) {
+        if !self.has_the_threads_of(sample) {
             let params = self.params;
             let counts = &mut self.counts.decisions;
             let mut kept: Vec<ThreadInference> = Vec::with_capacity(sample.threads.len());

@@ -109,6 +109,15 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
     }
 }
 
+/// A holder blocked in a syscall is the hint only when others waited for it at least this share of
+/// the recording: a few milliseconds of it at start-up or exit must not hide threads that waited
+/// most of the time for each other.
+const BLOCKED_HINT_SHARE: f64 = 0.01;
+
+/// Held-while-blocked lines are printed from this many seconds (held or waited) on: below they read
+/// "0.00 s".
+const BLOCKED_SHOWN_S: f64 = 0.005;
+
 /// The hint a person can act on, from what this process shows; `None` when nothing stands out.
 pub fn hint(p: &ProcessAnswer) -> Option<String> {
     if let Some((t, b)) = p
@@ -116,7 +125,9 @@ pub fn hint(p: &ProcessAnswer) -> Option<String> {
         .iter()
         .flat_map(|t| t.held_while_blocked.iter().map(move |b| (t, b)))
         .max_by(|a, b| a.1.others_waited_s.total_cmp(&b.1.others_waited_s))
-        .filter(|(_, b)| b.others_waited_s > 0.0)
+        .filter(|(_, b)| {
+            b.others_waited_s > 0.0 && b.others_waited_s >= BLOCKED_HINT_SHARE * p.window_s
+        })
     {
         return Some(format!(
             "{} keeps the GIL while it sleeps in {}: native code (a C extension, a ctypes.PyDLL or \
@@ -178,6 +189,7 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
         .threads
         .iter()
         .flat_map(|t| t.held_while_blocked.iter().map(move |b| (t, b)))
+        .filter(|(_, b)| b.s >= BLOCKED_SHOWN_S || b.others_waited_s >= BLOCKED_SHOWN_S)
         .collect();
     blocked.sort_by(|a, b| b.1.s.total_cmp(&a.1.s));
     for (t, b) in blocked.iter().take(MAX_THREADS_SHOWN) {
@@ -235,6 +247,67 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::report::analyze::{Blocked, Durations, Holder};
+
+    fn thread(tid: u32, name: &str, wait_s: f64, blocked: Option<f64>) -> ThreadAnswer {
+        ThreadAnswer {
+            tid,
+            name: name.into(),
+            hold_s: 0.5,
+            wait_s,
+            drop_s: 0.0,
+            released_s: 0.0,
+            waits: Durations::default(),
+            holds: Durations::default(),
+            waited_for: vec![Holder {
+                tid: 9,
+                name: "spinner-1".into(),
+                s: wait_s,
+                functions: Vec::new(),
+            }],
+            hold_functions: Vec::new(),
+            held_while_blocked: blocked
+                .map(|others_waited_s| Blocked {
+                    syscall: "futex".into(),
+                    s: 0.001,
+                    others_waited_s,
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    fn process(blocked_others_waited_s: f64) -> ProcessAnswer {
+        ProcessAnswer {
+            pid: 1,
+            rank: None,
+            host: None,
+            file: "t.json".into(),
+            window_s: 3.0,
+            gil_busy_share: 1.0,
+            mean_waiters: 2.0,
+            threads: vec![
+                thread(8, "spinner-0", 2.1, None),
+                thread(1, "MainThread", 0.1, Some(blocked_others_waited_s)),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_holder_blocked_for_a_moment_is_not_the_hint_over_threads_that_wait_most_of_the_time() {
+        let quick = hint(&process(0.002)).unwrap();
+        assert!(quick.starts_with("spinner-0 spends 70%"), "{quick}");
+        let mut out = String::new();
+        format_process(&mut out, &process(0.002));
+        assert!(!out.contains("held the GIL while blocked"), "{out}");
+        // Others waited 10% of the recording for it: that is the answer.
+        let long = hint(&process(0.3)).unwrap();
+        assert!(
+            long.starts_with("MainThread keeps the GIL while it sleeps in futex"),
+            "{long}"
+        );
+    }
 
     #[test]
     fn thousands_are_grouped() {

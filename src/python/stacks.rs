@@ -359,7 +359,7 @@ impl StackReader {
 
     fn walk(&mut self, mem: &dyn MemorySource, top: u64) -> ObjectResult<Vec<String>> {
         let frames = self.frame_chain(mem, top)?;
-        let headers = self.code_headers(mem, &frames)?;
+        let headers = self.code_headers(mem, &frames);
         let mut lines = Vec::new();
         let mut hidden = 0usize;
         for (&(code, instr), header) in frames.iter().zip(&headers) {
@@ -411,19 +411,13 @@ impl StackReader {
 
     /// The header of every frame's code object, read together (one system call for the stack);
     /// `None` where the batch stopped short, for `code_info` to read alone and report.
-    fn code_headers(
-        &self,
-        mem: &dyn MemorySource,
-        frames: &[(u64, u64)],
-    ) -> ObjectResult<Vec<Option<Vec<u8>>>> {
+    fn code_headers(&self, mem: &dyn MemorySource, frames: &[(u64, u64)]) -> Vec<Option<Vec<u8>>> {
         let len = self.code.header as usize;
-        let mut headers: Vec<Option<Vec<u8>>> = Vec::with_capacity(frames.len());
-        for &(code, _) in frames {
-            if code != 0 {
-                check_pointer(code)?;
-            }
-            headers.push((code != 0).then(|| vec![0u8; len]));
-        }
+        // Only what may be a code object is read; `code_info` says why the others are not.
+        let mut headers: Vec<Option<Vec<u8>>> = frames
+            .iter()
+            .map(|&(code, _)| (code != 0 && check_pointer(code).is_ok()).then(|| vec![0u8; len]))
+            .collect();
         let mut reads: Vec<(RemoteAddr, &mut [u8])> = frames
             .iter()
             .zip(headers.iter_mut())
@@ -436,7 +430,7 @@ impl StackReader {
             .filter(|h| h.is_some())
             .skip(filled)
             .for_each(|h| *h = None);
-        Ok(headers)
+        headers
     }
 
     /// The cached code object at `code` if its header (`read`, or read here) still matches, else
@@ -451,23 +445,25 @@ impl StackReader {
             return Err(ObjectError::Absent);
         }
         check_pointer(code)?;
-        let header = match read {
-            Some(header) => header.to_vec(),
+        let read_here;
+        let header: &[u8] = match read {
+            Some(header) => header,
             None => {
                 let mut header = vec![0u8; self.code.header as usize];
                 mem.read_into(RemoteAddr(code), &mut header)?;
-                header
+                read_here = header;
+                &read_here
             }
         };
-        if !self.objects.has_type(&header, self.objects.types.code) {
+        if !self.objects.has_type(header, self.objects.types.code) {
             return Err(ObjectError::Absent);
         }
         let f = self.code;
         let identity = [
-            read_le(&header, f.name, 8)?,
-            read_le(&header, f.filename, 8)?,
-            read_le(&header, f.table, 8)?,
-            read_le(&header, f.first_line.offset, f.first_line.size)?,
+            read_le(header, f.name, 8)?,
+            read_le(header, f.filename, 8)?,
+            read_le(header, f.table, 8)?,
+            read_le(header, f.first_line.offset, f.first_line.size)?,
         ];
         if let Some(info) = self.cache.get(&code) {
             if info.identity == identity {
@@ -575,7 +571,11 @@ mod tests {
     }
 
     fn reader(layout: &Layout) -> StackReader {
-        let version = PyVersion::from_hex(0x0309_00f0);
+        reader_of(layout, PyVersion::from_hex(0x0309_00f0))
+    }
+
+    /// A reader of the test heap's objects for `version`.
+    fn reader_of(layout: &Layout, version: PyVersion) -> StackReader {
         let types = TypeObjects {
             str: Some(RemoteAddr(STR_TYPE)),
             code: Some(RemoteAddr(CODE_TYPE)),
@@ -705,15 +705,7 @@ mod tests {
         let tstate = heap.alloc(512);
         heap.put(tstate + heap.field("tstate.cframe"), cframe, 8);
 
-        let version = PyVersion::from_hex(0x030c_00f0);
-        let types = TypeObjects {
-            str: Some(RemoteAddr(STR_TYPE)),
-            code: Some(RemoteAddr(CODE_TYPE)),
-            bytes: Some(RemoteAddr(BYTES_TYPE)),
-            ..TypeObjects::default()
-        };
-        let objects = ObjectReader::new(&heap.layout, version, types).unwrap();
-        let mut reader = StackReader::new(&heap.layout, version, objects).unwrap();
+        let mut reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
         let mem = Counting {
             inner: memory(&heap),
             calls: Default::default(),

@@ -6,12 +6,11 @@
 #[macro_use]
 mod common;
 
-use common::{Trace, Workload, interpreter, run};
+use common::{Trace, Workload, interpreter, run, saved_samples};
 use gilsample::infer::engine::Engine;
 use gilsample::infer::intervals::GilState;
 use gilsample::infer::quiet::QUIET_AFTER;
 use gilsample::infer::sample::{Sample, SampleContext};
-use gilsample::samples::{Item, StreamReader};
 
 /// The "sampling rate" counter's values, in the order written.
 fn rates(trace: &Trace) -> Vec<u64> {
@@ -41,14 +40,7 @@ fn record(
     args.extend(extra);
     let (status, stderr) = run(&args, dir.path());
     assert!(status.success(), "{label}: {stderr}");
-    let mut reader = StreamReader::open(&stream).unwrap();
-    let context = reader.header().context.clone();
-    let mut samples = Vec::new();
-    while let Some(item) = reader.next().unwrap() {
-        if let Item::Sample(s) = item {
-            samples.push(s);
-        }
-    }
+    let (context, samples) = saved_samples(&stream);
     let trace = Trace::load_single(dir.path());
     (trace, samples, context)
 }

@@ -9,10 +9,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{Trace, Workload, gilsample, interpreter};
+use common::{Trace, Workload, gilsample, interpreter, saved_samples};
 use gilsample::infer::engine::Engine;
-use gilsample::infer::sample::Sample;
-use gilsample::samples::{Item, StreamReader};
 use serde_json::Value;
 
 /// The GIL slices of a trace, as (tid, name, ts, dur) with ts and dur as the file writes them.
@@ -258,19 +256,6 @@ fn explain_writes_every_thread_of_every_sample_with_what_decided_it() {
     );
 }
 
-/// Every sample of a golden stream, and its inference context.
-fn golden_samples(case: &Path) -> (gilsample::infer::sample::SampleContext, Vec<Sample>) {
-    let mut reader = StreamReader::open(&case.join("samples.gilsamples")).unwrap();
-    let context = reader.header().context.clone();
-    let mut samples = Vec::new();
-    while let Some(item) = reader.next().unwrap() {
-        if let Item::Sample(s) = item {
-            samples.push(s);
-        }
-    }
-    (context, samples)
-}
-
 #[test]
 fn skipping_the_recount_where_it_decides_nothing_changes_no_record() {
     // The sampler reads glibc's waiter counts a second time only where `Engine::wants_recount`
@@ -279,7 +264,7 @@ fn skipping_the_recount_where_it_decides_nothing_changes_no_record() {
     // was, while some are skipped.
     let (mut skipped, mut kept) = (0, 0);
     for case in golden_cases() {
-        let (context, samples) = golden_samples(&case);
+        let (context, samples) = saved_samples(&case.join("samples.gilsamples"));
         let (mut all, mut asked) = (Engine::new(context.clone()), Engine::new(context));
         let (mut from_all, mut from_asked) = (Vec::new(), Vec::new());
         for sample in &samples {

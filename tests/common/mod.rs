@@ -403,3 +403,21 @@ pub fn ready_pid(line: &str) -> u32 {
         serde_json::from_str(line.trim().strip_prefix("READY ").unwrap()).unwrap();
     ready["pid"].as_u64().unwrap() as u32
 }
+
+/// Every sample of a saved stream (`--save-samples`), and the inference context its header carries.
+pub fn saved_samples(
+    path: &Path,
+) -> (
+    gilsample::infer::sample::SampleContext,
+    Vec<gilsample::infer::sample::Sample>,
+) {
+    let mut reader = gilsample::samples::StreamReader::open(path).unwrap();
+    let context = reader.header().context.clone();
+    let mut samples = Vec::new();
+    while let Some(item) = reader.next().unwrap() {
+        if let gilsample::samples::Item::Sample(s) = item {
+            samples.push(s);
+        }
+    }
+    (context, samples)
+}

@@ -144,6 +144,28 @@ fn the_summary_answers_first_and_keeps_the_internals_for_verbose() {
     assert!(verbose.contains("GIL hand-offs"), "{verbose}");
 }
 
+/// Threads that queue for one core find the GIL free while they wait (woken to take it, with no CPU
+/// yet): the summary says the cores are busy, and `report --json` gives the share. A main thread that
+/// keeps the GIL in one C call never leaves it free, however loaded the machine: no such line there.
+#[test]
+fn waiting_with_the_gil_free_says_the_cores_are_busy() {
+    let python = interpreter("3.12");
+    let share_and_summary = |args: &[&str]| {
+        let workload = Workload::start(&python, args);
+        let dir = tempfile::tempdir().unwrap();
+        let summary = record_for(workload.pid, dir.path(), "1", &[]);
+        let (doc, _) = report_json(&[dir.path()]);
+        let share = doc["processes"][0]["waiting_with_gil_free_share"].as_f64();
+        (share.unwrap_or_else(|| panic!("{args:?}: {doc}")), summary)
+    };
+    let (crowded, summary) = share_and_summary(&["dispatch", "--threads", "3", "--cpu", "0"]);
+    assert!(crowded >= 0.2, "{crowded}: {summary}");
+    assert!(summary.contains("busy cores: at"), "{summary}");
+    let (hogged, summary) = share_and_summary(&["hog", "--threads", "2"]);
+    assert_eq!(hogged, 0.0, "{summary}");
+    assert!(!summary.contains("busy cores"), "{summary}");
+}
+
 /// Starts a workload with `RANK` set, as torchrun sets it for each rank.
 fn ranked(args: &[&str], rank: u32) -> Workload {
     let python = interpreter("3.12");

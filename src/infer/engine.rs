@@ -27,6 +27,10 @@ pub struct InferenceCounts {
     pub handoffs_seen: u64,
     /// `switch_number` advanced by this much over the recording: the interpreter's own count.
     pub handoffs_counted: u64,
+    /// Threads decided in `take_gil`, summed over the samples, and of those the ones at samples that
+    /// found the GIL free: a waiter woken to take it that has no CPU yet (busy cores).
+    pub waiting_samples: u64,
+    pub waiting_samples_gil_free: u64,
     /// What 3.15's own GIL flags decided; `None` where the target has none.
     pub gil_flags: Option<FlagStats>,
 }
@@ -327,6 +331,10 @@ impl Engine {
         let mut decided = self.decided.iter().peekable();
         let states =
             (0..self.threads.len()).map(|i| decided.next_if(|d| d.index == i).map(|d| d.state));
+        self.counts.waiting_samples += u64::from(taking);
+        if !word.locked {
+            self.counts.waiting_samples_gil_free += u64::from(taking);
+        }
         let pending = self.threads.iter().any(|t| t.pending.is_some());
         self.quiet
             .observe(sample, self.ctx.period_ns, states, pending, sink);

@@ -373,6 +373,8 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "gil_waiter_counts": process.gil_waiter_counts,
         "handoffs_seen": counts.handoffs_seen,
         "handoffs_counted": counts.handoffs_counted,
+        "waiting_samples": counts.waiting_samples,
+        "waiting_samples_gil_free": counts.waiting_samples_gil_free,
         "thread_list_walks": report.thread_walks,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,

@@ -23,6 +23,9 @@ pub struct ProcessAnswer {
     pub gil_busy_share: f64,
     /// Threads waiting for the GIL, on average over the window.
     pub mean_waiters: f64,
+    /// Of the threads the samples found waiting, the share found while the GIL was free: woken to
+    /// take it, with no CPU yet. `None` where the trace does not say (not gilsample's, or no waits).
+    pub waiting_with_gil_free_share: Option<f64>,
     /// Sorted by `wait_s`, largest first.
     pub threads: Vec<ThreadAnswer>,
 }
@@ -331,6 +334,10 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         window_s: seconds(window),
         gil_busy_share: ratio(union_ns(slices, SliceKind::Hold)).min(1.0),
         mean_waiters: ratio(total_wait),
+        waiting_with_gil_free_share: process
+            .waiting_samples
+            .filter(|&(all, _)| all > 0)
+            .map(|(all, free)| free as f64 / all as f64),
         threads: answers,
     }
 }

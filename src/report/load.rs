@@ -55,6 +55,9 @@ pub struct ProcessTrace {
     pub host: Option<String>,
     /// The recording's window, when the trace says it (gilsample's `otherData`).
     pub window_ns: Option<(i128, i128)>,
+    /// Threads found waiting, summed over the samples, and of those the ones at samples that found
+    /// the GIL free (gilsample's `otherData`; `None` for other traces).
+    pub waiting_samples: Option<(u64, u64)>,
     pub names: BTreeMap<u32, String>,
     pub slices: Vec<Slice>,
     /// Interned labels (function names, syscall names).
@@ -266,7 +269,8 @@ pub fn frame_text(frame: &Value) -> Option<String> {
     }
 }
 
-/// gilsample's `otherData`: pid, rank, host, and the recording's window on the trace clock.
+/// gilsample's `otherData`: pid, rank, host, the recording's window on the trace clock, and how many
+/// waiting threads the samples found with the GIL free.
 fn apply_other_data(other: &Map<String, Value>, processes: &mut BTreeMap<u32, ProcessTrace>) {
     let Some(pid) = other
         .get("pid")
@@ -286,6 +290,15 @@ fn apply_other_data(other: &Map<String, Value>, processes: &mut BTreeMap<u32, Pr
         .get("host")
         .and_then(Value::as_str)
         .map(str::to_string);
+    process.waiting_samples = other
+        .get("waiting_samples")
+        .and_then(Value::as_u64)
+        .zip(
+            other
+                .get("waiting_samples_gil_free")
+                .and_then(Value::as_u64),
+        )
+        .filter(|(all, free)| free <= all);
     let int = |key: &str| other.get(key).and_then(Value::as_i64).map(i128::from);
     if let (Some(start), Some(end), Some(to_trace)) = (
         int("recording_start_monotonic_ns"),

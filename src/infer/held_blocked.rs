@@ -2,6 +2,12 @@
 //! `read`, an `ioctl` on an accelerator, `clock_nanosleep`, a futex of another lock. Every other
 //! thread that wants the GIL waits meanwhile for nothing: the classic C extension (or ctypes.PyDLL
 //! call) that does not release the GIL around a blocking call. Pure: fed the sample's state.
+//!
+//! A stretch seen at one sample only is not reported. The sampler reads the GIL's words before the
+//! threads' kernel states, so a holder that lets the GIL go and then sleeps in a syscall between the
+//! two reads (`time.sleep` does exactly that) is, at that one sample, indistinguishable from a
+//! holder asleep with the GIL; at the next sample it no longer holds. A real stretch that short is
+//! below the sampling period's resolution anyway.
 
 use crate::infer::intervals::TimelineParams;
 use crate::process::kernel::{KernelState, SYS_FUTEX};
@@ -15,12 +21,40 @@ pub struct BlockedStretch {
     pub nr: i64,
 }
 
+/// A stretch is reported from this many samples on (module docs).
+pub const MIN_SAMPLES: u32 = 2;
+
 /// Per thread: the stretch being seen, if any, and the thread's previous sample.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HeldWhileBlocked {
-    /// Start boundary, last blocked sample, syscall.
-    open: Option<(u64, u64, i64)>,
+    open: Option<Open>,
     last_sample_ns: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Open {
+    start_ns: u64,
+    last_ns: u64,
+    nr: i64,
+    samples: u32,
+}
+
+impl Open {
+    /// The stretch as reported, ending toward `next` (the following sample, if any): `None` when
+    /// it was seen too few times to be told from the read-order artifact (module docs).
+    fn finish(
+        self,
+        tid: u32,
+        next: Option<u64>,
+        params: &TimelineParams,
+    ) -> Option<BlockedStretch> {
+        (self.samples >= MIN_SAMPLES).then(|| BlockedStretch {
+            tid,
+            start_ns: self.start_ns,
+            end_ns: self.last_ns + toward(self.last_ns, next, params),
+            nr: self.nr,
+        })
+    }
 }
 
 /// The syscall a holder sleeps in, unless it is a futex wait on one of the GIL's own words (which
@@ -60,22 +94,26 @@ impl HeldWhileBlocked {
         let gap = self
             .last_sample_ns
             .is_some_and(|last| t.saturating_sub(last) > params.max_gap_ns);
-        match (self.open, blocked_in) {
-            (Some((start, _, nr)), Some(now)) if nr == now && !gap => {
-                self.open = Some((start, t, nr))
+        match (self.open.as_mut(), blocked_in) {
+            (Some(open), Some(now)) if open.nr == now && !gap => {
+                open.last_ns = t;
+                open.samples += 1;
             }
-            (open, now) => {
-                if let Some((start_ns, last, nr)) = open {
-                    let next = Some(t).filter(|_| !gap);
-                    emit(BlockedStretch {
-                        tid,
-                        start_ns,
-                        end_ns: last + toward(last, next, params),
-                        nr,
-                    });
+            (_, now) => {
+                if let Some(stretch) = self
+                    .open
+                    .take()
+                    .and_then(|open| open.finish(tid, Some(t).filter(|_| !gap), params))
+                {
+                    emit(stretch);
                 }
                 let previous = self.last_sample_ns.filter(|_| !gap);
-                self.open = now.map(|nr| (t - toward(t, previous, params).min(t), t, nr));
+                self.open = now.map(|nr| Open {
+                    start_ns: t - toward(t, previous, params).min(t),
+                    last_ns: t,
+                    nr,
+                    samples: 1,
+                });
             }
         }
         self.last_sample_ns = Some(t);
@@ -89,13 +127,12 @@ impl HeldWhileBlocked {
         params: &TimelineParams,
         emit: &mut dyn FnMut(BlockedStretch),
     ) {
-        if let Some((start_ns, last, nr)) = self.open.take() {
-            emit(BlockedStretch {
-                tid,
-                start_ns,
-                end_ns: last + toward(last, at, params),
-                nr,
-            });
+        if let Some(stretch) = self
+            .open
+            .take()
+            .and_then(|open| open.finish(tid, at, params))
+        {
+            emit(stretch);
         }
     }
 }
@@ -122,12 +159,30 @@ mod tests {
         tracker.observe(7, 400, None, &params, &mut emit);
         // After a gap the stretch starts half a period before its sample, not halfway.
         tracker.observe(7, 1000, Some(READ), &params, &mut emit);
+        tracker.observe(7, 1100, Some(READ), &params, &mut emit);
         // A gap (the sampler fell behind) splits it, as it splits the hold.
         tracker.observe(7, 2000, Some(READ), &params, &mut emit);
+        tracker.observe(7, 2100, Some(READ), &params, &mut emit);
         tracker.close(7, None, &params, &mut emit);
         let spans: Vec<(u64, u64)> = out.iter().map(|s| (s.start_ns, s.end_ns)).collect();
-        assert_eq!(spans, vec![(150, 350), (950, 1050), (1950, 2050)]);
+        assert_eq!(spans, vec![(150, 350), (950, 1150), (1950, 2150)]);
         assert!(out.iter().all(|s| s.tid == 7 && s.nr == READ));
+    }
+
+    #[test]
+    fn a_stretch_seen_at_one_sample_is_not_reported() {
+        let params = TimelineParams::for_period(100);
+        let mut tracker = HeldWhileBlocked::default();
+        let mut out = Vec::new();
+        let mut emit = |s| out.push(s);
+        // Holding at the GIL's read, asleep by the kernel's read: it let go in between.
+        tracker.observe(7, 100, Some(READ), &params, &mut emit);
+        tracker.observe(7, 200, None, &params, &mut emit);
+        // Another syscall at the next sample is a new stretch, seen once too.
+        tracker.observe(7, 300, Some(READ), &params, &mut emit);
+        tracker.observe(7, 400, Some(libc::SYS_ioctl), &params, &mut emit);
+        tracker.close(7, None, &params, &mut emit);
+        assert!(out.is_empty(), "{out:?}");
     }
 
     #[test]

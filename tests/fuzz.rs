@@ -306,7 +306,7 @@ proptest! {
 }
 
 // `gilsample report`'s reader and analysis: any bytes are read or refused; on any well-formed trace
-// every moment of a wait is blamed once (on a holder, or on "no holder seen": the shares add up to
+// every moment of a wait is blamed once (on a holder, or on "no holder seen", tid 0: the shares add up to
 // the wait) and shares stay within [0, 1].
 
 fn load_bytes(bytes: &[u8]) -> Option<Vec<gilsample::report::load::ProcessTrace>> {

@@ -161,8 +161,9 @@ fn waiting_with_the_gil_free_says_the_cores_are_busy() {
     let (crowded, summary) = share_and_summary(&["dispatch", "--threads", "3", "--cpu", "0"]);
     assert!(crowded >= 0.2, "{crowded}: {summary}");
     assert!(summary.contains("busy cores: at"), "{summary}");
+    // Its waiters wait for the GIL, not for a CPU (a hand-off at the very start aside).
     let (hogged, summary) = share_and_summary(&["hog", "--threads", "2"]);
-    assert_eq!(hogged, 0.0, "{summary}");
+    assert!(hogged < 0.2, "{hogged}: {summary}");
     assert!(!summary.contains("busy cores"), "{summary}");
 }
 

@@ -27,9 +27,11 @@ pub struct InferenceCounts {
     pub handoffs_seen: u64,
     /// `switch_number` advanced by this much over the recording: the interpreter's own count.
     pub handoffs_counted: u64,
-    /// Threads decided in `take_gil`, summed over the samples, and of those the ones at samples that
-    /// found the GIL free: a waiter woken to take it that has no CPU yet (busy cores).
+    /// Threads decided in `take_gil` at their sample, summed over the samples (held-back stretches
+    /// settled later are not in it, as in the `GIL waiters` track).
     pub waiting_samples: u64,
+    /// Of those, the ones at samples that found the GIL free: most likely woken to take it and
+    /// without a CPU yet (busy cores, report/text.rs).
     pub waiting_samples_gil_free: u64,
     /// What 3.15's own GIL flags decided; `None` where the target has none.
     pub gil_flags: Option<FlagStats>,
@@ -241,14 +243,14 @@ impl Engine {
                 let basis = format!("{basis:?}");
                 explained.push((index, Explained { state, basis }));
             }
-            let blocked_in = (state == GilState::Hold)
-                .then(|| blocking_syscall(seen.kernel, |addr| ranges.contains(addr)))
-                .flatten();
-            thread
-                .blocked
-                .observe(thread.tid, t, blocked_in, &params, &mut |s| {
-                    sink(Record::HeldWhileBlocked(s))
-                });
+            let asleep_in = blocking_syscall(seen.kernel, |addr| ranges.contains(addr));
+            thread.blocked.observe(
+                thread.tid,
+                t,
+                (state == GilState::Hold, asleep_in),
+                &params,
+                &mut |s| sink(Record::HeldWhileBlocked(s)),
+            );
             thread.take_sleep_slices = match (state, basis) {
                 (GilState::Take, Basis::Direct) => seen.slices_before_sleep,
                 (_, Basis::Ambiguous { .. }) => thread.take_sleep_slices,

@@ -3,11 +3,12 @@
 //! thread that wants the GIL waits meanwhile for nothing: the classic C extension (or ctypes.PyDLL
 //! call) that does not release the GIL around a blocking call. Pure: fed the sample's state.
 //!
-//! A stretch seen at one sample only is not reported. The sampler reads the GIL's words before the
-//! threads' kernel states, so a holder that lets the GIL go and then sleeps in a syscall between the
-//! two reads (`time.sleep` does exactly that) is, at that one sample, indistinguishable from a
-//! holder asleep with the GIL; at the next sample it no longer holds. A real stretch that short is
-//! below the sampling period's resolution anyway.
+//! One read-order artifact is left out. The sampler reads the GIL's words before the threads'
+//! kernel states, so a holder that lets the GIL go and then sleeps in a syscall between the two
+//! reads (`time.sleep` does exactly that) is, at that one sample, a holder asleep with the GIL. At
+//! the next sample it is still asleep in that call and no longer holds the GIL: a stretch seen at
+//! one sample and followed by that is not reported. A real short stretch has left the call by the
+//! next sample (or still holds the GIL in it), and is kept.
 
 use crate::infer::intervals::TimelineParams;
 use crate::process::kernel::{KernelState, SYS_FUTEX};
@@ -20,9 +21,6 @@ pub struct BlockedStretch {
     pub end_ns: u64,
     pub nr: i64,
 }
-
-/// A stretch is reported from this many samples on (module docs).
-pub const MIN_SAMPLES: u32 = 2;
 
 /// Per thread: the stretch being seen, if any, and the thread's previous sample.
 #[derive(Clone, Copy, Debug, Default)]
@@ -40,20 +38,13 @@ struct Open {
 }
 
 impl Open {
-    /// The stretch as reported, ending toward `next` (the following sample, if any): `None` when
-    /// it was seen too few times to be told from the read-order artifact (module docs).
-    fn finish(
-        self,
-        tid: u32,
-        next: Option<u64>,
-        params: &TimelineParams,
-    ) -> Option<BlockedStretch> {
-        (self.samples >= MIN_SAMPLES).then(|| BlockedStretch {
+    fn finish(self, tid: u32, next: Option<u64>, params: &TimelineParams) -> BlockedStretch {
+        BlockedStretch {
             tid,
             start_ns: self.start_ns,
             end_ns: self.last_ns + toward(self.last_ns, next, params),
             nr: self.nr,
-        })
+        }
     }
 }
 
@@ -80,13 +71,13 @@ fn toward(a: u64, b: Option<u64>, params: &TimelineParams) -> u64 {
 }
 
 impl HeldWhileBlocked {
-    /// The thread's state at sample `t`: `blocked_in` is the syscall it sleeps in while holding the
-    /// GIL, `None` when it does not hold it or is not asleep in one.
+    /// The thread's state at sample `t`: whether it holds the GIL, and the syscall it sleeps in
+    /// (`blocking_syscall`), if any.
     pub fn observe(
         &mut self,
         tid: u32,
         t: u64,
-        blocked_in: Option<i64>,
+        (holds, asleep_in): (bool, Option<i64>),
         params: &TimelineParams,
         emit: &mut dyn FnMut(BlockedStretch),
     ) {
@@ -94,18 +85,21 @@ impl HeldWhileBlocked {
         let gap = self
             .last_sample_ns
             .is_some_and(|last| t.saturating_sub(last) > params.max_gap_ns);
+        let blocked_in = asleep_in.filter(|_| holds);
         match (self.open.as_mut(), blocked_in) {
             (Some(open), Some(now)) if open.nr == now && !gap => {
                 open.last_ns = t;
-                open.samples += 1;
+                open.samples = open.samples.saturating_add(1);
             }
             (_, now) => {
-                if let Some(stretch) = self
-                    .open
-                    .take()
-                    .and_then(|open| open.finish(tid, Some(t).filter(|_| !gap), params))
-                {
-                    emit(stretch);
+                if let Some(open) = self.open.take() {
+                    // Seen once, then asleep in the same call without the GIL: it let the GIL go
+                    // between the sample's two reads (module docs).
+                    let artifact =
+                        open.samples == 1 && !gap && !holds && asleep_in == Some(open.nr);
+                    if !artifact {
+                        emit(open.finish(tid, Some(t).filter(|_| !gap), params));
+                    }
                 }
                 let previous = self.last_sample_ns.filter(|_| !gap);
                 self.open = now.map(|nr| Open {
@@ -127,12 +121,8 @@ impl HeldWhileBlocked {
         params: &TimelineParams,
         emit: &mut dyn FnMut(BlockedStretch),
     ) {
-        if let Some(stretch) = self
-            .open
-            .take()
-            .and_then(|open| open.finish(tid, at, params))
-        {
-            emit(stretch);
+        if let Some(open) = self.open.take() {
+            emit(open.finish(tid, at, params));
         }
     }
 }
@@ -153,36 +143,53 @@ mod tests {
         let mut tracker = HeldWhileBlocked::default();
         let mut out = Vec::new();
         let mut emit = |s| out.push(s);
-        tracker.observe(7, 100, None, &params, &mut emit);
-        tracker.observe(7, 200, Some(READ), &params, &mut emit);
-        tracker.observe(7, 300, Some(READ), &params, &mut emit);
-        tracker.observe(7, 400, None, &params, &mut emit);
+        let held = (true, Some(READ));
+        tracker.observe(7, 100, (true, None), &params, &mut emit);
+        tracker.observe(7, 200, held, &params, &mut emit);
+        tracker.observe(7, 300, held, &params, &mut emit);
+        tracker.observe(7, 400, (true, None), &params, &mut emit);
         // After a gap the stretch starts half a period before its sample, not halfway.
-        tracker.observe(7, 1000, Some(READ), &params, &mut emit);
-        tracker.observe(7, 1100, Some(READ), &params, &mut emit);
+        tracker.observe(7, 1000, held, &params, &mut emit);
         // A gap (the sampler fell behind) splits it, as it splits the hold.
-        tracker.observe(7, 2000, Some(READ), &params, &mut emit);
-        tracker.observe(7, 2100, Some(READ), &params, &mut emit);
+        tracker.observe(7, 2000, held, &params, &mut emit);
         tracker.close(7, None, &params, &mut emit);
         let spans: Vec<(u64, u64)> = out.iter().map(|s| (s.start_ns, s.end_ns)).collect();
-        assert_eq!(spans, vec![(150, 350), (950, 1150), (1950, 2150)]);
+        assert_eq!(spans, vec![(150, 350), (950, 1050), (1950, 2050)]);
         assert!(out.iter().all(|s| s.tid == 7 && s.nr == READ));
     }
 
     #[test]
-    fn a_stretch_seen_at_one_sample_is_not_reported() {
+    fn a_holder_seen_asleep_once_and_then_asleep_in_that_call_without_the_gil_had_let_it_go() {
         let params = TimelineParams::for_period(100);
         let mut tracker = HeldWhileBlocked::default();
         let mut out = Vec::new();
         let mut emit = |s| out.push(s);
-        // Holding at the GIL's read, asleep by the kernel's read: it let go in between.
-        tracker.observe(7, 100, Some(READ), &params, &mut emit);
-        tracker.observe(7, 200, None, &params, &mut emit);
-        // Another syscall at the next sample is a new stretch, seen once too.
-        tracker.observe(7, 300, Some(READ), &params, &mut emit);
-        tracker.observe(7, 400, Some(libc::SYS_ioctl), &params, &mut emit);
-        tracker.close(7, None, &params, &mut emit);
-        assert!(out.is_empty(), "{out:?}");
+        // time.sleep: holding at the GIL's read, asleep by the kernel's read, and at the next
+        // sample still asleep there, without the GIL.
+        tracker.observe(7, 100, (true, Some(READ)), &params, &mut emit);
+        tracker.observe(7, 200, (false, Some(READ)), &params, &mut emit);
+        // A short call that keeps the GIL, made again and again: gone from the call by the next
+        // sample each time, so each is kept.
+        for t in [300, 500, 700] {
+            tracker.observe(7, t, (true, Some(libc::SYS_ioctl)), &params, &mut emit);
+            tracker.observe(7, t + 100, (true, None), &params, &mut emit);
+        }
+        // Seen twice, it is kept whatever follows.
+        tracker.observe(7, 900, (true, Some(READ)), &params, &mut emit);
+        tracker.observe(7, 1000, (true, Some(READ)), &params, &mut emit);
+        tracker.observe(7, 1100, (false, Some(READ)), &params, &mut emit);
+        let spans: Vec<(u64, u64, i64)> =
+            out.iter().map(|s| (s.start_ns, s.end_ns, s.nr)).collect();
+        let ioctl = libc::SYS_ioctl;
+        assert_eq!(
+            spans,
+            vec![
+                (250, 350, ioctl),
+                (450, 550, ioctl),
+                (650, 750, ioctl),
+                (850, 1050, READ)
+            ]
+        );
     }
 
     #[test]

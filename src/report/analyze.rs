@@ -382,6 +382,18 @@ mod tests {
         assert_eq!(main.waited_for[0].name, "prefetch-0");
         assert_eq!(main.waited_for[0].functions[0].function, "parse (p.py:4)");
         assert_eq!(
+            answer.waiting_with_gil_free_share, None,
+            "the trace does not say"
+        );
+        process.waiting_samples = Some((0, 0));
+        assert_eq!(
+            analyze(&process).waiting_with_gil_free_share,
+            None,
+            "no wait seen"
+        );
+        process.waiting_samples = Some((8, 2));
+        assert_eq!(analyze(&process).waiting_with_gil_free_share, Some(0.25));
+        assert_eq!(
             answer.threads[0].tid, 1,
             "the thread that waited most comes first"
         );

@@ -348,6 +348,26 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn the_waiting_counts_are_taken_only_when_both_are_there_and_agree() {
+        let read = |other: Value| {
+            let mut processes = BTreeMap::from([(7, ProcessTrace::default())]);
+            apply_other_data(other.as_object().unwrap(), &mut processes);
+            processes[&7].waiting_samples
+        };
+        let both = json!({"pid": 7, "waiting_samples": 10, "waiting_samples_gil_free": 4});
+        assert_eq!(read(both), Some((10, 4)));
+        assert_eq!(read(json!({"pid": 7, "waiting_samples": 10})), None);
+        let more_free_than_all =
+            json!({"pid": 7, "waiting_samples": 3, "waiting_samples_gil_free": 4});
+        assert_eq!(read(more_free_than_all), None);
+        let negative = json!({"pid": 7, "waiting_samples": -3, "waiting_samples_gil_free": 0});
+        assert_eq!(read(negative), None);
+        // Another process's metadata says nothing about this one.
+        let other_pid = json!({"pid": 8, "waiting_samples": 10, "waiting_samples_gil_free": 4});
+        assert_eq!(read(other_pid), None);
+    }
+
+    #[test]
     fn frames_read_as_function_file_and_line() {
         assert_eq!(
             frame_text(&json!({"function": "parse", "file": "/a/b/pipe.py", "line": 41})),

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::report::analyze::{NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
+use crate::report::analyze::{Holder, NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
 
 /// At most this many threads per process are listed; the rest are counted.
 pub const MAX_THREADS_SHOWN: usize = 10;
@@ -87,7 +87,7 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
         let mut line = format!(
             "      for {} {:.0}%",
             if holder.tid == NO_HOLDER_SEEN {
-                "(nobody holding it in the trace: the GIL free, or held between samples)"
+                "(nobody holding it in the trace: the GIL free, or held too briefly to be seen)"
                     .to_string()
             } else {
                 holder.name.clone()
@@ -119,6 +119,15 @@ const BLOCKED_HINT_SHARE: f64 = 0.01;
 /// "0.00 s".
 const BLOCKED_SHOWN_S: f64 = 0.005;
 
+/// " in FUNCTION": where the holder was while others waited for it, where the trace has stacks.
+fn holder_code(holder: &Holder) -> String {
+    holder
+        .functions
+        .first()
+        .map(|f| format!(" in {}", f.function))
+        .unwrap_or_default()
+}
+
 /// The hint a person can act on, from what this process shows; `None` when nothing stands out.
 pub fn hint(p: &ProcessAnswer) -> Option<String> {
     if let Some((t, b)) = p
@@ -142,34 +151,27 @@ pub fn hint(p: &ProcessAnswer) -> Option<String> {
         return None;
     }
     let holder = top.waited_for.iter().find(|h| h.tid != NO_HOLDER_SEEN);
-    let code = |holder: &crate::report::analyze::Holder| {
-        holder
-            .functions
-            .first()
-            .map(|f| format!(" in {}", f.function))
-            .unwrap_or_default()
-    };
     if let Some(share) = busy_cores(p) {
         return Some(format!(
-            "{} spends {:.0}% of its time waiting, and {:.0}% of the waiting the samples found was \
-             with the GIL free: the waiter, woken to take it, had no CPU. The job runs more busy \
-             threads than it has cores, so the cores are the queue as much as the GIL: give it more \
-             cores, or fewer busy threads or processes per core (fewer loader workers, a smaller \
+            "{} spends {:.0}% of its time waiting, much of it with the GIL free ({:.0}% of the \
+             waiting seen): the cores are the queue as much as the GIL. Give the job more cores, or \
+             fewer busy threads or processes per core (fewer loader workers, a smaller \
              torch.set_num_threads){}.",
             top.name,
             pct(top.wait_s, p.window_s),
             100.0 * share,
             holder
                 .map(|h| format!(
-                    "; the rest of its waiting was mostly for {}{}",
+                    "; the holder it waited for most was {} ({:.0}% of its waiting){}",
                     h.name,
-                    code(h)
+                    pct(h.s, top.wait_s),
+                    holder_code(h)
                 ))
                 .unwrap_or_default()
         ));
     }
     let holder = holder?;
-    let code = code(holder);
+    let code = holder_code(holder);
     Some(format!(
         "{} spends {:.0}% of its time waiting, mostly for {}{code}. Python code there keeps the GIL: \
          make it cheaper, move it to another process (multiprocessing, DataLoader workers), or into \
@@ -226,10 +228,10 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
     if let Some(share) = busy_cores(p) {
         let _ = writeln!(
             out,
-            "  busy cores: at {:.0}% of the waiting the samples found, the GIL was free and the waiter, \
-             woken to take it, had no CPU yet. Waits here include waiting for a CPU, and hand-offs on \
-             busy cores are placed less exactly (90-95% agreement with exact tracing, 98-99.7% with \
-             cores to spare: docs/accuracy.md)",
+            "  busy cores: at {:.0}% of the waiting seen, the GIL was free: the waiter, woken to take \
+             it, most likely had no CPU yet (the job's threads, other work on its cores or a CPU \
+             quota outnumber the cores it gets). Part of such waits is waiting for a CPU, and the \
+             timeline is least exact there (docs/accuracy.md, \"Busy cores\")",
             100.0 * share
         );
     }
@@ -239,7 +241,7 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
 }
 
 /// From this share of the waiting found with the GIL free, the cores are called busy. Measured
-/// (docs/accuracy.md, "Busy cores"): 46-53% on `dispatch` with every core busy, at most 4.5% on the
+/// (docs/accuracy.md, "Busy cores"): 46-58% on `dispatch` with every core busy, at most 4.5% on the
 /// other benchmark workloads, whose GIL is rarely free while a thread waits.
 pub const BUSY_CORES_SHARE: f64 = 0.2;
 
@@ -293,7 +295,7 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
 mod tests {
     use super::*;
 
-    use crate::report::analyze::{Blocked, Durations, Holder};
+    use crate::report::analyze::{Blocked, Durations};
 
     fn thread(tid: u32, name: &str, wait_s: f64, blocked: Option<f64>) -> ThreadAnswer {
         ThreadAnswer {
@@ -379,15 +381,21 @@ mod tests {
         let mut out = String::new();
         format_process(&mut out, &busy);
         assert!(out.contains("busy cores: at 46% of the waiting"), "{out}");
-        let hint = hint(&busy).unwrap();
+        let said = hint(&busy).unwrap();
         assert!(
-            hint.contains("46% of the waiting the samples found was with the GIL free"),
-            "{hint}"
+            said.contains("much of it with the GIL free (46% of the waiting seen)"),
+            "{said}"
         );
         assert!(
-            hint.contains("fewer busy threads or processes per core"),
-            "{hint}"
+            said.contains("fewer busy threads or processes per core"),
+            "{said}"
         );
+        // The threshold itself is busy.
+        let at = ProcessAnswer {
+            waiting_with_gil_free_share: Some(BUSY_CORES_SHARE),
+            ..busy
+        };
+        assert!(hint(&at).unwrap().contains("with the GIL free"));
     }
 
     #[test]

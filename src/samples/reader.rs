@@ -179,6 +179,7 @@ impl<R: Read> StreamReader<R> {
             why: format!("in a {} record: {}", kind::name(k), b.why),
         };
         let mut input = Input::new(&records.payload);
+        // `None`: a pace record, which is no item.
         let item = match k {
             kind::SAMPLE => {
                 let mut cur = Sample::default();
@@ -186,18 +187,18 @@ impl<R: Read> StreamReader<R> {
                 decode_sample(&self.prev, period, &mut input, &mut cur).map_err(bad)?;
                 cur.skipped_periods = self.skipped_periods;
                 copy_sample(&mut self.prev, &cur);
-                Item::Sample(cur)
+                Some(Item::Sample(cur))
             }
             kind::STACK => {
                 let (tid, t_ns, state, frames, samples) =
                     decode_stack(&mut input, &mut self.frame_names).map_err(bad)?;
-                Item::Stack {
+                Some(Item::Stack {
                     tid,
                     t_ns,
                     state,
                     frames,
                     samples,
-                }
+                })
             }
             kind::END => {
                 let v = serde_json::from_slice(&records.payload).map_err(|e| {
@@ -217,15 +218,8 @@ impl<R: Read> StreamReader<R> {
                         ),
                     }));
                 }
-                if !input.at_end() {
-                    return Err(bad(Bad {
-                        at: input.pos,
-                        why: "bytes left over after the record's content (its length is wrong)"
-                            .into(),
-                    }));
-                }
                 self.skipped_periods = skipped as u32;
-                return Ok(None);
+                None
             }
             kind::HEADER => {
                 return Err(records.error(start, "a second header record (garbage?)".into()));
@@ -238,7 +232,7 @@ impl<R: Read> StreamReader<R> {
                 why: "bytes left over after the record's content (its length is wrong)".into(),
             }));
         }
-        Ok(Some(Some(item)))
+        Ok(item.map(Some))
     }
 }
 

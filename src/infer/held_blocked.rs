@@ -34,7 +34,8 @@ struct Open {
     start_ns: u64,
     last_ns: u64,
     nr: i64,
-    samples: u32,
+    /// Seen at its first sample only, so far.
+    once: bool,
 }
 
 impl Open {
@@ -89,14 +90,13 @@ impl HeldWhileBlocked {
         match (self.open.as_mut(), blocked_in) {
             (Some(open), Some(now)) if open.nr == now && !gap => {
                 open.last_ns = t;
-                open.samples = open.samples.saturating_add(1);
+                open.once = false;
             }
             (_, now) => {
                 if let Some(open) = self.open.take() {
                     // Seen once, then asleep in the same call without the GIL: it let the GIL go
                     // between the sample's two reads (module docs).
-                    let artifact =
-                        open.samples == 1 && !gap && !holds && asleep_in == Some(open.nr);
+                    let artifact = open.once && !gap && !holds && asleep_in == Some(open.nr);
                     if !artifact {
                         emit(open.finish(tid, Some(t).filter(|_| !gap), params));
                     }
@@ -106,7 +106,7 @@ impl HeldWhileBlocked {
                     start_ns: t - toward(t, previous, params).min(t),
                     last_ns: t,
                     nr,
-                    samples: 1,
+                    once: true,
                 });
             }
         }

@@ -243,10 +243,10 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
 /// From this share of the waiting found with the GIL free, the cores are called busy. Measured
 /// (docs/accuracy.md, "Busy cores"): 46-58% on `dispatch` with every core busy, at most 4.5% on the
 /// other benchmark workloads, whose GIL is rarely free while a thread waits.
-pub const BUSY_CORES_SHARE: f64 = 0.2;
+const BUSY_CORES_SHARE: f64 = 0.2;
 
 /// The share of the waiting found with the GIL free, where it says the cores were busy.
-pub fn busy_cores(p: &ProcessAnswer) -> Option<f64> {
+fn busy_cores(p: &ProcessAnswer) -> Option<f64> {
     p.waiting_with_gil_free_share
         .filter(|&share| share >= BUSY_CORES_SHARE)
 }

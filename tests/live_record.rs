@@ -448,12 +448,19 @@ fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
     assert_eq!(trace.other("sampler_cpus"), &serde_json::json!([last_cpu]));
 }
 
-/// Threads idle in a non-GIL wait are read every few samples; busy threads are still fully seen, and
+/// Threads idle in a non-GIL wait are left unread while the GIL's waiter counts rule them out, and
+/// read every few samples where there are no counts; busy threads are still fully seen, and
 /// `--no-idle-backoff` reads everything every time.
 #[test]
 fn idle_threads_are_read_less_often_without_losing_the_busy_ones() {
     let python = interpreter("3.12");
-    for (flags, expect_skips) in [(&[][..], true), (&["--no-idle-backoff"][..], false)] {
+    // (flags, readings counted out, readings skipped every few ticks)
+    let runs: [(&[&str], bool, bool); 3] = [
+        (&[], true, false),
+        (&["--no-waiter-counts"], false, true),
+        (&["--no-idle-backoff"], false, false),
+    ];
+    for (flags, expect_counted_out, expect_skips) in runs {
         let workload = Workload::start(&python, &["contention", "--threads", "2", "--idle", "4"]);
         let dir = tempfile::tempdir().unwrap();
         let pid = workload.pid.to_string();
@@ -464,6 +471,12 @@ fn idle_threads_are_read_less_often_without_losing_the_busy_ones() {
         let trace = Trace::load_single(dir.path());
         let skipped = trace.other("kernel_reads_skipped_idle").as_u64().unwrap();
         assert_eq!(skipped > 0, expect_skips, "{flags:?}: {skipped} skipped");
+        let counted_out = trace.other("kernel_reads_counted_out").as_u64().unwrap();
+        assert_eq!(
+            counted_out > 0,
+            expect_counted_out,
+            "{flags:?}: {counted_out} counted out"
+        );
         let spinners = workload.tids_named("spinner");
         assert_eq!(spinners.len(), 2);
         for tid in spinners {

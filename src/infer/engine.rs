@@ -3,7 +3,8 @@
 //! memory, /proc or a clock, so a saved stream replays into the same records as the live run, and
 //! every rule can be run on recorded samples (docs/classification.md has the rules).
 
-use crate::infer::classify::{Basis, Census, ThreadEvidence, census, classify, inside};
+use crate::infer::classify::{Basis, Census, ThreadEvidence, census, classify};
+use crate::infer::counted_out::asleep_in_waits;
 use crate::infer::gil_flags::{FlagDecider, FlagStats};
 use crate::infer::handoff_age::{HandoffAge, may_have_lasted};
 use crate::infer::held_blocked::blocking_syscall;
@@ -421,19 +422,7 @@ impl Engine {
         if running == 0 || again != Some(before) {
             return Census::Unknown;
         }
-        let ranges = &self.ctx.ranges;
-        let asleep_in = |range: Option<(u64, u64)>| {
-            sample
-                .threads
-                .iter()
-                .filter_map(|t| t.kernel.and_then(|k| k.futex_addr()))
-                .filter(|&a| inside(a, &[range]))
-                .count() as u32
-        };
-        let asleep = Waiters {
-            take: asleep_in(ranges.take[0]),
-            drop: asleep_in(ranges.drop[0]),
-        };
+        let asleep = asleep_in_waits(sample.threads.iter(), &self.ctx.ranges);
         census(before, asleep, running, sample.all_kernel_read)
     }
 }

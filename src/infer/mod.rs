@@ -2,6 +2,7 @@
 //! rule is unit-tested on hand-made sample sequences.
 
 pub mod classify;
+pub mod counted_out;
 pub mod engine;
 pub mod gil_flags;
 pub mod handoff_age;

@@ -56,6 +56,12 @@ pub fn mutex_owner(lock: u32, owner: u32) -> Option<u32> {
     }
 }
 
+/// Whether a mutex's `__lock` word says threads may be asleep waiting for it: glibc stores 2 before
+/// a locker sleeps on the word, and only a holder that saw 2 wakes one when it lets go.
+pub fn mutex_contended(lock: u32) -> bool {
+    lock == 2
+}
+
 /// `__wrefs` counts waiters in its upper bits; the low three are flags (shared, clock, destroy).
 pub fn waiters_in(wrefs: u32) -> u32 {
     wrefs >> 3

@@ -59,6 +59,9 @@ impl Target {
             mutex_owner: counts
                 .zip(counted)
                 .and_then(|(at, bytes)| at.decode_mutex_owner(bytes)),
+            mutex_contended: counts
+                .zip(counted)
+                .and_then(|(at, bytes)| at.decode_mutex_contended(bytes)),
         };
         Ok((reading, watched))
     }
@@ -107,6 +110,9 @@ pub struct GilReading {
     /// The target's id (in its own PID namespace) of the thread holding the GIL's mutex, `Some(0)` for
     /// nobody; `None` where not known or the mutex reads inconsistent.
     pub mutex_owner: Option<u32>,
+    /// Threads may be asleep waiting for the GIL's mutex (its lock word is 2); `None` where the
+    /// mutex is not located. Only the sampler uses it (infer/counted_out.rs); samples do not keep it.
+    pub mutex_contended: Option<bool>,
 }
 
 /// How many threads are inside each GIL wait, including those woken and not yet run.
@@ -182,6 +188,14 @@ impl WaiterCounts {
             u32_at(span, at + MUTEX_LOCK_OFFSET)?,
             u32_at(span, at + MUTEX_OWNER_OFFSET)?,
         )
+    }
+
+    /// Decodes from bytes that start at `take_wrefs` whether threads may sleep on the mutex;
+    /// `None` where the mutex is not located.
+    pub fn decode_mutex_contended(&self, span: &[u8]) -> Option<bool> {
+        use crate::process::glibc::{MUTEX_LOCK_OFFSET, mutex_contended};
+        let at = self.mutex_lock?.0 - self.take_wrefs.0;
+        u32_at(span, at + MUTEX_LOCK_OFFSET).map(mutex_contended)
     }
 
     /// Decodes both counts from bytes that start at `take_wrefs`.

@@ -378,6 +378,8 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "thread_list_walks": report.thread_walks,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
+        "kernel_reads_counted_out": report.kernel_reads_counted_out,
+        "counted_out_refuted": report.counted_out_refuted,
         "thread_name_reads": report.name_reads.reads,
         "thread_names_read": report.name_reads.names,
         "thread_name_reads_torn": report.name_reads.torn,

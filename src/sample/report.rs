@@ -47,6 +47,11 @@ pub struct SamplerReport {
     pub kernel_reads_unchanged: u64,
     /// Kernel readings not taken because the thread was idle in a non-GIL wait.
     pub kernel_reads_skipped: u64,
+    /// Kernel readings not taken because the thread was idle and the waiter counts showed it
+    /// outside every GIL wait (infer/counted_out.rs).
+    pub kernel_reads_counted_out: u64,
+    /// Ticks whose counts did not rule the idle threads out, so that they were read after all.
+    pub counted_out_refuted: u64,
     pub thread_names: BTreeMap<u32, String>,
     /// How reading the threads' Python names went (python/names.rs).
     pub name_reads: NameStats,
@@ -89,6 +94,8 @@ impl SamplerReport {
             skipped_periods: 0,
             inference: InferenceCounts::default(),
             kernel_reads_skipped: 0,
+            kernel_reads_counted_out: 0,
+            counted_out_refuted: 0,
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
             name_reads: NameStats::default(),

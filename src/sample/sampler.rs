@@ -15,15 +15,16 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::infer::classify::asleep_elsewhere;
+use crate::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside_the_gil};
 use crate::infer::engine::Engine;
 use crate::infer::sample::{Sample, SampleContext, ThreadSample, Wants};
 use crate::process::kernel::{KernelReading, KernelState, SleepProof, ThreadFiles};
 use crate::process::memory::ReadError;
 use crate::process::syscalls::counted;
 use crate::process::tasks::TidMap;
-use crate::python::attach::{GilReading, GilWaitRanges, Target};
+use crate::python::attach::{GilReading, GilWaitRanges, Target, WaiterCounts, Waiters};
 use crate::python::names::ThreadNamer;
-use crate::python::runtime::{GilWord, ThreadRef, ThreadWalker, WalkError};
+use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
 use crate::sample::gil_flags::GilFlags;
@@ -84,8 +85,21 @@ const FAULTS_BEFORE_CHECK_NS: u64 = 20_000_000;
 /// only every `IDLE_READ_EVERY`th sample. It cannot wait for or take the GIL without waking first,
 /// so this only delays seeing a wake-up into a GIL wait by at most that many periods, and it cuts the
 /// sampler's cost for the mostly idle thread pools of real jobs (scripts/bench_sampler.py, docs/cost.md).
-const IDLE_AFTER_NS: u64 = 20_000_000;
+pub const IDLE_AFTER_NS: u64 = 20_000_000;
 const IDLE_READ_EVERY: u64 = 4;
+
+/// Where the target has waiter counts, an idle thread is left unread for as long as the counts show
+/// every GIL waiter among the threads read (infer/counted_out.rs), and read anyway once every this many
+/// ticks (spread over the ticks by tid; 100 ms at 10 kHz): its last reading is what the trace shows of
+/// its kernel state, and a thread that changed the wait it sleeps in is seen within that time. The
+/// sampler's cost then follows the threads that move, not the threads the job has.
+const COUNTED_OUT_READ_EVERY: u64 = 1024;
+
+/// Set in the environment, every tick also reads the waiter counts a second time after the kernel
+/// readings and saves them (`Sample::waiters_again`), so that a stream recorded with
+/// `--no-idle-backoff` shows what the counted-out rule would have decided at every tick, next to every
+/// thread's real state (tests/counted_out.rs).
+pub const CHECK_COUNTED_OUT: &str = "GILSAMPLE_CHECK_COUNTED_OUT";
 
 /// What the sampler keeps per thread to read it: its /proc files and what spares reads.
 struct Tracked {
@@ -113,6 +127,8 @@ struct Loop<'a> {
     target: &'a Target,
     tid_map: Option<TidMap>,
     threads: Vec<Tracked>,
+    /// The tick's idle threads left unread for now (indices into `threads` and the sample's threads).
+    unread: Vec<usize>,
     refs: Vec<ThreadRef>,
     walker: ThreadWalker,
     namer: ThreadNamer,
@@ -139,6 +155,7 @@ pub fn run_sampler(
         // Without it (the process is gone already) every thread is skipped and the loop ends.
         tid_map: TidMap::new(target.pid).ok(),
         threads: Vec::with_capacity(64),
+        unread: Vec::with_capacity(64),
         refs: Vec::with_capacity(64),
         walker: ThreadWalker::default(),
         namer: ThreadNamer::new(target.object_reader()),
@@ -199,6 +216,7 @@ impl Loop<'_> {
             .ok()
             .filter(|_| config.waiter_counts);
         let check_gil_flags = self.engine.context().check_gil_flags;
+        let check_counted_out = std::env::var_os(CHECK_COUNTED_OUT).is_some();
         let mut faulting_since: Option<u64> = None;
         let mut sample = Sample::default();
         let mut wants = Wants::default();
@@ -249,6 +267,7 @@ impl Loop<'_> {
                 word,
                 waiters,
                 mutex_owner,
+                mutex_contended,
             } = reading;
             // The sample is of the target as it was when the read returned, however long it waited.
             let t0 = monotonic_ns();
@@ -286,16 +305,21 @@ impl Loop<'_> {
             sample.waiters = waiters;
             sample.mutex_owner = mutex_owner;
             sample.skipped_periods = skipping;
-            // At the slow rate every thread is read at every tick: a sleeper read only every few
-            // slow ticks could start to wait unseen for longer than the quiet rule allows.
-            sample.all_kernel_read = self.read_kernel_states(
-                &mut sample.threads,
-                &ranges,
-                (t0, &word),
-                config.idle_backoff && skipping == 0,
-            );
+            let idle = IdleReads {
+                // At the slow rate every thread is read at every tick unless the counts rule it out:
+                // a sleeper read only every few slow ticks could start to wait unseen for longer
+                // than the quiet rule allows.
+                every_few_ticks: config.idle_backoff && skipping == 0,
+                counted_out: config.idle_backoff && counts.is_some(),
+            };
+            let again =
+                self.read_kernel_states(&mut sample, &ranges, counts, idle, mutex_contended);
             sample.waiters_again = match counts {
-                Some(at) if self.engine.wants_recount(&sample) => self.target.read_waiters(at).ok(),
+                Some(at) if self.engine.wants_recount(&sample) => {
+                    again.or_else(|| self.target.read_waiters(at).ok())
+                }
+                // Both counts of every tick, for tests/counted_out.rs to judge the rule on.
+                Some(at) if check_counted_out => self.target.read_waiters(at).ok(),
                 _ => None,
             };
             let t1 = monotonic_ns();
@@ -352,55 +376,46 @@ impl Loop<'_> {
         }
     }
 
-    /// Each thread's kernel state into `out` (in the thread table's order); true when none was
-    /// carried over from an earlier tick.
+    /// Each thread's kernel state into `sample.threads` (in the thread table's order), and
+    /// `sample.all_kernel_read`: none was carried over from an earlier tick. Idle threads are left
+    /// unread as `idle` allows; where the waiter counts were read again to rule them out, and
+    /// nothing was read after that, those counts are returned for the engine's recount.
     fn read_kernel_states(
         &mut self,
-        out: &mut Vec<ThreadSample>,
+        sample: &mut Sample,
         ranges: &GilWaitRanges,
-        (now, word): (u64, &GilWord),
-        idle_backoff: bool,
-    ) -> bool {
+        counts: Option<&WaiterCounts>,
+        idle: IdleReads,
+        mutex_contended: Option<bool>,
+    ) -> Option<Waiters> {
+        let (now, word) = (sample.read_ns, sample.word);
+        let out = &mut sample.threads;
         out.clear();
+        self.unread.clear();
         let tick = self.report.samples;
         let skipped_before = self.report.kernel_reads_skipped;
-        let holder = word.last_holder;
-        for tracked in self.threads.iter_mut() {
-            let idle = tracked
+        for (index, tracked) in self.threads.iter_mut().enumerate() {
+            let is_idle = tracked
                 .idle_since
                 .is_some_and(|since| now.saturating_sub(since) >= IDLE_AFTER_NS);
-            // Idle threads are read in turn, spread over the ticks by tid; never the holder.
-            let skip = idle_backoff
-                && idle
-                && tracked.thread.tstate != holder
-                && !(tick + u64::from(tracked.thread.tid)).is_multiple_of(IDLE_READ_EVERY);
-            let kernel = if skip {
+            // Never the holder, nor the mutex's owner: they are inside the GIL.
+            let in_gil = tracked.thread.tstate == word.last_holder
+                || sample.mutex_owner == Some(tracked.thread.their_tid);
+            let turn = |every: u64| (tick + u64::from(tracked.thread.tid)).is_multiple_of(every);
+            let kernel = if is_idle && !in_gil && idle.counted_out && !turn(COUNTED_OUT_READ_EVERY)
+            {
+                self.unread.push(index);
+                tracked.last_kernel
+            } else if is_idle
+                && !in_gil
+                && !idle.counted_out
+                && idle.every_few_ticks
+                && !turn(IDLE_READ_EVERY)
+            {
                 self.report.kernel_reads_skipped += 1;
                 tracked.last_kernel
             } else {
-                let state = match tracked
-                    .files
-                    .read_state_since(tracked.last_kernel, &mut tracked.sleep_proof)
-                {
-                    KernelReading::Unchanged(state) => {
-                        self.report.kernel_reads_unchanged += 1;
-                        state
-                    }
-                    KernelReading::Read(state) => state,
-                };
-                let same_wait = state.is_some() && state == tracked.last_kernel;
-                tracked.idle_since = match state {
-                    Some(k) if asleep_elsewhere(&k, ranges) => {
-                        if same_wait {
-                            tracked.idle_since.or(Some(now))
-                        } else {
-                            Some(now)
-                        }
-                    }
-                    _ => None,
-                };
-                tracked.last_kernel = state;
-                state
+                read_tracked(tracked, now, ranges, &mut self.report)
             };
             out.push(ThreadSample {
                 tid: tracked.thread.tid,
@@ -412,7 +427,42 @@ impl Loop<'_> {
                 gil_flags: None,
             });
         }
-        self.report.kernel_reads_skipped == skipped_before
+        sample.all_kernel_read = self.report.kernel_reads_skipped == skipped_before;
+        let (Some(at), Some(counted), false) = (counts, sample.waiters, self.unread.is_empty())
+        else {
+            return None;
+        };
+        // The idle threads left unread: the counts, read again now, must show every waiter among
+        // the threads read, or the idle ones are read too.
+        let again = self.target.read_waiters(at).ok();
+        let unread = &self.unread;
+        let read_threads = || {
+            out.iter()
+                .enumerate()
+                .filter(|(i, _)| unread.binary_search(i).is_err())
+                .map(|(_, t)| t)
+        };
+        let read = ReadThreads {
+            asleep: asleep_in_waits(read_threads(), ranges),
+            mutex_owner_read: match sample.mutex_owner {
+                None | Some(0) => true,
+                Some(owner) => read_threads().any(|t| t.their_tid == owner),
+            },
+        };
+        if again
+            .is_some_and(|again| unread_are_outside_the_gil(counted, again, read, mutex_contended))
+        {
+            self.report.kernel_reads_counted_out += unread.len() as u64;
+            sample.all_kernel_read = false;
+            return again;
+        }
+        self.report.counted_out_refuted += 1;
+        for &index in &self.unread {
+            let tracked = &mut self.threads[index];
+            out[index].kernel = read_tracked(tracked, now, ranges, &mut self.report);
+            out[index].slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
+        }
+        None
     }
 
     /// The readings the engine asked for at the last tick.
@@ -497,6 +547,48 @@ impl Loop<'_> {
         self.report.thread_walks += 1;
         Ok(())
     }
+}
+
+/// How a tick may spare the reads of idle threads (`IDLE_AFTER_NS`).
+#[derive(Clone, Copy)]
+struct IdleReads {
+    /// Read them only every `IDLE_READ_EVERY`th tick.
+    every_few_ticks: bool,
+    /// Leave them unread while the waiter counts rule them out (infer/counted_out.rs).
+    counted_out: bool,
+}
+
+/// Reads one thread's kernel state (or proves its last one unchanged) and keeps what spares later
+/// reads: the reading, and since when it has been asleep in the same non-GIL wait.
+fn read_tracked(
+    tracked: &mut Tracked,
+    now: u64,
+    ranges: &GilWaitRanges,
+    report: &mut SamplerReport,
+) -> Option<KernelState> {
+    let state = match tracked
+        .files
+        .read_state_since(tracked.last_kernel, &mut tracked.sleep_proof)
+    {
+        KernelReading::Unchanged(state) => {
+            report.kernel_reads_unchanged += 1;
+            state
+        }
+        KernelReading::Read(state) => state,
+    };
+    let same_wait = state.is_some() && state == tracked.last_kernel;
+    tracked.idle_since = match state {
+        Some(k) if asleep_elsewhere(&k, ranges) => {
+            if same_wait {
+                tracked.idle_since.or(Some(now))
+            } else {
+                Some(now)
+            }
+        }
+        _ => None,
+    };
+    tracked.last_kernel = state;
+    state
 }
 
 /// The OS thread name (`comm`), or the main thread's label.

@@ -94,18 +94,23 @@ impl QuietWatch {
             (w.locked, w.last_holder, w.switch_number)
                 == (word.locked, word.last_holder, word.switch_number)
         });
-        let same_threads = self.last_threads.len() == sample.threads.len()
-            && self
-                .last_threads
-                .iter()
-                .zip(&sample.threads)
-                .all(|(&(tid, kernel), t)| tid == t.tid && kernel == t.kernel);
         let mut gil_waits = false;
         for state in states {
             gil_waits |= matches!(state, None | Some(GilState::Take | GilState::Drop));
         }
         let nobody_counted = sample.waiters.is_none_or(|w| w.take == 0 && w.drop == 0);
-        let quiet = same_word && same_threads && !gil_waits && !pending && nobody_counted;
+        // The threads are compared last, and only when all else is quiet: with hundreds of them it
+        // is the costly test, and a contended target fails the others at once.
+        let quiet = same_word
+            && !gil_waits
+            && !pending
+            && nobody_counted
+            && self.last_threads.len() == sample.threads.len()
+            && self
+                .last_threads
+                .iter()
+                .zip(&sample.threads)
+                .all(|(&(tid, kernel), t)| tid == t.tid && kernel == t.kernel);
         self.quiet = if quiet {
             self.quiet.saturating_add(1)
         } else {

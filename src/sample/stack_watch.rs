@@ -46,7 +46,9 @@ struct Hold {
 
 pub struct StackWatch {
     reader: StackReader,
-    holds: BTreeMap<u32, Hold>,
+    /// The holds being watched, by tid: one or two at a time (the holder, and one whose end the
+    /// engine has not settled yet), so a list, searched at every thread's every sample.
+    holds: Vec<(u32, Hold)>,
     /// Per thread: the innermost frame (frame, code, instruction) at its last stack read and that
     /// stack. A thread back at the very same instruction of the very same frame has the same stack
     /// (a worker loop that lets the GIL go around each call): one or two reads instead of a walk.
@@ -60,7 +62,7 @@ impl StackWatch {
         let objects = target.object_reader()?;
         Ok(StackWatch {
             reader: StackReader::new(&target.layout, target.version, objects)?,
-            holds: BTreeMap::new(),
+            holds: Vec::new(),
             last: BTreeMap::new(),
             innermost_checks: 0,
             stacks_reused: 0,
@@ -98,7 +100,7 @@ impl StackWatch {
     /// Forgets threads that are gone (called with the live tids after a thread-list walk).
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
         self.last.retain(|tid, _| live(*tid));
-        self.holds.retain(|tid, _| live(*tid));
+        self.holds.retain(|(tid, _)| live(*tid));
     }
 
     /// One thread at one sample: `previous` is its state before, `state` the one it is in now.
@@ -112,7 +114,7 @@ impl StackWatch {
         sink: &mut dyn FnMut(Record),
     ) {
         if state != GilState::Hold
-            && let Some(hold) = self.holds.remove(&tid)
+            && let Some(hold) = self.take_hold(tid)
         {
             flush(tid, &hold, sink);
         }
@@ -123,13 +125,14 @@ impl StackWatch {
                 }
             }
             GilState::Hold => {
-                let begins = previous != Some(GilState::Hold) || !self.holds.contains_key(&tid);
+                let watched = self.holds.iter().position(|(t, _)| *t == tid);
+                let begins = previous != Some(GilState::Hold) || watched.is_none();
                 if begins {
-                    self.holds.remove(&tid);
+                    self.take_hold(tid);
                     self.begin_hold(mem, tid, tstate, t, sink);
                     return;
                 }
-                let Some(hold) = self.holds.get_mut(&tid) else {
+                let Some(hold) = watched.map(|at| &mut self.holds[at].1) else {
                     return;
                 };
                 hold.unreported += 1;
@@ -148,7 +151,7 @@ impl StackWatch {
                     hold.unreported = 0;
                     return;
                 }
-                let hold = self.holds.remove(&tid).expect("looked up above");
+                let hold = self.take_hold(tid).expect("looked up above");
                 flush(tid, &hold, sink);
                 self.begin_hold(mem, tid, tstate, t, sink);
             }
@@ -173,7 +176,7 @@ impl StackWatch {
         if !frames.is_empty() {
             sink(stack(tid, t, GilState::Hold, frames.clone(), 1));
         }
-        self.holds.insert(
+        self.holds.push((
             tid,
             Hold {
                 innermost: innermost.flatten(),
@@ -182,7 +185,13 @@ impl StackWatch {
                 unreported: 0,
                 until_check: CHECK_EVERY,
             },
-        );
+        ));
+    }
+
+    /// Stops watching `tid`'s hold, returning it.
+    fn take_hold(&mut self, tid: u32) -> Option<Hold> {
+        let at = self.holds.iter().position(|(t, _)| *t == tid)?;
+        Some(self.holds.swap_remove(at).1)
     }
 
     pub fn report_into(&self, report: &mut StackReport) {

@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Overhead benchmark: how much each GIL observer slows the target, side by side in one run.
 
-Four ways to run the same workload (N counting spinner threads, pure Python), alternated round by round
-so the drift of a shared machine hits all alike:
+Ways to run the same workload, alternated round by round so the drift of a shared machine hits all alike:
   - alone;
   - under gilsample at --rate (default 10 kHz);
   - under `py-spy record --rate 10000 --nonblocking --gil` (py-spy from PyPI);
@@ -15,11 +14,21 @@ slowdown ratio (the median over rounds of the alone run's work rate over the obs
 rounds' range: the alone row's range is the machine's own noise), the observer's own CPU seconds per second
 (user + system from wait4, its children included), and its achieved sample or event rate.
 
+--zoo measures a set of workload shapes instead of one (docs/cost.md's first table): a producer feeding
+workers through a queue with GIL-releasing work (thousands of hand-offs a second), pure spinners, PyTorch
+loader threads beside a training step (when --python imports torch; skipped with the reason otherwise), two
+spinners beside 398 blocked threads, and four processes at once. Each is run alone, under gilsample's
+defaults, under `--no-stacks`, under the wake-only floor and under py-spy (and --baseline), in alternating
+rounds; printed per workload: medians, each round's ratio, CPU, achieved rate and system calls per tick.
+
 Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--seconds 3] [--reps 3]
                                  [--rate 10khz] [--priority realtime] [--pin] [--release-every N]
                                  [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--floor] [--json out.json]
-Needs root, a release build (cargo build --release; for --floor also --example wake_floor), py-spy on
-PATH, bpftrace, and a Python built with --enable-shared (giltruth probes its libpython): the pyenv builds are.
+       scripts/bench_overhead.py --zoo [--python PY] [--reps 7] [--seconds 3] [--pin]
+                                 [--baseline OTHER_GILSAMPLE] [--only NAME,...] [--json out.json]
+Needs root, a release build (cargo build --release; for --floor and --zoo also --example wake_floor), py-spy
+on PATH, and for the eBPF row bpftrace and a Python built with --enable-shared (giltruth probes its
+libpython): the pyenv builds are. A --zoo run of 5 workloads, 5 observers, 7 rounds of 3 s takes ~15 min.
 """
 
 import argparse
@@ -38,6 +47,17 @@ BINARY = os.path.join(ROOT, "target", "release", "gilsample")
 WAKE_FLOOR = os.path.join(ROOT, "target", "release", "examples", "wake_floor")
 GILTRUTH = os.environ.get("GILTRUTH", os.path.join(ROOT, "..", "shared", "tools", "giltruth", "giltruth"))
 
+# The cost zoo: (name, the workload's arguments, processes). Shapes of real jobs, not of the tuning
+# workload: queue hand-offs, pure Python, native calls that keep the GIL, mostly blocked thread pools,
+# several ranks on one machine.
+ZOO = [
+    ("queue", ["queue", "--threads", "3"], 1),
+    ("spinners", ["bench", "--threads", "4"], 1),
+    ("torch-loader", ["loader", "--threads", "2"], 1),
+    ("2 spinners + 398 blocked", ["bench", "--threads", "2", "--idle", "398"], 1),
+    ("4 processes (queue, 2 workers)", ["queue", "--threads", "2"], 4),
+]
+
 
 def pinned(args, role):
     """With --pin: the target on every CPU but the last, each observer on the last one."""
@@ -47,93 +67,136 @@ def pinned(args, role):
     return ["taskset", "-c", "0-%d" % (last - 1) if role == "target" else str(last)]
 
 
+def workload_args(args):
+    """The workload's arguments: the zoo entry's, or those of --workload."""
+    if args.shape:
+        return args.shape
+    return [args.workload, "--threads", str(args.threads), "--idle", str(args.idle),
+            "--release-every", str(args.release_every)]
+
+
 def start_workload(args):
-    proc = subprocess.Popen(
-        pinned(args, "target") + [args.python, WORKLOAD, args.workload, "--threads", str(args.threads), "--idle", str(args.idle),
-         "--seconds", str(args.seconds), "--release-every", str(args.release_every), "--start-on-stdin"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    ready = json.loads(proc.stdout.readline().split(" ", 1)[1])
-    return proc, ready["pid"]
+    """Starts `args.processes` copies of the workload; returns them and their pids, each READY."""
+    procs, pids = [], []
+    for _ in range(args.processes):
+        proc = subprocess.Popen(
+            # -W: torch warns on stderr when numpy is missing, which changes nothing measured here.
+            pinned(args, "target") + [args.python, "-W", "ignore::UserWarning", WORKLOAD] + workload_args(args)
+            + ["--seconds", str(args.seconds), "--start-on-stdin"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        line = proc.stdout.readline()
+        if not line.startswith("READY"):
+            for p in procs:
+                p.kill()
+            raise SystemExit("the workload %s did not start" % workload_args(args))
+        pids.append(json.loads(line.split(" ", 1)[1])["pid"])
+    return procs, pids
 
 
-def go(proc):
-    proc.stdin.write("go\n")
-    proc.stdin.flush()
+def go(procs):
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
 
 
-def finish_workload(proc):
-    line = proc.stdout.readline()
-    proc.wait()
-    result = json.loads(line.split(" ", 1)[1])
-    return result["ops"] / result["seconds"]
+def finish_workload(procs):
+    """The work rate of all the workload's processes together."""
+    total = 0.0
+    for proc in procs:
+        line = proc.stdout.readline()
+        proc.wait()
+        result = json.loads(line.split(" ", 1)[1])
+        total += result["ops"] / result["seconds"]
+    return total
 
 
-def wait_for_line(stream, pattern, seen):
-    """Reads `stream` until a line matches; keeps what was read in `seen`."""
+def wait_for_lines(stream, pattern, count, seen):
+    """Reads `stream` until `count` lines matched; keeps what was read in `seen`."""
+    if count == 0:
+        return
     for line in stream:
         seen.append(line)
         if re.search(pattern, line):
-            return
+            count -= 1
+            if count == 0:
+                return
     raise RuntimeError("observer ended before it was attached:\n" + "".join(seen))
 
 
-def observe(args, command, attached_pattern, env=None):
-    """Runs the workload under `command` (with {pid} filled in); returns work rate, the observer's CPU
-    use and everything it printed."""
-    proc, pid = start_workload(args)
-    # py-spy reports on stdout, the others on stderr: read both as one stream.
-    observer = subprocess.Popen(pinned(args, "observer") + [c.format(pid=pid) for c in command],
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=env)
+def observe(args, commands, attached_pattern, attached_lines=1):
+    """Runs the workload under the observer processes `commands` (each with {pid} and {pids} filled in:
+    one observer for all pids, or one per pid); returns the work rate, the observers' CPU use (summed)
+    and everything they printed."""
+    procs, pids = start_workload(args)
+    observers = []
+    for command in commands(pids):
+        # py-spy reports on stdout, the others on stderr: read both as one stream.
+        observers.append(subprocess.Popen(pinned(args, "observer") + command, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
     seen = []
     try:
-        wait_for_line(observer.stdout, attached_pattern, seen)
+        for observer in observers:
+            wait_for_lines(observer.stdout, attached_pattern, attached_lines, seen)
     except RuntimeError:
-        proc.kill()
+        for proc in procs + observers:
+            proc.kill()
         raise
-    go(proc)
-    ops = finish_workload(proc)
-    rest = observer.stdout.read()
-    _, status, usage = os.wait4(observer.pid, 0)
-    return ops, (usage.ru_utime + usage.ru_stime) / args.seconds, "".join(seen) + rest, status
+    go(procs)
+    ops = finish_workload(procs)
+    cpu, statuses = 0.0, []
+    for observer in observers:
+        seen.append(observer.stdout.read())
+        _, status, usage = os.wait4(observer.pid, 0)
+        cpu += usage.ru_utime + usage.ru_stime
+        statuses.append(status)
+    return ops, cpu / args.seconds, "".join(seen), statuses
 
 
 def run_alone(args, _):
-    proc, _ = start_workload(args)
-    go(proc)
-    return {"ops_per_s": finish_workload(proc)}
+    procs, _ = start_workload(args)
+    go(procs)
+    return {"ops_per_s": finish_workload(procs)}
 
 
-def run_gilsample(args, out, binary=BINARY):
-    ops, cpu, _, status = observe(
-        args, [binary, "--pid", "{pid}", "--rate", args.rate, "--priority", args.priority, "-o", out,
-               "--force"], r"recording process")
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit("gilsample failed")
-    trace = [f for f in os.listdir(out) if f.startswith("GIL_")][0]
-    meta = json.load(open(os.path.join(out, trace)))["otherData"]
-    os.remove(os.path.join(out, trace))
-    return {"ops_per_s": ops, "cpu_s_per_s": cpu, "rate_hz": meta["rate_achieved_hz"],
-            "stalled_reads": meta.get("stalled_reads", 0), "late_samples": meta.get("late_samples", 0),
-            "cpu_moves": meta.get("sampler_moved_off_holder_cpu", 0),
-            "syscalls_per_sample": (meta.get("sampler_syscalls_per_sample") or {}).get("all", float("nan"))}
+def run_gilsample(args, out, binary=BINARY, extra=()):
+    ops, cpu, text, statuses = observe(
+        args, lambda pids: [[binary, "--pid", ",".join(map(str, pids)), "--rate", args.rate, "--priority",
+                             args.priority, "-o", out, "--force"] + list(extra)],
+        r"recording process", attached_lines=args.processes)
+    if any(os.waitstatus_to_exitcode(s) != 0 for s in statuses):
+        sys.exit("gilsample failed:\n" + text)
+    metas = []
+    for trace in [f for f in os.listdir(out) if f.startswith("GIL_")]:
+        with open(os.path.join(out, trace)) as f:
+            metas.append(json.load(f)["otherData"])
+        os.remove(os.path.join(out, trace))
+    mean = lambda values: statistics.mean(values) if values else float("nan")
+    return {"ops_per_s": ops, "cpu_s_per_s": cpu,
+            "rate_hz": mean([m["rate_achieved_hz"] for m in metas]),
+            "min_rate_hz": min(m["rate_achieved_hz"] for m in metas),
+            "stalled_reads": sum(m.get("stalled_reads", 0) for m in metas),
+            "late_samples": sum(m.get("late_samples", 0) for m in metas),
+            "cpu_moves": sum(m.get("sampler_moved_off_holder_cpu", 0) for m in metas),
+            "syscalls_per_sample": mean([(m.get("sampler_syscalls_per_sample") or {}).get("all", float("nan"))
+                                         for m in metas])}
 
 
 def run_pyspy(args, out):
-    path = os.path.join(out, "pyspy.txt")
-    ops, cpu, text, _ = observe(
-        args, ["py-spy", "record", "--pid", "{pid}", "--rate", "10000", "--nonblocking", "--gil",
-               "--format", "raw", "-o", path], r"Sampling process")
-    samples = re.search(r"Samples: (\d+)", text)
+    def commands(pids):
+        return [["py-spy", "record", "--pid", str(pid), "--rate", "10000", "--nonblocking", "--gil",
+                 "--format", "raw", "-o", os.path.join(out, "pyspy-%d.txt" % pid)] for pid in pids]
+    ops, cpu, text, _ = observe(args, commands, r"Sampling process")
+    samples = [int(n) for n in re.findall(r"Samples: (\d+)", text)]
     return {"ops_per_s": ops, "cpu_s_per_s": cpu,
-            "rate_hz": int(samples.group(1)) / args.seconds if samples else float("nan")}
+            "rate_hz": statistics.mean(samples) / args.seconds if samples else float("nan")}
 
 
 def run_giltruth(args, out):
     path = os.path.join(out, "truth.jsonl")
     ops, cpu, text, _ = observe(
-        args, [sys.executable, GILTRUTH, "record", "--pid", "{pid}", "--duration",
-               str(args.seconds + 1), "-o", path], r"probes attached")
+        args, lambda pids: [[sys.executable, GILTRUTH, "record", "--pid", str(pids[0]), "--duration",
+                             str(args.seconds + 1), "-o", path]], r"probes attached")
     events = re.search(r"events in window \((\d+)/s\)", text)
     return {"ops_per_s": ops, "cpu_s_per_s": cpu,
             "rate_hz": float(events.group(1)) if events else float("nan")}
@@ -141,28 +204,133 @@ def run_giltruth(args, out):
 
 def run_wake_floor(args, out):
     ops, cpu, text, _ = observe(
-        args, [WAKE_FLOOR, "--pid", "{pid}", "--rate", args.rate, "--priority", args.priority],
-        r"waking for process")
-    rate = re.search(r"\((\d+) Hz\)", text)
-    return {"ops_per_s": ops, "cpu_s_per_s": cpu, "rate_hz": float(rate.group(1)) if rate else float("nan")}
+        args, lambda pids: [[WAKE_FLOOR, "--pid", str(pid), "--rate", args.rate, "--priority", args.priority]
+                            for pid in pids], r"waking for process")
+    rates = [float(r) for r in re.findall(r"\((\d+) Hz\)", text)]
+    return {"ops_per_s": ops, "cpu_s_per_s": cpu, "rate_hz": statistics.mean(rates) if rates else float("nan")}
 
 
 OBSERVERS = [("alone", run_alone), ("gilsample", run_gilsample), ("py-spy --gil --nonblocking", run_pyspy),
              ("giltruth eBPF uprobes", run_giltruth)]
 
 
+def zoo_observers(args):
+    observers = [("alone", run_alone), ("gilsample", run_gilsample),
+                 ("gilsample --no-stacks", lambda a, out: run_gilsample(a, out, extra=["--no-stacks"])),
+                 ("wake only, no reads", run_wake_floor), ("py-spy --gil --nonblocking", run_pyspy)]
+    if args.baseline:
+        observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
+    return observers
+
+
 def paired_slowdowns(alone_runs, runs):
     """Per round: the alone run's work rate over this observer's. A round's runs are seconds apart, so
     the machine's drift (other tenants of a shared host) cancels in the ratio more than across rounds."""
-    return [a["ops_per_s"] / r["ops_per_s"] for a, r in zip(alone_runs, runs)]
+    return [a["ops_per_s"] / r["ops_per_s"] if r["ops_per_s"] else float("inf") for a, r in zip(alone_runs, runs)]
+
+
+def measure(args, observers, out):
+    """Every observer once per round, the order rotated each round; the runs by observer."""
+    runs = {name: [] for name, _ in observers}
+    for rep in range(args.reps):
+        # Rotate the order each round so no observer always runs first after a pause.
+        order = observers[rep % len(observers):] + observers[:rep % len(observers)]
+        for name, run in order:
+            runs[name].append(run(args, out))
+    return runs
+
+
+def summarise(observers, runs):
+    summary = {}
+    for name, _ in observers:
+        med = lambda key: statistics.median(r.get(key, float("nan")) for r in runs[name])
+        paired = paired_slowdowns(runs["alone"], runs[name])
+        summary[name] = {"ops_per_s": med("ops_per_s"), "slowdown_ratio": statistics.median(paired),
+                         "slowdown_per_round": paired, "work_kept_per_round": [1 / p for p in paired],
+                         "cpu_s_per_s": med("cpu_s_per_s"), "rate_hz": med("rate_hz"), "runs": runs[name]}
+    return summary
+
+
+def print_table(observers, runs, summary):
+    alone = summary["alone"]["ops_per_s"]
+    print("| observer | target work | work kept (with ÷ without) | slowdown ratio | per round (min–max) "
+          "| observer CPU s/s | achieved rate |")
+    print("|---|---|---|---|---|---|---|")
+    for name, _ in observers:
+        s = summary[name]
+        paired = s["slowdown_per_round"]
+        if name == "alone":
+            spread = [r["ops_per_s"] / alone for r in runs[name]]
+            print("| alone | %.3g ops/s | 1.000 | 1.000 | %.3f–%.3f | — | — |" % (
+                s["ops_per_s"], min(spread), max(spread)))
+        else:
+            unit = "events/s" if "giltruth" in name else "Hz"
+            print("| %s | %.3g ops/s | %.3f | %.3f | %.3f–%.3f | %.3f | %.0f %s |" % (
+                name, s["ops_per_s"], 1 / s["slowdown_ratio"], s["slowdown_ratio"], min(paired), max(paired),
+                s["cpu_s_per_s"], s["rate_hz"], unit))
+    for name, _ in observers:
+        if not name.startswith("gilsample"):
+            continue
+        rates = sorted(r["rate_hz"] for r in runs[name])
+        print("%s per run: achieved rate min %.0f / median %.0f / max %.0f Hz; stalled reads %s; late samples %s; "
+              "moves off the holder's CPU %s; syscalls per sample %s; work kept per round %s" % (
+                  name, rates[0], statistics.median(rates), rates[-1],
+                  [r["stalled_reads"] for r in runs[name]], [r["late_samples"] for r in runs[name]],
+                  [r["cpu_moves"] for r in runs[name]],
+                  ["%.1f" % r["syscalls_per_sample"] for r in runs[name]],
+                  ["%.3f" % k for k in summary[name]["work_kept_per_round"]]))
+
+
+def imports_torch(python):
+    return subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+def run_zoo(args, out):
+    """Every zoo workload, each with its own alternating rounds; then one line per workload."""
+    only = set(args.only.split(",")) if args.only else None
+    results, skipped = {}, []
+    observers = zoo_observers(args)
+    for name, shape, processes in ZOO:
+        if only and name.split()[0] not in only and name not in only:
+            continue
+        if shape[0] == "loader" and not imports_torch(args.python):
+            skipped.append("%s: skipped, %s does not import torch" % (name, args.python))
+            print(skipped[-1], flush=True)
+            continue
+        args.shape, args.processes = shape, processes
+        print("## %s (%s, %d process%s)" % (name, " ".join(shape), processes, "es" if processes > 1 else ""),
+              flush=True)
+        runs = measure(args, observers, out)
+        summary = summarise(observers, runs)
+        print_table(observers, runs, summary)
+        results[name] = summary
+    print("\nzoo, %d rounds x %.0f s, %s, gilsample at %s, priority %s%s: work kept (median), observer CPU s/s, "
+          "achieved rate; for gilsample also system calls per tick" % (
+              args.reps, args.seconds, args.python, args.rate, args.priority,
+              "; observers pinned to a spare CPU" if args.pin else "; sharing the target's cores"))
+    names = [n for n, _ in observers if n != "alone"]
+    print("| workload | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for workload, summary in results.items():
+        cells = []
+        for n in names:
+            s = summary[n]
+            cell = "%.3f (%.2f CPU, %.0f Hz" % (1 / s["slowdown_ratio"], s["cpu_s_per_s"], s["rate_hz"])
+            if n.startswith("gilsample"):
+                cell += ", %.1f calls" % statistics.median(r["syscalls_per_sample"] for r in s["runs"])
+            cells.append(cell + ")")
+        print("| %s | %s |" % (workload, " | ".join(cells)))
+    for line in skipped:
+        print(line)
+    return results
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=sys.executable)
-    parser.add_argument("--workload", default="bench", choices=["bench", "dispatch"],
+    parser.add_argument("--workload", default="bench", choices=["bench", "dispatch", "queue"],
                         help="bench: N counting spinners; dispatch: a producer feeding N workers that alternate "
-                             "pure Python and hashlib (work = items done)")
+                             "pure Python and hashlib (work = items done); queue: the same with short items")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--idle", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -181,65 +349,43 @@ def main():
     parser.add_argument("--floor", action="store_true",
                         help="add a thread that only wakes on gilsample's schedule and reads nothing "
                              "(examples/wake_floor.rs)")
+    parser.add_argument("--zoo", action="store_true", help="measure the zoo of workload shapes (module docs)")
+    parser.add_argument("--only", help="with --zoo: only these workloads (their first word, comma-separated)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    observers = [o for o in OBSERVERS if not (args.only_gilsample and o[0] not in ("alone", "gilsample"))]
-    if args.baseline:
-        observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
-    needs = [(BINARY, "cargo build --release"), (GILTRUTH, "GILTRUTH=path/to/giltruth")]
-    if args.floor:
-        observers.append(("wake only, no reads", run_wake_floor))
+    args.shape, args.processes = None, 1
+    needs = [(BINARY, "cargo build --release")]
+    if args.floor or args.zoo:
         needs.append((WAKE_FLOOR, "cargo build --release --example wake_floor"))
+    if not args.only_gilsample and not args.zoo:
+        needs.append((GILTRUTH, "GILTRUTH=path/to/giltruth"))
     for need, why in needs:
         if not os.path.exists(need):
             sys.exit("missing %s (%s)" % (need, why))
-    if not args.only_gilsample and (not shutil.which("py-spy") or not shutil.which("bpftrace")):
-        sys.exit("needs py-spy (pip install py-spy) and bpftrace on PATH")
+    if not args.only_gilsample and not shutil.which("py-spy"):
+        sys.exit("needs py-spy on PATH (pip install py-spy)")
+    if not args.only_gilsample and not args.zoo and not shutil.which("bpftrace"):
+        sys.exit("needs bpftrace on PATH (apt-get install bpftrace)")
     out = tempfile.mkdtemp(prefix="gilsample-overhead-")
-    runs = {name: [] for name, _ in observers}
-    for rep in range(args.reps):
-        # Rotate the order each round so no observer always runs first after a pause.
-        order = observers[rep % len(observers):] + observers[:rep % len(observers)]
-        for name, run in order:
-            runs[name].append(run(args, out))
-    alone = statistics.median(r["ops_per_s"] for r in runs["alone"])
-    print("python %s, %s: %d threads + %d idle%s, %d rounds x %.0f s, medians; gilsample at %s, priority %s%s"
-          % (args.python, args.workload, args.threads, args.idle,
-             ", GIL released every %d counts" % args.release_every if args.release_every else "",
-             args.reps, args.seconds, args.rate, args.priority,
-             "; observers pinned to a spare CPU" if args.pin else ""))
-    print("| observer | target work | work kept (with ÷ without) | slowdown ratio | per round (min–max) "
-          "| observer CPU s/s | achieved rate |")
-    print("|---|---|---|---|---|---|---|")
-    summary = {}
-    for name, _ in observers:
-        med = lambda key: statistics.median(r.get(key, float("nan")) for r in runs[name])
-        paired = paired_slowdowns(runs["alone"], runs[name])
-        summary[name] = {"ops_per_s": med("ops_per_s"), "slowdown_ratio": statistics.median(paired),
-                         "slowdown_per_round": paired, "cpu_s_per_s": med("cpu_s_per_s"),
-                         "rate_hz": med("rate_hz"), "runs": runs[name]}
-        s = summary[name]
-        if name == "alone":
-            spread = [r["ops_per_s"] / alone for r in runs[name]]
-            print("| alone | %.3g ops/s | 1.000 | 1.000 | %.3f–%.3f | — | — |" % (
-                s["ops_per_s"], min(spread), max(spread)))
-        else:
-            unit = "events/s" if "giltruth" in name else "Hz"
-            print("| %s | %.3g ops/s | %.3f | %.3f | %.3f–%.3f | %.3f | %.0f %s |" % (
-                name, s["ops_per_s"], 1 / s["slowdown_ratio"], s["slowdown_ratio"], min(paired), max(paired),
-                s["cpu_s_per_s"], s["rate_hz"], unit))
-    for name, _ in observers:
-        if not name.startswith("gilsample"):
-            continue
-        rates = sorted(r["rate_hz"] for r in runs[name])
-        print("%s per run: achieved rate min %.0f / median %.0f / max %.0f Hz; stalled reads %s; late samples %s; "
-              "moves off the holder's CPU %s; syscalls per sample %s" % (
-                  name, rates[0], statistics.median(rates), rates[-1],
-                  [r["stalled_reads"] for r in runs[name]], [r["late_samples"] for r in runs[name]],
-                  [r["cpu_moves"] for r in runs[name]], [r["syscalls_per_sample"] for r in runs[name]]))
+    if args.zoo:
+        results = run_zoo(args, out)
+    else:
+        observers = [o for o in OBSERVERS if not (args.only_gilsample and o[0] not in ("alone", "gilsample"))]
+        if args.baseline:
+            observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
+        if args.floor:
+            observers.append(("wake only, no reads", run_wake_floor))
+        runs = measure(args, observers, out)
+        print("python %s, %s: %d threads + %d idle%s, %d rounds x %.0f s, medians; gilsample at %s, priority %s%s"
+              % (args.python, args.workload, args.threads, args.idle,
+                 ", GIL released every %d counts" % args.release_every if args.release_every else "",
+                 args.reps, args.seconds, args.rate, args.priority,
+                 "; observers pinned to a spare CPU" if args.pin else ""))
+        results = summarise(observers, runs)
+        print_table(observers, runs, results)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(summary, f, indent=2)
+            json.dump(results, f, indent=2)
     shutil.rmtree(out, True)
 
 

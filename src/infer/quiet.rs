@@ -99,27 +99,31 @@ impl QuietWatch {
             gil_waits |= matches!(state, None | Some(GilState::Take | GilState::Drop));
         }
         let nobody_counted = sample.waiters.is_none_or(|w| w.take == 0 && w.drop == 0);
-        // The threads are compared last, and only when all else is quiet: with hundreds of them it
-        // is the costly test, and a contended target fails the others at once.
-        let quiet = same_word
-            && !gil_waits
-            && !pending
-            && nobody_counted
-            && self.last_threads.len() == sample.threads.len()
-            && self
-                .last_threads
-                .iter()
-                .zip(&sample.threads)
-                .all(|(&(tid, kernel), t)| tid == t.tid && kernel == t.kernel);
+        // Compared and kept in place: with hundreds of threads, most unchanged from one tick to
+        // the next, writing only what changed is what keeps this cheap.
+        let same_threads = if self.last_threads.len() == sample.threads.len() {
+            let mut same = true;
+            for (last, t) in self.last_threads.iter_mut().zip(&sample.threads) {
+                let now = (t.tid, t.kernel);
+                if *last != now {
+                    same = false;
+                    *last = now;
+                }
+            }
+            same
+        } else {
+            self.last_threads.clear();
+            self.last_threads
+                .extend(sample.threads.iter().map(|t| (t.tid, t.kernel)));
+            false
+        };
+        let quiet = same_word && same_threads && !gil_waits && !pending && nobody_counted;
         self.quiet = if quiet {
             self.quiet.saturating_add(1)
         } else {
             0
         };
         self.last_word = Some(word);
-        self.last_threads.clear();
-        self.last_threads
-            .extend(sample.threads.iter().map(|t| (t.tid, t.kernel)));
     }
 
     /// Periods the next tick may skip.

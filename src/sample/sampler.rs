@@ -390,7 +390,9 @@ impl Loop<'_> {
     ) -> Option<Waiters> {
         let (now, word) = (sample.read_ns, sample.word);
         let out = &mut sample.threads;
-        out.clear();
+        // Kept from the last tick and written in place: most of a large thread table reads the same
+        // from one tick to the next, and only what changed is written.
+        out.truncate(self.threads.len());
         self.unread.clear();
         let tick = self.report.samples;
         let skipped_before = self.report.kernel_reads_skipped;
@@ -417,7 +419,7 @@ impl Loop<'_> {
             } else {
                 read_tracked(tracked, now, ranges, &mut self.report)
             };
-            out.push(ThreadSample {
+            let seen = ThreadSample {
                 tid: tracked.thread.tid,
                 their_tid: tracked.thread.their_tid,
                 tstate: tracked.thread.tstate,
@@ -425,7 +427,12 @@ impl Loop<'_> {
                 slices_before_sleep: tracked.sleep_proof.timeslices_asleep(),
                 schedstat: None,
                 gil_flags: None,
-            });
+            };
+            match out.get_mut(index) {
+                Some(last) if *last == seen => {}
+                Some(last) => *last = seen,
+                None => out.push(seen),
+            }
         }
         sample.all_kernel_read = self.report.kernel_reads_skipped == skipped_before;
         let (Some(at), Some(counted), false) = (counts, sample.waiters, self.unread.is_empty())

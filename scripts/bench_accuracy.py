@@ -42,10 +42,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOAD = os.path.join(ROOT, "fixtures", "workloads", "gil_workload.py")
-BINARY = os.path.join(ROOT, "target", "release", "gilsample")
-GILTRUTH = os.environ.get("GILTRUTH", os.path.join(ROOT, "..", "shared", "tools", "giltruth", "giltruth"))
+from benchlib import BINARY, WORKLOAD, giltruth
+
+GILTRUTH = giltruth()
 
 WORKLOADS = {
     "contention": ["contention", "--threads", "4"],

@@ -13,8 +13,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BINARY = os.path.join(ROOT, "target", "release", "gilsample")
+from benchlib import BINARY, ROOT
 
 
 def write_raw(path, events, threads=8):

@@ -41,11 +41,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOAD = os.path.join(ROOT, "fixtures", "workloads", "gil_workload.py")
-BINARY = os.path.join(ROOT, "target", "release", "gilsample")
-WAKE_FLOOR = os.path.join(ROOT, "target", "release", "examples", "wake_floor")
-GILTRUTH = os.environ.get("GILTRUTH", os.path.join(ROOT, "..", "shared", "tools", "giltruth", "giltruth"))
+from benchlib import BINARY, WAKE_FLOOR, WORKLOAD, finish_workload, giltruth, require, start_workload
 
 # The cost zoo: (name, the workload's arguments, processes). Shapes of real jobs, not of the tuning
 # workload: queue hand-offs, pure Python, native calls that keep the GIL, mostly blocked thread pools,
@@ -75,22 +71,16 @@ def workload_args(args):
             "--release-every", str(args.release_every)]
 
 
-def start_workload(args):
+def start_workloads(args):
     """Starts `args.processes` copies of the workload; returns them and their pids, each READY."""
     procs, pids = [], []
     for _ in range(args.processes):
-        proc = subprocess.Popen(
-            # -W: torch warns on stderr when numpy is missing, which changes nothing measured here.
+        # -W: torch warns on stderr when numpy is missing, which changes nothing measured here.
+        proc, pid = start_workload(
             pinned(args, "target") + [args.python, "-W", "ignore::UserWarning", WORKLOAD] + workload_args(args)
-            + ["--seconds", str(args.seconds), "--start-on-stdin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            + ["--seconds", str(args.seconds), "--start-on-stdin"], stdin=subprocess.PIPE)
         procs.append(proc)
-        line = proc.stdout.readline()
-        if not line.startswith("READY"):
-            for p in procs:
-                p.kill()
-            raise SystemExit("the workload %s did not start" % workload_args(args))
-        pids.append(json.loads(line.split(" ", 1)[1])["pid"])
+        pids.append(pid)
     return procs, pids
 
 
@@ -100,15 +90,9 @@ def go(procs):
         proc.stdin.flush()
 
 
-def finish_workload(procs):
+def finish_workloads(procs):
     """The work rate of all the workload's processes together."""
-    total = 0.0
-    for proc in procs:
-        line = proc.stdout.readline()
-        proc.wait()
-        result = json.loads(line.split(" ", 1)[1])
-        total += result["ops"] / result["seconds"]
-    return total
+    return sum(finish_workload(proc) for proc in procs)
 
 
 def wait_for_lines(stream, pattern, count, seen):
@@ -128,7 +112,7 @@ def observe(args, commands, attached_pattern, attached_lines=1):
     """Runs the workload under the observer processes `commands` (each with {pid} and {pids} filled in:
     one observer for all pids, or one per pid); returns the work rate, the observers' CPU use (summed)
     and everything they printed."""
-    procs, pids = start_workload(args)
+    procs, pids = start_workloads(args)
     observers = []
     for command in commands(pids):
         # py-spy reports on stdout, the others on stderr: read both as one stream.
@@ -143,7 +127,7 @@ def observe(args, commands, attached_pattern, attached_lines=1):
             proc.kill()
         raise
     go(procs)
-    ops = finish_workload(procs)
+    ops = finish_workloads(procs)
     cpu, statuses = 0.0, []
     for observer in observers:
         seen.append(observer.stdout.read())
@@ -154,9 +138,9 @@ def observe(args, commands, attached_pattern, attached_lines=1):
 
 
 def run_alone(args, _):
-    procs, _ = start_workload(args)
+    procs, _ = start_workloads(args)
     go(procs)
-    return {"ops_per_s": finish_workload(procs)}
+    return {"ops_per_s": finish_workloads(procs)}
 
 
 def run_gilsample(args, out, binary=BINARY, extra=()):
@@ -195,7 +179,7 @@ def run_pyspy(args, out):
 def run_giltruth(args, out):
     path = os.path.join(out, "truth.jsonl")
     ops, cpu, text, _ = observe(
-        args, lambda pids: [[sys.executable, GILTRUTH, "record", "--pid", str(pids[0]), "--duration",
+        args, lambda pids: [[sys.executable, giltruth(), "record", "--pid", str(pids[0]), "--duration",
                              str(args.seconds + 1), "-o", path]], r"probes attached")
     events = re.search(r"events in window \((\d+)/s\)", text)
     return {"ops_per_s": ops, "cpu_s_per_s": cpu,
@@ -358,10 +342,9 @@ def main():
     if args.floor or args.zoo:
         needs.append((WAKE_FLOOR, "cargo build --release --example wake_floor"))
     if not args.only_gilsample and not args.zoo:
-        needs.append((GILTRUTH, "GILTRUTH=path/to/giltruth"))
+        needs.append((giltruth(), "GILTRUTH=path/to/giltruth"))
     for need, why in needs:
-        if not os.path.exists(need):
-            sys.exit("missing %s (%s)" % (need, why))
+        require(need, why)
     if not args.only_gilsample and not shutil.which("py-spy"):
         sys.exit("needs py-spy on PATH (pip install py-spy)")
     if not args.only_gilsample and not args.zoo and not shutil.which("bpftrace"):

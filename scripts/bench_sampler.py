@@ -34,24 +34,13 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOAD = os.path.join(ROOT, "fixtures", "workloads", "gil_workload.py")
-BINARY = os.path.join(ROOT, "target", "release", "gilsample")
+from benchlib import BINARY, WORKLOAD, finish_workload
+from benchlib import start_workload as start
 
 
 def start_workload(python, threads, idle, seconds):
-    proc = subprocess.Popen(
-        [python, WORKLOAD, "bench", "--threads", str(threads), "--idle", str(idle), "--seconds", str(seconds)],
-        stdout=subprocess.PIPE, text=True)
-    ready = json.loads(proc.stdout.readline().split(" ", 1)[1])
-    return proc, ready["pid"]
-
-
-def finish_workload(proc):
-    line = proc.stdout.readline()
-    proc.wait()
-    result = json.loads(line.split(" ", 1)[1])
-    return result["ops"] / result["seconds"]
+    return start([python, WORKLOAD, "bench", "--threads", str(threads), "--idle", str(idle), "--seconds",
+                  str(seconds)])
 
 
 def run_alone(python, threads, idle, seconds):
@@ -82,7 +71,9 @@ def run_sampled(python, threads, idle, seconds, rate, priority="realtime", extra
         "cpu_s_per_s": (usage.ru_utime + usage.ru_stime) / recorded_s,
         "handoffs_seen": meta["handoffs_seen"],
         "handoffs_counted": meta["handoffs_counted"],
-        "kernel_reads_skipped": meta.get("kernel_reads_skipped_idle", 0) / max(1, meta["thread_samples"]),
+        # Idle threads' readings left out: counted out by the waiter counts, or every few ticks without them.
+        "kernel_reads_skipped": (meta.get("kernel_reads_skipped_idle", 0) + meta.get("kernel_reads_counted_out", 0))
+        / max(1, meta["thread_samples"]),
         "syscalls_per_sample": (meta.get("sampler_syscalls_per_sample") or {}).get("all", float("nan")),
         "saved_kb_per_s": meta.get("saved_sample_bytes", 0) / 1000 / recorded_s,
         "quiet_share": meta.get("samples_at_quiet_rate", 0) / max(1, samples),

@@ -381,6 +381,8 @@ impl Session<'_> {
     fn start(&mut self, target: Target) -> Result<()> {
         let rank = read_rank(target.pid);
         let path = self.opts.output.path_for(target.pid, rank);
+        // Made only now, for the first target: a run refused before it leaves nothing behind.
+        self.opts.output.prepare()?;
         let writer = ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
         let live = Arc::new(LiveCounters::default());
         let (pid, python, layout) = (

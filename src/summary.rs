@@ -46,6 +46,18 @@ pub fn format_summary(
                 let _ = writeln!(out, "process {}", target.pid);
             }
         }
+        if let Some(error) = &target.write_error {
+            let _ = writeln!(
+                out,
+                "  trace: not written whole: {error}; {}",
+                if answer.is_some() {
+                    "the answer above is for the events written before"
+                } else {
+                    "nothing of it could be read back"
+                }
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "  trace: {} (recording ended: {})",
@@ -272,12 +284,13 @@ mod tests {
                 sampler,
                 totals: Totals::default(),
                 answer: None,
+                write_error: None,
             }],
             failures: Vec::new(),
             skipped: Vec::new(),
             launchers: Vec::new(),
             merged: None,
-            child_status: None,
+            command: None,
         }
     }
 

@@ -602,6 +602,9 @@ fn run_report(args: &ReportArgs) -> Result<()> {
     for (path, why) in &report.skipped {
         eprintln!("gilsample: warning: {}: skipped: {why}", path.display());
     }
+    for (path, how) in &report.interrupted {
+        eprintln!("gilsample: note: {}: {how}", path.display());
+    }
     if args.json {
         println!(
             "{}",

@@ -294,41 +294,12 @@ fn full_disk_is_an_error_that_says_where_the_data_is() {
 #[test]
 fn full_disk_is_said_while_the_command_runs_with_the_answer_for_what_was_written() {
     let disk = Tmpfs::mount("size=64k");
-    let python = interpreter("3.12");
-    let mut recording = common::gilsample()
-        .arg("-o")
-        .arg(disk.0.path())
-        .arg("--")
-        .args(&python.command)
-        .arg(&python.workload)
-        // The seconds only bound a failing test, which would otherwise wait for ever.
-        .args([
-            "contention",
-            "--threads",
-            "3",
-            "--exit-on-stdin",
-            "--seconds",
-            "600",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(recording.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let pid = common::ready_pid(&line);
-    let mut stderr = BufReader::new(recording.stderr.take().unwrap());
+    let mut launched =
+        common::LaunchedRecording::start(&[], disk.0.path(), &["contention", "--threads", "3"]);
+    let pid = launched.pid;
     // Everything up to the line saying the command still runs: the command waits for a line on
     // stdin that it gets only after, so all of it was said while it ran.
-    let mut seen = String::new();
-    while !seen.contains("is still running") {
-        let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "{seen}");
-        seen += &line;
-    }
+    let seen = launched.read_until("is still running");
     let partial = partial_files(disk.0.path());
     assert_eq!(partial.len(), 1, "{seen}");
     assert!(seen.contains("No space left on device"), "{seen}");
@@ -343,8 +314,8 @@ fn full_disk_is_said_while_the_command_runs_with_the_answer_for_what_was_written
         seen.contains("the answer above is for the events written before"),
         "{seen}"
     );
-    recording.stdin.take().unwrap().write_all(b"\n").unwrap();
-    assert_eq!(recording.wait().unwrap().code(), Some(6));
+    launched.stdin.write_all(b"\n").unwrap();
+    assert_eq!(launched.recording.wait().unwrap().code(), Some(6));
 }
 
 #[test]

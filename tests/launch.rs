@@ -8,12 +8,15 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{ChildStderr, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use common::{Trace, gilsample, interpreter, pyenv_root, ready_pid, stop_once_recording};
+use common::{
+    LaunchedRecording, Trace, gilsample, interpreter, pyenv_root, read_until, ready_pid,
+    stop_once_recording,
+};
 
 const OUTPUT: i32 = 6;
 const UNSUPPORTED: i32 = 4;
@@ -303,58 +306,7 @@ fn a_python_caught_before_the_loader_mapped_libpython_is_not_ready_not_not_pytho
     }
 }
 
-/// Reads `stderr` line by line until one contains `wanted`; everything read, that line included.
-fn read_until(stderr: &mut BufReader<ChildStderr>, wanted: &str) -> String {
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap() == 0 {
-            panic!("gilsample's stderr ended before {wanted:?}: {seen}");
-        }
-        seen += &line;
-        if line.contains(wanted) {
-            return seen;
-        }
-    }
-}
-
 const STILL_RUNNING: &str = "is still running";
-
-/// A launched `sleeper --exit-on-stdin` recorded with `args`: the recording, its stdin (a line
-/// ends the command), its stderr, and the command's pid.
-fn launch_sleeper(
-    args: &[&str],
-    dir: &std::path::Path,
-) -> (
-    std::process::Child,
-    std::process::ChildStdin,
-    BufReader<ChildStderr>,
-    u32,
-) {
-    let python = interpreter("3.12");
-    let mut recording = gilsample()
-        .args(args)
-        .arg("-o")
-        .arg(dir)
-        .arg("--")
-        .args(&python.command)
-        .arg(&python.workload)
-        // The seconds only bound a failing test, which would otherwise wait for ever.
-        .args(["sleeper", "--exit-on-stdin", "--seconds", "600"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(recording.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let pid = ready_pid(&line);
-    let stdin = recording.stdin.take().unwrap();
-    let stderr = BufReader::new(recording.stderr.take().unwrap());
-    (recording, stdin, stderr, pid)
-}
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -370,10 +322,11 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn a_duration_that_ends_first_gives_the_answer_at_once_then_waits_for_the_command() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut recording, mut stdin, mut stderr, pid) = launch_sleeper(&["-d", "0.3"], dir.path());
+    let mut launched = LaunchedRecording::start(&["-d", "0.3"], dir.path(), &["sleeper"]);
+    let pid = launched.pid;
     // The command waits for a line on stdin, which it gets only after this: the answer and the
     // line below must come while it runs.
-    let seen = read_until(&mut stderr, STILL_RUNNING);
+    let seen = launched.read_until(STILL_RUNNING);
     assert!(alive(pid), "the command ended early: {seen}");
     let trace = dir.path().join(format!("GIL_{pid}_rank_0.json"));
     let answer = format!(
@@ -388,19 +341,20 @@ fn a_duration_that_ends_first_gives_the_answer_at_once_then_waits_for_the_comman
         "{last}"
     );
     Trace::load(&trace);
-    stdin.write_all(b"\n").unwrap();
-    let status = recording.wait().unwrap();
+    launched.stdin.write_all(b"\n").unwrap();
+    let status = launched.recording.wait().unwrap();
     assert_eq!(status.code(), Some(0), "the command's own status");
 }
 
 #[test]
 fn after_a_signal_the_answer_comes_at_once_and_the_next_signal_goes_to_the_command() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut recording, _stdin, mut stderr, pid) = launch_sleeper(&[], dir.path());
-    let gilsample_pid = Pid::from_raw(recording.id() as i32);
-    read_until(&mut stderr, &format!("recording process {pid} "));
+    let mut launched = LaunchedRecording::start(&[], dir.path(), &["sleeper"]);
+    let pid = launched.pid;
+    let gilsample_pid = Pid::from_raw(launched.recording.id() as i32);
+    launched.read_until(&format!("recording process {pid} "));
     kill(gilsample_pid, Signal::SIGINT).unwrap();
-    let seen = read_until(&mut stderr, STILL_RUNNING);
+    let seen = launched.read_until(STILL_RUNNING);
     assert!(alive(pid), "the command ended early: {seen}");
     assert!(seen.contains("(recording ended: stopped"), "{seen}");
     assert!(
@@ -410,8 +364,8 @@ fn after_a_signal_the_answer_comes_at_once_and_the_next_signal_goes_to_the_comma
     // Sent to gilsample alone, the next signal is passed on: the command dies of SIGTERM, and
     // gilsample exits with that status (128 + 15), not its own 130.
     kill(gilsample_pid, Signal::SIGTERM).unwrap();
-    read_until(&mut stderr, "passed on to the command");
-    let status = recording.wait().unwrap();
+    launched.read_until("passed on to the command");
+    let status = launched.recording.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 15));
 }
 

@@ -12,22 +12,28 @@
 # What the guest captured (its /proc syscall lines, the GIL's bytes, `info`) lands in
 # $GILSAMPLE_AARCH64_CAPTURE (default target/aarch64-capture), the source of fixtures/aarch64/.
 #
-# Usage: scripts/test-aarch64.sh [--smoke] [--binary PATH] [--pages 4k|16k]
+# Usage: scripts/test-aarch64.sh [--smoke] [--binary PATH] [--pages 4k|16k] [--tools-only]
 #   --smoke        only the contention recording under 3.11 (what CI runs)
 #   --binary PATH  the aarch64 gilsample to test (default: cargo build --release for aarch64)
 #   --pages 16k    boot sid's arm64 kernel with 16K pages instead of bookworm's 4K one (the mappings'
 #                  offsets and the load bias then follow 16K pages, as on 64K-page server kernels)
-# Needs qemu-system-arm and cpio (installed with apt-get when missing, as root) and the network the
-# first time, to download the VM's packages.
+#   --tools-only   install what is missing of the tools below, then stop
+# Needs qemu-system-arm, cpio and the aarch64 cross C compiler (gcc-aarch64-linux-gnu with
+# libc6-dev-arm64-cross: the VM's PIE launcher, scripts/aarch64/python-pie.c, and the linker of a
+# `cargo build --target aarch64-unknown-linux-gnu`), each installed with apt-get when missing (as
+# root), Rust's aarch64 target (rustup, when the binary is built here), and the network the first
+# time, to download the VM's packages.
 # The whole run is bounded by $GILSAMPLE_AARCH64_TIMEOUT seconds (default 1800).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 subset=full
 binary=
 pages=4k
+tools_only=no
 while [ $# -gt 0 ]; do
     case "$1" in
     --smoke) subset=smoke ;;
+    --tools-only) tools_only=yes ;;
     --pages)
         pages=$2
         shift
@@ -37,7 +43,7 @@ while [ $# -gt 0 ]; do
         shift
         ;;
     *)
-        echo "usage: $0 [--smoke] [--binary PATH] [--pages 4k|16k]" >&2
+        echo "usage: $0 [--smoke] [--binary PATH] [--pages 4k|16k] [--tools-only]" >&2
         exit 2
         ;;
     esac
@@ -62,16 +68,22 @@ if [ "$pages" = 16k ]; then
 fi
 t0=$(date +%s)
 
-for tool in qemu-system-aarch64 cpio; do
-    if ! command -v "$tool" >/dev/null; then
-        apt-get update
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-system-arm cpio
-        break
-    fi
-done
+# Each missing tool by the Debian package that has it.
+packages=()
+command -v qemu-system-aarch64 >/dev/null || packages+=(qemu-system-arm)
+command -v cpio >/dev/null || packages+=(cpio)
+command -v aarch64-linux-gnu-gcc >/dev/null || packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+if [ ${#packages[@]} -gt 0 ]; then
+    echo "installing ${packages[*]}"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${packages[@]}"
+fi
+[ "$tools_only" = no ] || exit 0
 scripts/aarch64/make-vm.sh
 t_vm=$(date +%s)
 if [ -z "$binary" ]; then
+    rustup target list --installed | grep -qx aarch64-unknown-linux-gnu ||
+        rustup target add aarch64-unknown-linux-gnu
     cargo build --locked --release --target aarch64-unknown-linux-gnu
     binary=target/aarch64-unknown-linux-gnu/release/gilsample
 fi

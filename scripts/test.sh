@@ -5,6 +5,7 @@
 #   - the Debian sid root with python3.13-3.15 and their -dbg packages (scripts/make-sid-root.sh);
 #   - Debian's arm64 builds, unpacked, for the aarch64 layout check (scripts/fetch-arm64-builds.sh).
 # Then the manylinux2014 wheels (scripts/check-wheels.sh: built by scripts/build-wheels.sh, incrementally),
+# the README's install recipes run as written against them (scripts/check-readme-install.sh),
 # the Python package from the x86_64 wheel under every pyenv interpreter (scripts/test-python.sh), and
 # the traces in the Perfetto UI in headless Chromium (scripts/test-viewer.sh).
 # Needs root (chroot, mount, ptrace access to the test processes). A missing interpreter fails the suite.
@@ -18,5 +19,6 @@ scripts/make-sid-root.sh
 scripts/fetch-arm64-builds.sh
 cargo test --locked "$@"
 scripts/check-wheels.sh
+scripts/check-readme-install.sh
 scripts/test-python.sh
 scripts/test-viewer.sh

@@ -18,7 +18,18 @@ pub const MIN_RATE_HZ: f64 = 1.0;
 const ABOUT: &str = "Show when each Python thread waits for the GIL, holds it, and lets it go — on a timeline, \
 for a process that is already running, without eBPF.";
 
-const LONG_ABOUT: &str = "Show when each Python thread waits for the GIL, holds it, and lets it go — on a timeline, \
+/// What reading a process needs, in the top-level and `record`'s long help alike.
+macro_rules! permissions {
+    () => {
+        "Needs the access a debugger has to the target (ptrace \"attach\" mode; the target is never \
+stopped or written to): root or CAP_SYS_PTRACE, or the target's own user where the kernel's Yama module \
+allows it (kernel.yama.ptrace_scope 0; 1 for a command gilsample launches). No BPF privileges. A refusal \
+says which check failed on this machine and what to do."
+    };
+}
+
+const LONG_ABOUT: &str = concat!(
+    "Show when each Python thread waits for the GIL, holds it, and lets it go — on a timeline, \
 for a process that is already running, without eBPF.
 
 gilsample reads the interpreter's GIL state from the target's memory (process_vm_readv) and each thread's \
@@ -26,8 +37,20 @@ kernel state from /proc at a high rate (10 kHz by default), infers take_gil / ho
 per thread, and writes Chrome Trace JSON (GIL_<pid>_rank_<rank>.json) that opens in Perfetto UI, \
 chrome://tracing or MindStudio Insight. The target is never stopped or written to.
 
-Needs ptrace-read access to the target: root, CAP_SYS_PTRACE, or the same user with \
-kernel.yama.ptrace_scope=0. No BPF privileges.";
+",
+    permissions!()
+);
+
+const RECORD_LONG_ABOUT: &str = concat!(
+    "Record GIL timelines (the default: `gilsample --pid 12345` is `gilsample record --pid 12345`).
+
+One trace file per process, GIL_<pid>_rank_<rank>.json, and at the end the answer: who waited for the \
+GIL, for whom, in what code. In launch mode (a command after --), a recording that ends first (a \
+--duration, Ctrl+C) gives its answer at once, then waits for the command.
+
+",
+    permissions!()
+);
 
 /// Literals (macros, so that `concat!` can join them) for the help's examples and footer.
 macro_rules! examples {
@@ -86,7 +109,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Record GIL timelines (the default: `gilsample --pid 12345` is `gilsample record --pid 12345`).
-    #[command(after_help = EXAMPLES_AND_FOOTER)]
+    #[command(long_about = RECORD_LONG_ABOUT, after_help = EXAMPLES_AND_FOOTER)]
     Record(RecordArgs),
     /// Describe a running Python process: binary, version, layout source, GIL address, threads and their state.
     Info(InfoArgs),
@@ -137,14 +160,21 @@ pub struct ReplayArgs {
     pub verbose: bool,
 }
 
-const REPORT_EXAMPLES: &str = "Examples:
+const REPORT_EXAMPLES: &str = "What the percentages are shares of: in the headline, `the GIL was held N% \
+of the time` is of the recording's window. For each thread, `waited N%` is of the window too; below it, \
+`for HOLDER N%` is of that thread's waiting (the moments HOLDER held the GIL), and `in FUNCTION N%` is \
+of that holder's part, by the function it ran. `nobody holding it` is waiting during which no hold was \
+seen.
+
+Examples:
   gilsample report gil_traces/GIL_1234_rank_0.json
   gilsample report /shared/job-42/            every GIL_*.json below it, all hosts and ranks
   gilsample report /shared/job-42/ --json     one JSON document (docs/report-json.md)";
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// Trace files, or directories searched for GIL_*.json.
+    /// Trace files, or directories searched for GIL_*.json (and interrupted recordings' .partial
+    /// files).
     #[arg(required = true, value_name = "PATH")]
     pub inputs: Vec<PathBuf>,
     /// Print one JSON document instead of text.

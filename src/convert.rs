@@ -8,7 +8,8 @@
 //! streams every other thread's events through as they come and holds back only the out-of-order
 //! threads' events, which are sorted (stably, by exact decimal `ts`, as the reference's sort keeps ties
 //! in file order) and paired at the end. A sorted file of millions of events thus converts in flat
-//! memory. Malformed input is an error naming the event index and the field.
+//! memory. Malformed input is an error naming the event index and the field. `ts` and `dur` are
+//! written as exact decimals of the nanoseconds read (`decimal.rs`), holds computed from them.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
@@ -17,10 +18,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::decimal::{ExactMicros, parse_micros};
+use crate::decimal::{ExactMicros, decimal_micros, parse_micros};
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, string_field};
-use crate::trace::chrome::span_micros;
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 
 /// What a conversion saw.
@@ -173,7 +173,9 @@ impl<W: Write> Converter<W> {
         pid: u64,
         tid: u64,
     ) -> std::io::Result<()> {
-        let (ts, dur) = span_micros(start_ns, start_ns + dur_ns);
+        // Exact decimals, as the reference computes: a hold starts at its take's end to the
+        // nanosecond, and a 2.1 µs drop stays 2.1 µs.
+        let (ts, dur) = (decimal_micros(start_ns), decimal_micros(dur_ns));
         if !self.first {
             self.out.write_all(b",\n")?;
         }
@@ -328,7 +330,7 @@ mod tests {
         }
         let text = String::from_utf8(c.out).unwrap();
         assert!(
-            text.contains(r#"{"name":"hold_gil","ph":"X","ts":105,"dur":46,"pid":1,"tid":2}"#),
+            text.contains(r#"{"name":"hold_gil","ph":"X","ts":105,"dur":45.5,"pid":1,"tid":2}"#),
             "{text}"
         );
         assert_eq!(c.report.holds, 1);

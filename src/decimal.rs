@@ -39,6 +39,21 @@ pub fn parse_micros(value: &Value) -> std::result::Result<i128, String> {
     }
 }
 
+/// Nanoseconds as exact decimal microseconds, as short as the value allows: `1732900000004342.53`,
+/// `100`, `2.1`, `-0.005`. What `convert` writes, so that no fraction of the input is lost.
+pub fn decimal_micros(ns: i128) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let magnitude = ns.unsigned_abs();
+    let whole = magnitude / 1000;
+    let frac = format!("{:03}", magnitude % 1000);
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        format!("{sign}{whole}")
+    } else {
+        format!("{sign}{whole}.{frac}")
+    }
+}
+
 /// The digits of a plain decimal: an optional `-`, at most 17 integer digits, any fraction digits.
 struct DecimalParts<'a> {
     negative: bool,
@@ -161,6 +176,23 @@ mod tests {
         assert!(parse_micros(&json!("1e5")).is_err());
         assert!(parse_micros(&json!("99999999999999999999")).is_err());
         assert!(parse_micros(&json!(true)).is_err());
+    }
+
+    #[test]
+    fn nanoseconds_print_as_the_shortest_exact_decimal() {
+        assert_eq!(
+            decimal_micros(1_732_900_000_004_342_530),
+            "1732900000004342.53"
+        );
+        assert_eq!(decimal_micros(100_000), "100");
+        assert_eq!(decimal_micros(2_100), "2.1");
+        assert_eq!(decimal_micros(7), "0.007");
+        assert_eq!(decimal_micros(-5), "-0.005");
+        assert_eq!(decimal_micros(0), "0");
+        for ns in [1_795_985_719_635_000_250i128, 120_500, 3, -1_234_567] {
+            let back = parse_micros(&Value::String(decimal_micros(ns)));
+            assert_eq!(back, Ok(ns), "{ns}");
+        }
     }
 
     fn exact(value: Value) -> ExactMicros {

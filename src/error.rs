@@ -30,10 +30,12 @@ pub mod exit {
 pub enum Error {
     /// Wrong command-line input; the message says which value and why.
     Usage(String),
-    /// The kernel refused access to the target's memory or /proc files.
+    /// The kernel refused access to the target's memory or /proc files; `why` is what this machine
+    /// says about it (process/access.rs), looked up when it happened.
     Permission {
         pid: u32,
         what: String,
+        why: String,
     },
     /// The process does not exist or exited.
     /// Discovery found nothing to record.
@@ -107,13 +109,19 @@ impl Error {
         }
     }
 
+    /// A refused read of `what` (a path, or the memory of) process `pid`, with why on this machine.
+    pub fn permission(pid: u32, what: impl Into<String>) -> Error {
+        Error::Permission {
+            pid,
+            what: what.into(),
+            why: crate::process::access::explain(&crate::process::access::Facts::gather(pid)),
+        }
+    }
+
     /// Maps an errno from reading a target's memory or /proc entries to the variant that says what it means.
     pub fn from_target_errno(pid: u32, errno: i32, what: &str) -> Error {
         match errno {
-            libc::EPERM | libc::EACCES => Error::Permission {
-                pid,
-                what: what.to_string(),
-            },
+            libc::EPERM | libc::EACCES => Error::permission(pid, what),
             libc::ESRCH | libc::ENOENT => Error::ProcessGone { pid },
             _ => Error::io(
                 format!("{what} of process {pid}"),
@@ -123,20 +131,15 @@ impl Error {
     }
 }
 
-const PERMISSION_HELP: &str = "gilsample needs the same access as a debugger (ptrace \"attach\" mode), without stopping the \
-target. Run it as root, or as the target's user with CAP_SYS_PTRACE (sudo setcap cap_sys_ptrace+ep $(which gilsample)), \
-or relax Yama (echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope). In a container, start it with \
---cap-add SYS_PTRACE (Docker) or securityContext.capabilities.add: [\"SYS_PTRACE\"] (Kubernetes). \
-BPF privileges are not needed.";
-
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Usage(msg) => write!(f, "{msg}"),
-            Error::Permission { pid, what } => {
+            Error::Permission { pid, what, why } => {
                 write!(
                     f,
-                    "permission denied: cannot read {what} of process {pid}. {PERMISSION_HELP}"
+                    "permission denied: cannot read {what} of process {pid} (the kernel's ptrace \
+                     access check, which a debugger needs too). {why}"
                 )
             }
             Error::ProcessGone { pid } => write!(f, "process {pid} does not exist (or has exited)"),

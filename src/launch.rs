@@ -18,8 +18,20 @@ use crate::python::attach::{LayoutChoice, Located, Target, locate};
 use crate::sample::clock::monotonic_ns;
 
 /// How long launch mode waits for the interpreter to start before giving up.
-const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
-const LAUNCH_POLL: Duration = Duration::from_micros(500);
+pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// For this long the command is looked at every `FAST_POLL`: a command that is Python from its start
+/// (or execs it at once, as `env` does) is read from its first moments.
+const FAST_POLL: Duration = Duration::from_micros(500);
+const FAST_FOR: Duration = Duration::from_millis(200);
+/// Then the polls slow down, doubling every `FAST_FOR`, to this: a command that runs something else
+/// for long (a shell script that starts Python later) costs a fraction of a percent of a CPU, not the
+/// quarter of one that 0.5 ms polls cost; its exec into Python is seen at the next poll.
+const SLOW_POLL: Duration = Duration::from_millis(5);
+/// A program found not to be Python is looked at in full again only this often (for a libpython an
+/// embedding program loads later): in between, a poll only checks whether it exec'd.
+const RELOOK_NOT_PYTHON: Duration = Duration::from_millis(100);
+/// After this long without an interpreter gilsample can read, the wait is said (once).
+const SAY_WAITING_AFTER: Duration = Duration::from_millis(500);
 /// Connect attempts on one located interpreter before it is located again (about 10 ms of polls).
 const RELOCATE_AFTER_FAILURES: u32 = 20;
 /// How long a stopped command has, after SIGTERM, to exit on its own (Python runs its exit handlers
@@ -217,15 +229,27 @@ pub enum Launch {
     Launcher(Option<PathBuf>),
 }
 
+/// The pause before the next look at a launched command that has run `elapsed` without an
+/// interpreter gilsample can read.
+pub fn poll_interval(elapsed: Duration) -> Duration {
+    if elapsed < FAST_FOR {
+        return FAST_POLL;
+    }
+    let doublings = (elapsed.as_nanos() / FAST_FOR.as_nanos()).min(8) as u32;
+    (FAST_POLL * 2u32.pow(doublings)).min(SLOW_POLL)
+}
+
 /// Polls the launched process until its interpreter is running and readable. With `launcher_ok`
 /// (`--subprocesses`), a command that has exec'd a program that is not Python is a launcher (a
 /// shell, `env`, `mpirun`) at once: its Python descendants, or the Python it execs later, are found
-/// by the session's discovery, which needs the wait to end.
+/// by the session's discovery, which needs the wait to end. After `SAY_WAITING_AFTER` without an
+/// interpreter, `waiting` is told once: the program it runs when that is not Python, else why not.
 pub fn wait_for_interpreter(
     launched: &mut Launched,
     choice: LayoutChoice,
     stop: &AtomicBool,
     launcher_ok: bool,
+    waiting: &mut dyn FnMut(Option<&std::path::Path>, &str),
 ) -> Result<Launch> {
     let pid = launched.pid();
     let begin = monotonic_ns();
@@ -233,9 +257,14 @@ pub fn wait_for_interpreter(
     let mut connect_failures = 0u32;
     let mut last_error = None;
     let mut ran_instead: Option<PathBuf> = None;
+    // The program last found not to be Python, and when.
+    let mut not_python: Option<(Option<PathBuf>, u64)> = None;
+    let mut said = false;
     while Duration::from_nanos(monotonic_ns() - begin) < LAUNCH_TIMEOUT
         && !stop.load(Ordering::Relaxed)
     {
+        let now = monotonic_ns();
+        let elapsed = Duration::from_nanos(now - begin);
         if let Some(status) = launched.try_status() {
             let mut why =
                 format!("the command exited (status {status}) before its interpreter started");
@@ -248,9 +277,12 @@ pub fn wait_for_interpreter(
             }
             return Err(Error::NotPython { pid, why });
         }
-        if located.is_none() {
-            // Read before looking: if it execs meanwhile, discovery sees the program change.
-            let program = exe_of(pid);
+        // Read before looking: if it execs meanwhile, discovery sees the program change.
+        let program = if located.is_none() { exe_of(pid) } else { None };
+        let judged_lately = not_python.as_ref().is_some_and(|(judged, at)| {
+            *judged == program && Duration::from_nanos(now - at) < RELOOK_NOT_PYTHON
+        });
+        if located.is_none() && !judged_lately {
             match locate(pid, choice) {
                 Ok(found) => located = Some(found),
                 Err(e @ (Error::Unsupported { .. } | Error::Permission { .. })) => return Err(e),
@@ -259,7 +291,8 @@ pub fn wait_for_interpreter(
                         return Ok(Launch::Launcher(program));
                     }
                     // It may still exec Python (`env`, a script ending in `exec python3`).
-                    ran_instead = program;
+                    ran_instead = program.clone();
+                    not_python = Some((program, now));
                     last_error = Some(e);
                 }
                 Err(e) => last_error = Some(e),
@@ -280,7 +313,18 @@ pub fn wait_for_interpreter(
                 located = None;
             }
         }
-        thread::sleep(LAUNCH_POLL);
+        if !said && elapsed >= SAY_WAITING_AFTER {
+            said = true;
+            let runs = not_python
+                .as_ref()
+                .and_then(|(program, _)| program.as_deref());
+            let why = last_error
+                .as_ref()
+                .map(Error::to_string)
+                .unwrap_or_default();
+            waiting(runs, &why);
+        }
+        thread::sleep(poll_interval(elapsed));
     }
     Err(last_error.unwrap_or(Error::NotPython {
         pid,
@@ -345,6 +389,22 @@ mod tests {
             !escaped,
             "the child started on SIGTERM ({late}) was still running"
         );
+    }
+
+    #[test]
+    fn polls_are_fast_at_first_then_slow_down() {
+        assert_eq!(poll_interval(Duration::ZERO), FAST_POLL);
+        assert_eq!(poll_interval(Duration::from_millis(199)), FAST_POLL);
+        assert!(poll_interval(Duration::from_millis(300)) > FAST_POLL);
+        assert_eq!(poll_interval(Duration::from_secs(1)), SLOW_POLL);
+        assert_eq!(poll_interval(Duration::from_secs(3600)), SLOW_POLL);
+        // `gilsample -- sleep 8` looked 16,000 times at 0.5 ms each, now about 2,200 times.
+        let (mut at, mut polls) = (Duration::ZERO, 0);
+        while at < Duration::from_secs(8) {
+            at += poll_interval(at);
+            polls += 1;
+        }
+        assert!((1_000..2_500).contains(&polls), "{polls} polls");
     }
 
     #[test]

@@ -5,12 +5,15 @@ use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
+use clap::error::{ContextKind, ContextValue};
 use indicatif::{ProgressBar, ProgressStyle};
+use nix::sys::signal::kill;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+use nix::unistd::Pid;
 use serde_json::json;
 
 use gilsample::cli::{
@@ -21,6 +24,7 @@ use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
+use gilsample::launch::LAUNCH_TIMEOUT;
 use gilsample::merge::{MergeOptions, merge};
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
@@ -33,7 +37,7 @@ use gilsample::trace::chrome::micros;
 use gilsample::trace::output::{DIR_ENV, OutputSpec};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     let result = match cli.command {
         Some(Command::Info(args)) => describe(args.pid, args.layout_source).map(|text| {
             print!("{text}");
@@ -74,10 +78,61 @@ fn main() -> ExitCode {
     }
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in every thread and waits for them in one: the first asks the
-/// recording to stop and finish its files; a second one exits at once (files stay at their
-/// temporary names, never half-written at the final name).
-fn install_signal_thread(stop: Arc<AtomicBool>) {
+/// The command line, or an exit with clap's message; a stray word where options belong (`gilsample
+/// record python3 x.py`) gets the command line that launches it, with `--`.
+fn parse_command_line() -> Cli {
+    let args: Vec<String> = std::env::args().collect();
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(mut e) => {
+            if e.kind() == clap::error::ErrorKind::UnknownArgument
+                && let Some(ContextValue::String(stray)) = e.get(ContextKind::InvalidArg)
+                && let Some(launch) = launch_suggestion(&args, &stray.clone())
+            {
+                e.insert(
+                    ContextKind::Suggested,
+                    ContextValue::StyledStrs(vec![launch.into()]),
+                );
+            }
+            e.exit()
+        }
+    }
+}
+
+/// `gilsample record -- python3 x.py` for `gilsample record python3 x.py`: the words from the
+/// stray one on are the command to launch.
+fn launch_suggestion(args: &[String], stray: &str) -> Option<String> {
+    if stray.starts_with('-') {
+        return None;
+    }
+    let at = args.iter().skip(1).position(|a| a == stray)? + 1;
+    if args[..at].iter().any(|a| a == "--") {
+        return None;
+    }
+    let quoted = |a: &String| {
+        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        } else {
+            a.clone()
+        }
+    };
+    let mut words = vec!["gilsample".to_string()];
+    words.extend(args[1..at].iter().map(quoted));
+    words.push("--".into());
+    words.extend(args[at..].iter().map(quoted));
+    Some(format!(
+        "to launch a command and record it, put it after --: {}",
+        words.join(" ")
+    ))
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in every thread and waits for them in one. While recording, the
+/// first asks the recording to stop and finish its files; a second one exits at once (files stay at
+/// their temporary names, never half-written at the final name). Once the traces are finished and
+/// only a launched command is waited for (`command` holds its pid), the first is passed on to it
+/// when it was sent to gilsample alone (a terminal's Ctrl+C reaches the command itself), and a second
+/// one stops waiting: the command gets SIGTERM and gilsample exits.
+fn install_signal_thread(stop: Arc<AtomicBool>, command: Arc<AtomicU32>) {
     let mut set = SigSet::empty();
     for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         set.add(signal);
@@ -85,7 +140,32 @@ fn install_signal_thread(stop: Arc<AtomicBool>) {
     pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None).expect("blocking signals cannot fail");
     std::thread::spawn(move || {
         let mut received = 0;
-        while let Ok(signal) = set.wait() {
+        let mut while_waiting = 0;
+        while let Some((signal, from_a_process)) = wait_for_signal(&set) {
+            let pid = command.load(Ordering::SeqCst);
+            if pid != 0 {
+                while_waiting += 1;
+                if while_waiting > 1 {
+                    eprintln!(
+                        "gilsample: not waiting for the command (pid {pid}) any longer; it gets SIGTERM"
+                    );
+                    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+                    std::process::exit(exit::INTERRUPTED);
+                }
+                if from_a_process {
+                    let _ = kill(Pid::from_raw(pid as i32), signal);
+                    eprintln!(
+                        "gilsample: {signal:?} passed on to the command (pid {pid}); waiting for it to \
+                         exit (again to stop waiting: it then gets SIGTERM)"
+                    );
+                } else {
+                    eprintln!(
+                        "gilsample: waiting for the command (pid {pid}), which got the {signal:?} too, \
+                         to exit (again to stop waiting: it then gets SIGTERM)"
+                    );
+                }
+                continue;
+            }
             received += 1;
             if received == 1 {
                 eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)");
@@ -96,6 +176,25 @@ fn install_signal_thread(stop: Arc<AtomicBool>) {
             }
         }
     });
+}
+
+/// The next of `set`'s signals, and whether a process sent it (`kill`) rather than the kernel (a
+/// terminal's Ctrl+C, which goes to the whole foreground process group).
+fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
+    // SAFETY: a zeroed siginfo_t is valid for the kernel to fill; `set` outlives the call.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        let number = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
+        if number > 0 {
+            // SI_USER, SI_QUEUE, SI_TKILL are 0 or below; the kernel's own (SI_KERNEL) above.
+            return Signal::try_from(number)
+                .ok()
+                .map(|s| (s, info.si_code <= 0));
+        }
+        if nix::errno::Errno::last() != nix::errno::Errno::EINTR {
+            return None;
+        }
+    }
 }
 
 /// Records, reporting to the driving program over `--control-fd` when there is one.
@@ -205,7 +304,8 @@ fn run_record(
         );
     }
     let stop = Arc::new(AtomicBool::new(false));
-    install_signal_thread(stop.clone());
+    let waiting_for_command = Arc::new(AtomicU32::new(0));
+    install_signal_thread(stop.clone(), waiting_for_command.clone());
     if let Some(mut reader) = reader {
         if !Control::wait_for_go(&mut reader) {
             return Err(Error::Usage(
@@ -253,6 +353,31 @@ fn run_record(
             "gilsample: the recording failed, so the launched command (pid {pid}) was stopped: {}",
             how.describe()
         )),
+        Update::WaitingForPython { pid, program, why } if !quiet => say(match program {
+            Some(program) => format!(
+                "gilsample: the command (pid {pid}) runs {}, which is not Python; gilsample keeps \
+                 waiting for it to start Python, for up to {} s or until it exits. To record the \
+                 Python processes it starts instead, add --subprocesses",
+                program.display(),
+                LAUNCH_TIMEOUT.as_secs()
+            ),
+            None => format!(
+                "gilsample: the command (pid {pid}) has no Python interpreter gilsample can read \
+                 yet ({}); gilsample keeps waiting, for up to {} s or until it exits",
+                if why.is_empty() {
+                    "it has not started one"
+                } else {
+                    why
+                },
+                LAUNCH_TIMEOUT.as_secs()
+            ),
+        }),
+        Update::WaitingForPython { .. } => {}
+        // Said even when quiet: an error, said when it happens.
+        Update::WriteFailed { pid, error } => say(format!(
+            "gilsample: error: process {pid}: {error}; the recording stops, and the answer for what \
+             was written follows"
+        )),
         Update::Progress(p) => {
             if let Some(bar) = &bar {
                 let secs = p.elapsed.as_secs_f64();
@@ -282,9 +407,15 @@ fn run_record(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let report = report.map_err(|e| with_common_commands(e, &opts.targets))?;
+    let mut report = report.map_err(|e| with_common_commands(e, &opts.targets))?;
+    // From now on a signal is for the command that outlived the recording, if one does.
+    if let Some(command) = report.command.as_mut()
+        && command.try_status().is_none()
+    {
+        waiting_for_command.store(command.pid(), Ordering::SeqCst);
+    }
     if let Some(control) = control {
-        for (pid, error) in &report.failures {
+        for (pid, error) in report.errors() {
             control.send(&json!({
                 "event": "failed", "pid": pid, "message": error.to_string(), "exit_code": error.exit_code(),
             }));
@@ -323,19 +454,34 @@ fn run_record(
         );
     } else {
         // Quiet drops the summary, never an error.
-        for (pid, error) in &report.failures {
+        for (pid, error) in report.errors() {
             eprintln!("gilsample: error: process {pid}: {error}");
         }
     }
-    let code = match report.failures.first() {
-        Some((_, first)) if report.targets.is_empty() => first.exit_code(),
+    let mut code = match report.errors().next() {
+        Some((_, first)) if report.nothing_complete() => first.exit_code(),
         Some(_) => exit::FAILURE,
-        None => report.child_status.unwrap_or(exit::OK),
+        None => exit::OK,
     };
+    // The answer is out; a command that outlives the recording is waited for, for its status.
+    if let Some(command) = report.command.as_mut() {
+        if command.try_status().is_none() && !args.quiet {
+            let pid = command.pid();
+            eprintln!(
+                "gilsample: the recording has ended, but the command (pid {pid}) is still running; \
+                 gilsample waits for it and exits with its status. To stop it: Ctrl+C, or kill {pid}"
+            );
+        }
+        let status = command.wait()?;
+        if code == exit::OK {
+            code = status;
+        }
+    }
     if let Some(control) = control {
         let files: Vec<String> = report
             .targets
             .iter()
+            .filter(|t| t.write_error.is_none())
             .map(|t| t.path.display().to_string())
             .collect();
         control.send(&json!({
@@ -384,6 +530,9 @@ fn control_event(update: &Update<'_>) -> Option<serde_json::Value> {
         Update::CommandStopped { pid, how } => {
             json!({"event": "command_stopped", "pid": pid, "how": how.describe()})
         }
+        Update::WaitingForPython { pid, .. } => json!({"event": "waiting", "pid": pid}),
+        // Sent with the other failures at the end.
+        Update::WriteFailed { .. } => return None,
         Update::Progress(_) => return None,
     })
 }
@@ -452,6 +601,9 @@ fn run_report(args: &ReportArgs) -> Result<()> {
     let report = gilsample::report::report(&args.inputs)?;
     for (path, why) in &report.skipped {
         eprintln!("gilsample: warning: {}: skipped: {why}", path.display());
+    }
+    for (path, how) in &report.interrupted {
+        eprintln!("gilsample: note: {}: {how}", path.display());
     }
     if args.json {
         println!(

@@ -59,7 +59,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         report.saved_bytes = stream_bytes;
         failure = error;
         report
-    })?;
+    })?
+    .complete()?;
     if let Some(explain) = explain {
         explain.finish()?;
     }
@@ -232,7 +233,7 @@ fn print_summary(target: TargetReport, rate_hz: f64, verbose: bool) {
         skipped: Vec::new(),
         launchers: Vec::new(),
         merged: None,
-        child_status: None,
+        command: None,
     };
     let answers = answers(&report);
     eprint!("{}", format_summary(&report, &answers, verbose, rate_hz));

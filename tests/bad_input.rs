@@ -233,6 +233,54 @@ fn no_target_means_all_npu_processes_and_none_is_an_error() {
     assert_refused(&[], NO_SUCH_PROCESS, "no Python process with an Ascend NPU");
 }
 
+/// The entries of `dir`, by name.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_refused_run_creates_no_output_directory() {
+    let cwd = tempfile::tempdir().unwrap();
+    let (sleeper, _) = Running::start_ready("sh", &["-c", "echo up; exec sleep 60"]);
+    let refused: [(&[&str], i32); 3] = [
+        // The default ./gil_traces/.
+        (&["--pid", "999999999"], NO_SUCH_PROCESS),
+        (&["--pid", &sleeper.pid(), "-o", "new/sub/"], UNSUPPORTED),
+        (&["-o", "launched/", "--", "sh", "-c", "true"], UNSUPPORTED),
+    ];
+    for (args, code) in refused {
+        let out = gilsample()
+            .args(args)
+            .current_dir(cwd.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert_eq!(entries(cwd.path()), Vec::<String>::new(), "{args:?}");
+    }
+    // A run that records makes the directories it needs.
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let out = gilsample()
+        .args(["--pid", &workload.pid.to_string(), "-q", "-d", "0.1"])
+        .args(["-o", "made/here/"])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        entries(&cwd.path().join("made/here")),
+        [format!("GIL_{}_rank_0.json", workload.pid)]
+    );
+}
+
 #[test]
 fn output_directory_that_is_a_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -123,6 +123,7 @@ fn help_has_no_benchmark_figures_or_workload_names() {
         &["info", "--help"],
         &["merge", "--help"],
         &["convert", "--help"],
+        &["report", "--help"],
     ] {
         let text = help(args);
         for line in text.lines() {
@@ -168,6 +169,54 @@ fn the_help_footer_says_how_to_install_and_where_the_docs_are() {
             assert_eq!(next, Some('-'), "{args:?}: a bare `pip install gilsample`");
         }
     }
+}
+
+#[test]
+fn record_help_says_what_access_is_needed_as_the_top_level_help_does() {
+    for args in [&["--help"][..], &["record", "--help"]] {
+        let text = help(args);
+        assert!(
+            text.contains("root or CAP_SYS_PTRACE") && text.contains("No BPF privileges"),
+            "{args:?}: {text}"
+        );
+    }
+}
+
+#[test]
+fn report_help_says_what_its_percentages_are_shares_of() {
+    let text = help(&["report", "--help"]);
+    assert!(
+        text.contains("What the percentages are shares of"),
+        "{text}"
+    );
+    for share in [
+        "of the recording's window",
+        "of that thread's waiting",
+        "of that holder's part",
+    ] {
+        assert!(text.contains(share), "{share}: {text}");
+    }
+}
+
+#[test]
+fn a_command_without_dashes_is_shown_with_them() {
+    for (args, tip) in [
+        (
+            &["record", "python3", "x.py"][..],
+            "put it after --: gilsample record -- python3 x.py",
+        ),
+        (
+            &["-d", "5", "python3", "my script.py"],
+            "put it after --: gilsample -d 5 -- python3 'my script.py'",
+        ),
+    ] {
+        let (_, stderr) = run_expecting(args, 2);
+        assert!(stderr.contains("unexpected argument 'python3'"), "{stderr}");
+        assert!(stderr.contains(tip), "{args:?}: {stderr}");
+    }
+    // An unknown option is not a command.
+    let (_, stderr) = run_expecting(&["record", "--bogus"], 2);
+    assert!(!stderr.contains("put it after --"), "{stderr}");
 }
 
 #[test]

@@ -60,6 +60,49 @@ fn converts_the_reference_format_with_holds_between_take_and_drop() {
     assert!(stderr.contains("1 takes without a drop"), "{stderr}");
 }
 
+#[test]
+fn keeps_the_inputs_fractions_to_the_nanosecond_as_the_reference_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("raw.json");
+    // The issue's numbers: a take of 100.53 µs, then a drop of 2.1 µs; the hold between them begins
+    // at the take's end, 1732900000004342.53, as the reference computes it with decimals.
+    std::fs::write(
+        &input,
+        r#"[{"name": "take_gil", "ph": "X", "ts": 1732900000004242.0, "dur": 100.53, "pid": 7, "tid": 8},
+            {"name": "drop_gil", "ph": "X", "ts": "1732900000004400.4", "dur": "2.1", "pid": 7, "tid": 8}]"#,
+    )
+    .unwrap();
+    let (code, stderr) = convert(&input, &dir.path().join("out.json"));
+    assert_eq!(code, 0, "{stderr}");
+    let trace = Trace::load(&dir.path().join("out.json"));
+    // (name, ts, dur) in nanoseconds, read exactly from the numbers' text.
+    let ns = |v: &serde_json::Value| gilsample::decimal::parse_micros(v).unwrap();
+    let mut got: Vec<(String, i128, i128)> = trace.value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                ns(&e["ts"]),
+                ns(&e["dur"]),
+            )
+        })
+        .collect();
+    got.sort_by_key(|(_, ts, _)| *ts);
+    let expected = [
+        ("take_gil", 1_732_900_000_004_242_000, 100_530),
+        ("hold_gil", 1_732_900_000_004_342_530, 57_870),
+        ("drop_gil", 1_732_900_000_004_400_400, 2_100),
+    ];
+    let expected: Vec<(String, i128, i128)> = expected
+        .iter()
+        .map(|(n, ts, dur)| (n.to_string(), *ts, *dur))
+        .collect();
+    assert_eq!(got, expected);
+}
+
 fn refused(content: &str, message: &str) {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("raw.json");

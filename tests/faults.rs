@@ -264,6 +264,16 @@ impl Drop for Tmpfs {
     }
 }
 
+/// The `.partial` files in `dir`.
+fn partial_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".partial"))
+        .collect()
+}
+
 #[test]
 fn full_disk_is_an_error_that_says_where_the_data_is() {
     let disk = Tmpfs::mount("size=64k");
@@ -273,12 +283,39 @@ fn full_disk_is_an_error_that_says_where_the_data_is() {
         disk.0.path(),
     );
     assert_eq!(status.code(), Some(6), "{stderr}");
-    assert!(stderr.contains("partial data is in"), "{stderr}");
-    let partial = std::fs::read_dir(disk.0.path())
-        .unwrap()
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().ends_with(".partial"));
-    assert!(partial.is_some(), "the partial data was removed");
+    let partial = partial_files(disk.0.path());
+    assert_eq!(partial.len(), 1, "the partial data was removed: {stderr}");
+    assert!(
+        stderr.contains(&format!("partial data is in {}", partial[0].display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn full_disk_is_said_while_the_command_runs_with_the_answer_for_what_was_written() {
+    let disk = Tmpfs::mount("size=64k");
+    let mut launched =
+        common::LaunchedRecording::start(&[], disk.0.path(), &["contention", "--threads", "3"]);
+    let pid = launched.pid;
+    // Everything up to the line saying the command still runs: the command waits for a line on
+    // stdin that it gets only after, so all of it was said while it ran.
+    let seen = launched.read_until("is still running");
+    let partial = partial_files(disk.0.path());
+    assert_eq!(partial.len(), 1, "{seen}");
+    assert!(seen.contains("No space left on device"), "{seen}");
+    assert!(
+        seen.contains(&format!("partial data is in {}", partial[0].display())),
+        "{seen}"
+    );
+    // The answer for what was written: the headline and the threads that waited.
+    assert!(seen.contains(&format!("process {pid} (rank 0")), "{seen}");
+    assert!(seen.contains("spinner-0 waited"), "{seen}");
+    assert!(
+        seen.contains("the answer above is for the events written before"),
+        "{seen}"
+    );
+    launched.stdin.write_all(b"\n").unwrap();
+    assert_eq!(launched.recording.wait().unwrap().code(), Some(6));
 }
 
 #[test]

@@ -1,14 +1,22 @@
 //! Launching and following processes without surprises: outputs checked before a command runs, a
 //! command stopped (never orphaned) when the recording fails after it started, Python children found
 //! behind shells given or launched with `--subprocesses`, a thread id given as `--pid`, and the
-//! launched command line in the trace.
+//! launched command line in the trace. A recording that ends before its command (a duration, a
+//! signal) gives its answer at once and says the command still runs; a command without Python yet
+//! is said to be waited for, once.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use common::{Trace, gilsample, interpreter, pyenv_root, ready_pid, stop_once_recording};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use common::{
+    LaunchedRecording, Trace, gilsample, interpreter, pyenv_root, read_until, ready_pid,
+    stop_once_recording,
+};
 
 const OUTPUT: i32 = 6;
 const UNSUPPORTED: i32 = 4;
@@ -257,44 +265,6 @@ fn one_file_for_what_may_be_several_processes_is_refused_before_launching() {
 }
 
 #[test]
-fn a_duration_finishes_the_trace_before_the_command_exits() {
-    let python = interpreter("3.12");
-    let dir = tempfile::tempdir().unwrap();
-    let mut recording = gilsample()
-        .args(["--quiet", "--duration", "0.3", "-o"])
-        .arg(dir.path())
-        .arg("--")
-        .args(&python.command)
-        .arg(&python.workload)
-        .args(["sleeper", "--exit-on-stdin"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(recording.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let pid = ready_pid(&line);
-    let trace = dir.path().join(format!("GIL_{pid}_rank_0.json"));
-    // The command keeps running (it waits for a line on stdin) while the finished trace appears:
-    // bounded polling for the file, the readiness signal here.
-    let appeared = (0..6000).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        trace.exists()
-    });
-    use std::io::Write;
-    recording.stdin.take().unwrap().write_all(b"\n").unwrap();
-    let status = recording.wait().unwrap();
-    assert!(appeared, "the trace was not finished while the command ran");
-    assert!(status.success());
-    assert_eq!(
-        Trace::load(&trace).other("end_reason").as_str(),
-        Some("Duration")
-    );
-}
-
-#[test]
 fn a_python_caught_before_the_loader_mapped_libpython_is_not_ready_not_not_python() {
     // A Python exec'd a moment ago is the executable and the dynamic loader only; judged "not
     // Python" then, a launched `env python3 ...` was once taken for a launcher for good. The child
@@ -334,4 +304,108 @@ fn a_python_caught_before_the_loader_mapped_libpython_is_not_ready_not_not_pytho
         Err(e) => panic!("judged {e:?}, not NotReady"),
         Ok(_) => panic!("a Python without its libpython was located"),
     }
+}
+
+const STILL_RUNNING: &str = "is still running";
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn a_duration_that_ends_first_gives_the_answer_at_once_then_waits_for_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut launched = LaunchedRecording::start(&["-d", "0.3"], dir.path(), &["sleeper"]);
+    let pid = launched.pid;
+    // The command waits for a line on stdin, which it gets only after this: the answer and the
+    // line below must come while it runs.
+    let seen = launched.read_until(STILL_RUNNING);
+    assert!(alive(pid), "the command ended early: {seen}");
+    let trace = dir.path().join(format!("GIL_{pid}_rank_0.json"));
+    let answer = format!(
+        "trace: {} (recording ended: the duration elapsed)",
+        trace.display()
+    );
+    let (before, last) = seen.trim_end().rsplit_once('\n').unwrap();
+    assert!(before.contains(&answer), "{seen}");
+    assert!(before.contains(&format!("process {pid} (rank 0")), "{seen}");
+    assert!(
+        last.contains(&format!("(pid {pid})")) && last.contains(&format!("kill {pid}")),
+        "{last}"
+    );
+    Trace::load(&trace);
+    launched.stdin.write_all(b"\n").unwrap();
+    let status = launched.recording.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "the command's own status");
+}
+
+#[test]
+fn after_a_signal_the_answer_comes_at_once_and_the_next_signal_goes_to_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut launched = LaunchedRecording::start(&[], dir.path(), &["sleeper"]);
+    let pid = launched.pid;
+    let gilsample_pid = Pid::from_raw(launched.recording.id() as i32);
+    launched.read_until(&format!("recording process {pid} "));
+    kill(gilsample_pid, Signal::SIGINT).unwrap();
+    let seen = launched.read_until(STILL_RUNNING);
+    assert!(alive(pid), "the command ended early: {seen}");
+    assert!(seen.contains("(recording ended: stopped"), "{seen}");
+    assert!(
+        dir.path().join(format!("GIL_{pid}_rank_0.json")).exists(),
+        "{seen}"
+    );
+    // Sent to gilsample alone, the next signal is passed on: the command dies of SIGTERM, and
+    // gilsample exits with that status (128 + 15), not its own 130.
+    kill(gilsample_pid, Signal::SIGTERM).unwrap();
+    launched.read_until("passed on to the command");
+    let status = launched.recording.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15));
+}
+
+#[test]
+fn a_command_without_python_is_said_to_be_waited_for_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("release");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut recording = gilsample()
+        .arg("-o")
+        .arg(dir.path().join("out"))
+        .args(["--", "sh", "-c"])
+        .arg(format!("echo $$; read x < {}", fifo.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(recording.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let shell: u32 = line.trim().parse().unwrap();
+    let mut stderr = BufReader::new(recording.stderr.take().unwrap());
+    // The shell blocks opening the FIFO until the test writes to it: the line comes meanwhile.
+    let seen = read_until(&mut stderr, "which is not Python");
+    assert!(alive(shell), "{seen}");
+    assert!(
+        seen.contains(&format!("the command (pid {shell}) runs /")),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("keeps waiting") && seen.contains("--subprocesses"),
+        "{seen}"
+    );
+    std::fs::write(&fifo, "go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let status = recording.wait().unwrap();
+    assert_eq!(status.code(), Some(UNSUPPORTED), "{seen}{rest}");
+    assert!(rest.contains("before its interpreter started"), "{rest}");
+    assert!(!rest.contains("which is not Python;"), "said twice: {rest}");
+    assert!(!dir.path().join("out").exists());
 }

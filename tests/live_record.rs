@@ -62,6 +62,17 @@ fn contention(label: &str) {
         version.starts_with(minor),
         "{label}: the trace says Python {version}"
     );
+    // The whole version, micro included, also where the binary has no Py_Version (before 3.11).
+    let own = Command::new(&python.command[0])
+        .args(&python.command[1..])
+        .args(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        version,
+        String::from_utf8_lossy(&own.stdout).trim(),
+        "{label}"
+    );
     assert!(trace.other("samples").as_u64().unwrap() > 0);
     // Stretches taken as take_gil after two wake-ups are some of those settled inside a GIL call.
     let woke_twice = trace

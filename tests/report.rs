@@ -123,9 +123,10 @@ fn the_summary_answers_first_and_keeps_the_internals_for_verbose() {
     let trace = Trace::load_single(dir.path());
     let statistics = trace.other("statistics");
     let (doc, _) = report_json(&[dir.path()]);
-    let mut from_report = doc["processes"][0].clone();
-    from_report["file"] = statistics["file"].clone();
-    assert_eq!(statistics, &from_report);
+    // Also the file: the trace's name in place, not the temporary one it was analysed under.
+    let final_path = dir.path().join(format!("GIL_{}_rank_0.json", workload.pid));
+    assert_eq!(statistics["file"], final_path.display().to_string());
+    assert_eq!(statistics, &doc["processes"][0]);
     let spinner = thread(statistics, workload.tid("spinner-0"));
     assert!(spinner["waits"]["count"].as_u64().unwrap() > 0, "{spinner}");
     assert!(
@@ -284,7 +285,11 @@ fn bad_files_among_good_ones_are_skipped_with_a_warning_and_duplicates_counted_o
     std::fs::write(dir.path().join("GIL_9_rank_0.json"), "not json").unwrap();
     let (doc, stderr) = report_json(&[dir.path(), &dir.path().join("GIL_12345_rank_0.json")]);
     assert_eq!(doc["processes"].as_array().unwrap().len(), 1, "{doc}");
-    assert!(stderr.contains("GIL_9_rank_0.json: skipped"), "{stderr}");
+    let bad = dir.path().join("GIL_9_rank_0.json").display().to_string();
+    assert!(
+        stderr.contains(&format!("{bad}: skipped: not valid JSON")),
+        "the file named once: {stderr}"
+    );
     assert!(stderr.contains("repeats process 12345"), "{stderr}");
     assert!(stderr.contains("given twice"), "{stderr}");
 }
@@ -386,5 +391,71 @@ fn a_waits_top_entry_names_the_holder_and_its_function() {
         stderr.contains("for blocker")
             && stderr.contains("in keep_gil_in_usleep (gil_workload.py:"),
         "{stderr}"
+    );
+}
+
+/// `report` on `dir` as text: its status, stdout and stderr.
+fn report_text(dir: &Path) -> (Option<i32>, String, String) {
+    let out = gilsample().arg("report").arg(dir).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn interrupted_recordings_partial_files_are_read_and_the_unreadable_named() {
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let recorded = tempfile::tempdir().unwrap();
+    record_for(workload.pid, recorded.path(), "0.3", &["--quiet"]);
+    let trace = recorded
+        .path()
+        .join(format!("GIL_{}_rank_0.json", workload.pid));
+    let bytes = std::fs::read(&trace).unwrap();
+    let partial_name = format!(".GIL_{}_rank_0.json.4242.partial", workload.pid);
+    // A complete one, left by a second Ctrl+C between the end being written and the rename.
+    let complete = tempfile::tempdir().unwrap();
+    std::fs::write(complete.path().join(&partial_name), &bytes).unwrap();
+    let (code, stdout, stderr) = report_text(complete.path());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("complete: read whole"), "{stderr}");
+    let shown = complete.path().join(&partial_name).display().to_string();
+    assert!(
+        stdout.contains(&format!("trace: {shown} (an interrupted recording)")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("spinner-0 waited"), "{stdout}");
+    // One cut off in the middle (a full disk): read up to its last complete event.
+    let cut = tempfile::tempdir().unwrap();
+    std::fs::write(cut.path().join(&partial_name), &bytes[..bytes.len() / 2]).unwrap();
+    let (code, stdout, stderr) = report_text(cut.path());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("read up to its last complete event"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("process {} ", workload.pid)) && stdout.contains(" waited "),
+        "{stdout}"
+    );
+    // One that is not a trace at all is named.
+    let garbage = tempfile::tempdir().unwrap();
+    std::fs::write(garbage.path().join(&partial_name), "nonsense").unwrap();
+    let (code, _, stderr) = report_text(garbage.path());
+    assert_eq!(code, Some(INPUT), "{stderr}");
+    assert!(stderr.contains(&partial_name), "{stderr}");
+}
+
+#[test]
+fn report_names_the_trace_of_each_process() {
+    let reference =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference/GIL_12345_rank_0.json");
+    let out = gilsample().arg("report").arg(&reference).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!("  trace: {}\n", reference.display())),
+        "{stdout}"
     );
 }

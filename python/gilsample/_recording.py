@@ -233,20 +233,24 @@ class Recording(object):
         return "<gilsample.Recording pids={} {} files={}>".format(self.pids, state, self.files)
 
 
-def start(pids=None, duration=None, rate="10khz", output_dir=None, **options):
+def start(pids=None, duration=None, rate="10khz", output_dir=None, *, all_npu=False, all_gpu=False,
+          merge=False, binary=None, ready_timeout=120.0, extra_args=()):
     """Starts recording and returns once sampling has begun.
 
     pids: process ids; None means this process (pass all_npu=True or all_gpu=True for every Python
     process using an NPU or GPU). duration: seconds (10, 0.5) or a string with a unit ("10s",
     "500ms", "2m", "1h"); None or -1 until stop(). rate: "10khz", "500hz" or Hz.
     output_dir: where GIL_<pid>_rank_<rank>.json files go; None means $GILSAMPLE_DIR, else
-    ./gil_traces, as on the command line. Other options: all_npu, all_gpu, merge, binary (absolute
-    path of another gilsample binary), ready_timeout, extra_args.
+    ./gil_traces, as on the command line. merge: also GIL_merged.json. binary: the absolute path of
+    another gilsample binary. ready_timeout: seconds to wait for the first sample. extra_args: more
+    command-line arguments for the binary.
 
     Returns a Recording (also a context manager). Errors from the binary raise GilsampleError
     subclasses carrying its message and exit status.
     """
-    return Recording(pids=pids, duration=duration, rate=rate, output_dir=output_dir, **options)
+    return Recording(pids=pids, duration=duration, rate=rate, output_dir=output_dir,
+                     all_npu=all_npu, all_gpu=all_gpu, merge=merge, binary=binary,
+                     ready_timeout=ready_timeout, extra_args=extra_args)
 
 
 def stop():

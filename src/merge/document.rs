@@ -33,7 +33,28 @@ pub struct Header {
 
 /// Calls `on_event(index, event)` for every event of `path`, in order; an error it returns stops the
 /// read and is reported with the file's name.
-pub fn for_each_event<F>(path: &Path, mut on_event: F) -> Result<Header>
+pub fn for_each_event<F>(path: &Path, on_event: F) -> Result<Header>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    read_events(path, on_event, false).map(|(header, _)| header)
+}
+
+/// `for_each_event` for a file that may have been cut off while it was written (an interrupted
+/// recording's `.partial` file, a full disk): every complete event before the cut is passed on, and
+/// the cut, when there is one, is said in the second value instead of failing the read.
+pub fn for_each_event_to_cut<F>(path: &Path, on_event: F) -> Result<(Header, Option<String>)>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    read_events(path, on_event, true)
+}
+
+fn read_events<F>(
+    path: &Path,
+    mut on_event: F,
+    cut_allowed: bool,
+) -> Result<(Header, Option<String>)>
 where
     F: FnMut(u64, Value) -> std::result::Result<(), String>,
 {
@@ -55,15 +76,21 @@ where
     }
     .deserialize(&mut deserializer)
     .and_then(|()| deserializer.end());
-    if let Err(e) = parsed {
-        return Err(bad(describe_json_error(&e)));
+    let mut cut = None;
+    match parsed {
+        Ok(()) => {}
+        // Cut off inside the events: those before the cut stand.
+        Err(e) if cut_allowed && saw_events && e.classify() == serde_json::error::Category::Eof => {
+            cut = Some(describe_json_error(&e));
+        }
+        Err(e) => return Err(bad(describe_json_error(&e))),
     }
     if !saw_events {
         return Err(bad(
             "wrong shape: an object without a `traceEvents` array (expected a Chrome Trace)".into(),
         ));
     }
-    Ok(header)
+    Ok((header, cut))
 }
 
 /// The message for a bad field of input event `index`.
@@ -224,5 +251,29 @@ mod tests {
         }
         let err = read(r#"{"traceEvents":[1"#).unwrap_err().to_string();
         assert!(err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn a_file_cut_off_gives_the_events_before_the_cut_when_asked() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(br#"{"traceEvents":[{"ph":"X"},{"ph":"M"},{"ph":"X","ts":17"#)
+            .unwrap();
+        let mut events = 0;
+        let (_, cut) = for_each_event_to_cut(file.path(), |_, _| {
+            events += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(events, 2);
+        assert!(cut.unwrap().contains("truncated"));
+        // Not JSON at all, or no events array, is still an error.
+        for text in ["nonsense", r#"{"otherData":{"#] {
+            let mut file = tempfile::NamedTempFile::new().unwrap();
+            file.write_all(text.as_bytes()).unwrap();
+            assert!(
+                for_each_event_to_cut(file.path(), |_, _| Ok(())).is_err(),
+                "{text}"
+            );
+        }
     }
 }

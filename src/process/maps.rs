@@ -36,10 +36,7 @@ impl Mapping {
 
 pub fn proc_error(pid: u32, err: ProcError, what: &str) -> Error {
     match err {
-        ProcError::PermissionDenied(_) => Error::Permission {
-            pid,
-            what: what.to_string(),
-        },
+        ProcError::PermissionDenied(_) => Error::permission(pid, what),
         ProcError::NotFound(_) => Error::ProcessGone { pid },
         ProcError::Io(e, _) => {
             Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), what)
@@ -53,10 +50,11 @@ pub fn proc_error(pid: u32, err: ProcError, what: &str) -> Error {
 
 /// The file-backed mappings of `pid`, in address order.
 pub fn read_file_mappings(pid: u32) -> Result<Vec<Mapping>> {
-    let process = Process::new(pid as i32).map_err(|e| proc_error(pid, e, "/proc entry"))?;
+    let process =
+        Process::new(pid as i32).map_err(|e| proc_error(pid, e, &format!("/proc/{pid}")))?;
     let maps = process
         .maps()
-        .map_err(|e| proc_error(pid, e, "memory maps (/proc/PID/maps)"))?;
+        .map_err(|e| proc_error(pid, e, &format!("/proc/{pid}/maps")))?;
     Ok(maps
         .into_iter()
         .filter_map(|m| match m.pathname {

@@ -15,7 +15,7 @@ pub fn read_tids(pid: u32, out: &mut HashSet<u32>) -> Result<()> {
         crate::error::Error::from_target_errno(
             pid,
             e.raw_os_error().unwrap_or(libc::EIO),
-            "thread list",
+            &format!("/proc/{pid}/task"),
         )
     })?;
     for entry in dir.flatten() {
@@ -55,7 +55,8 @@ pub fn read_rank(pid: u32) -> u32 {
 
 /// The target's command line, joined with spaces (empty for kernel threads and zombies).
 pub fn read_cmdline(pid: u32) -> Result<String> {
-    let process = Process::new(pid as i32).map_err(|e| proc_error(pid, e, "/proc entry"))?;
+    let process = Process::new(pid as i32)
+        .map_err(|e| proc_error(pid, e, &format!("/proc/{pid}/cmdline")))?;
     Ok(process
         .cmdline()
         .map(|args| args.join(" "))
@@ -92,7 +93,7 @@ impl TidMap {
             crate::error::Error::from_target_errno(
                 pid,
                 e.raw_os_error().unwrap_or(libc::EIO),
-                "/proc/PID/status",
+                &format!("/proc/{pid}/status"),
             )
         })?;
         let levels = status

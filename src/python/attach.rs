@@ -147,7 +147,7 @@ impl Located {
         let mut probe = [0u8; 8];
         memory
             .read_into(runtime, &mut probe)
-            .map_err(|e| read_error(pid, e, "memory"))?;
+            .map_err(|e| read_error(pid, e, "the memory (process_vm_readv)"))?;
         let gil = find_gil(&memory, &self.layout, runtime).map_err(|e| walk_error(pid, e))?;
         // Thread ids in the target's own PID namespace: what its thread states hold.
         let mut tid_map = TidMap::new(pid)?;
@@ -180,10 +180,7 @@ impl Located {
 
 pub(crate) fn read_error(pid: u32, e: ReadError, what: &str) -> Error {
     match e {
-        ReadError::Permission => Error::Permission {
-            pid,
-            what: what.into(),
-        },
+        ReadError::Permission => Error::permission(pid, what),
         ReadError::Gone => Error::ProcessGone { pid },
         ReadError::Fault => Error::LayoutInvalid {
             pid,
@@ -199,7 +196,7 @@ pub(crate) fn walk_error(pid: u32, e: WalkError) -> Error {
             pid,
             why: "a pointer in the runtime leads to unmapped memory".into(),
         },
-        WalkError::Read(e) => read_error(pid, e, "memory"),
+        WalkError::Read(e) => read_error(pid, e, "the memory (process_vm_readv)"),
         WalkError::NotInitialized => Error::NotReady {
             pid,
             why: "_PyRuntime has no interpreter or thread yet".into(),

@@ -109,10 +109,12 @@ pub(crate) fn find_interpreter<T>(
             .map(|b| PyVersion::from_hex(u64::from_le_bytes(b.try_into().unwrap())))
         {
             Some(v) => v,
-            None => PyVersion::from_file_name(&candidate.path).ok_or_else(|| Error::Unsupported {
-                pid,
-                why: format!("{} defines _PyRuntime but its version is unknown (no Py_Version, unversioned name)", candidate.path.display()),
-            })?,
+            None => PyVersion::from_file_name(&candidate.path)
+                .ok_or_else(|| Error::Unsupported {
+                    pid,
+                    why: format!("{} defines _PyRuntime but its version is unknown (no Py_Version, unversioned name)", candidate.path.display()),
+                })?
+                .with_micro_from(elf::section_bytes(&parsed, image.bytes(), ".rodata").unwrap_or(&[])),
         };
         let binary = Binary {
             mapped_path: candidate.path.clone(),

@@ -69,7 +69,7 @@ pub(crate) fn check_is_user_process(pid: u32) -> Result<()> {
     }
     let stat = procfs::process::Process::new(pid as i32)
         .and_then(|p| p.stat())
-        .map_err(|e| proc_error(pid, e, "/proc entry"))?;
+        .map_err(|e| proc_error(pid, e, &format!("/proc/{pid}/stat")))?;
     const PF_KTHREAD: u32 = 0x0020_0000;
     if stat.flags & PF_KTHREAD != 0 {
         return Err(Error::NotPython {

@@ -1,7 +1,7 @@
 //! What a session settles before it starts anything: outputs and CPUs that would fail later, and
 //! the processes that the ids given with `--pid` stand for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::process::tasks::thread_group_of;
@@ -11,12 +11,20 @@ use crate::trace::output::{OutputSpec, check_not_exists};
 
 /// Refuses, before anything starts, what would fail later: an existing file named by `-o` or the
 /// merged trace (without `--force`), a directory that cannot be written, `--cpus` none of which
-/// can be used.
+/// can be used. Nothing is created: a run refused later (no such process, not Python) leaves no
+/// empty output directory behind; the directory is made when the first target starts.
 pub(super) fn check_outputs(opts: &RecordOptions) -> Result<()> {
     if let Some(cpus) = &opts.cpus {
         check_usable(cpus)?;
     }
-    opts.output.prepare()?;
+    if let OutputSpec::File(file) = &opts.output
+        && file.is_dir()
+    {
+        return Err(Error::Output {
+            path: file.clone(),
+            why: "it is a directory, but a file name ending in .json was given".into(),
+        });
+    }
     if let OutputSpec::File(path) = &opts.output {
         check_not_exists(path, opts.force)?;
     }
@@ -35,7 +43,31 @@ pub(super) fn check_outputs(opts: &RecordOptions) -> Result<()> {
             _ => PathBuf::from("."),
         },
     };
-    let probe = dir.join(format!(".gilsample-write-check-{}", std::process::id()));
+    check_can_create_in(&dir)
+}
+
+/// Whether files can be made in `dir`, or, while it does not exist, whether it could be made: the
+/// nearest directory above it that exists must be a directory that can be written. Tried with a
+/// file created and removed at once, which answers for read-only mounts, permissions and ACLs alike.
+fn check_can_create_in(dir: &Path) -> Result<()> {
+    let mut existing = dir.to_path_buf();
+    // Bounded by the path's components: each step removes one.
+    while std::fs::symlink_metadata(&existing).is_err() {
+        match existing.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => existing = parent.to_path_buf(),
+            _ => {
+                existing = PathBuf::from(".");
+                break;
+            }
+        }
+    }
+    if !existing.is_dir() {
+        return Err(Error::Output {
+            path: existing,
+            why: "it is a file, but a directory is needed".into(),
+        });
+    }
+    let probe = existing.join(format!(".gilsample-write-check-{}", std::process::id()));
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -45,9 +77,13 @@ pub(super) fn check_outputs(opts: &RecordOptions) -> Result<()> {
             let _ = std::fs::remove_file(&probe);
             Ok(())
         }
-        Err(e) => Err(Error::Output {
-            path: dir,
+        Err(e) if existing == dir => Err(Error::Output {
+            path: existing,
             why: format!("cannot create files there: {e}"),
+        }),
+        Err(e) => Err(Error::Output {
+            path: dir.to_path_buf(),
+            why: format!("cannot create it in {}: {e}", existing.display()),
         }),
     }
 }

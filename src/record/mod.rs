@@ -91,7 +91,21 @@ struct Running {
     layout: String,
     live: Arc<LiveCounters>,
     announced: bool,
-    handle: JoinHandle<Result<TargetReport>>,
+    /// The target's thread until it is joined, then what it returned.
+    handle: Option<JoinHandle<Result<TargetReport>>>,
+    outcome: Option<Result<TargetReport>>,
+}
+
+impl Running {
+    /// Joins the target's thread if it has ended (or, with `wait`, once it ends).
+    fn join(&mut self, wait: bool) -> Option<&Result<TargetReport>> {
+        if self.outcome.is_none()
+            && let Some(handle) = self.handle.take_if(|h| wait || h.is_finished())
+        {
+            self.outcome = Some(handle.join().expect("a recording thread panicked"));
+        }
+        self.outcome.as_ref()
+    }
 }
 
 /// The state of one session.
@@ -160,8 +174,8 @@ pub fn record(
     // sampling on their own or as .partial files.
     if result.is_err() {
         stop.store(true, Ordering::SeqCst);
-        for running in std::mem::take(&mut session.running) {
-            let _ = running.handle.join();
+        for mut running in std::mem::take(&mut session.running) {
+            running.join(true);
         }
     }
     if result.is_err()
@@ -175,7 +189,12 @@ pub fn record(
             });
         }
     }
-    result
+    // The command outlives the recording when a --duration or a signal ended it first: the caller
+    // gives the answer first, then waits for it.
+    result.map(|report| RecordReport {
+        command: launched.take(),
+        ..report
+    })
 }
 
 impl Session<'_> {
@@ -211,7 +230,17 @@ impl Session<'_> {
                 let pid = command.pid();
                 roots.push(pid);
                 self.known.insert(pid);
-                match wait_for_interpreter(command, opts.layout, &stop, opts.subprocesses)? {
+                let mut say_waiting = |program: Option<&Path>, why: &str| {
+                    progress(Update::WaitingForPython { pid, program, why })
+                };
+                let found = wait_for_interpreter(
+                    command,
+                    opts.layout,
+                    &stop,
+                    opts.subprocesses,
+                    &mut say_waiting,
+                )?;
+                match found {
                     Launch::Python(target) => self.attached.push(*target),
                     // A launcher that is not Python itself (a shell, `env`, mpirun) is fine when its
                     // Python descendants are what is recorded.
@@ -281,6 +310,7 @@ impl Session<'_> {
                 }
             }
             self.report_progress(started, progress);
+            self.collect_finished(progress);
             let all_done = self
                 .running
                 .iter()
@@ -299,8 +329,9 @@ impl Session<'_> {
         }
         let mut done = Vec::new();
         let mut failures = std::mem::take(&mut self.failures);
-        for running in std::mem::take(&mut self.running) {
-            match running.handle.join().expect("a recording thread panicked") {
+        for mut running in std::mem::take(&mut self.running) {
+            running.join(true);
+            match running.outcome.take().expect("joined above") {
                 Ok(report) => done.push(report),
                 Err(e) => failures.push((running.pid, e)),
             }
@@ -315,20 +346,36 @@ impl Session<'_> {
         } else {
             None
         };
-        // Only now, with every trace finished: a command that outlives the recording (a
-        // --duration, or gilsample alone was signalled) is waited for, for its exit status.
-        let child_status = match launched.as_mut() {
-            Some(command) => Some(command.wait()?),
-            None => None,
-        };
         Ok(RecordReport {
             targets: done,
             failures,
             skipped: std::mem::take(&mut self.skipped),
             launchers: std::mem::take(&mut self.launcher_report),
             merged,
-            child_status,
+            // Handed over by `record`, which owns it.
+            command: None,
         })
+    }
+
+    /// Joins the target threads that have ended. A trace that could not be written (a full disk)
+    /// is said at once and stops the session: the others write to the same place, and the answer
+    /// for what was written is due now, not when the target or the command exits.
+    fn collect_finished(&mut self, progress: &mut dyn FnMut(Update<'_>)) {
+        for running in &mut self.running {
+            if running.outcome.is_some() || !running.live.done.load(Ordering::Acquire) {
+                continue;
+            }
+            let pid = running.pid;
+            let error = match running.join(false) {
+                Some(Ok(report)) => report.write_error.as_ref(),
+                Some(Err(e @ Error::Output { .. })) => Some(e),
+                _ => None,
+            };
+            if let Some(error) = error {
+                progress(Update::WriteFailed { pid, error });
+                self.stop.store(true, Ordering::SeqCst);
+            }
+        }
     }
 
     /// A root that is not Python: not a failure when its descendants are followed. `program` is
@@ -381,6 +428,8 @@ impl Session<'_> {
     fn start(&mut self, target: Target) -> Result<()> {
         let rank = read_rank(target.pid);
         let path = self.opts.output.path_for(target.pid, rank);
+        // Made only now, for the first target: a run refused before it leaves nothing behind.
+        self.opts.output.prepare()?;
         let writer = ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
         let live = Arc::new(LiveCounters::default());
         let (pid, python, layout) = (
@@ -425,7 +474,8 @@ impl Session<'_> {
             layout,
             live,
             announced: false,
-            handle,
+            handle: Some(handle),
+            outcome: None,
         });
         Ok(())
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::infer::stats::Totals;
-use crate::launch::Stopped;
+use crate::launch::{Launched, Stopped};
 use crate::report::analyze::ProcessAnswer;
 use crate::sample::sampler::SamplerReport;
 
@@ -19,8 +19,22 @@ pub struct TargetReport {
     pub sampler: SamplerReport,
     pub totals: Totals,
     /// What `gilsample report` says of the trace (also in its `otherData.statistics`); `None` when
-    /// the finished file could not be read back.
+    /// the finished file could not be read back. For a trace whose writing failed, the answer for
+    /// the events written before it failed.
     pub answer: Option<ProcessAnswer>,
+    /// Writing the trace failed (a full disk, an I/O error): `path` is then the partial file that
+    /// holds what was written, and the error says so.
+    pub write_error: Option<Error>,
+}
+
+impl TargetReport {
+    /// The report of a trace that was written whole, or the error that stopped it.
+    pub fn complete(self) -> crate::error::Result<TargetReport> {
+        match self.write_error {
+            Some(error) => Err(error),
+            None => Ok(self),
+        }
+    }
 }
 
 pub struct RecordReport {
@@ -34,8 +48,29 @@ pub struct RecordReport {
     pub launchers: Vec<(u32, String)>,
     /// The merged trace, when asked for.
     pub merged: Option<PathBuf>,
-    /// The launched command's exit status (launch mode).
-    pub child_status: Option<i32>,
+    /// The launched command (launch mode), handed over when the recording is finished: it may
+    /// still be running (the recording ended by `--duration` or a signal), and is waited for after
+    /// the answer is printed.
+    pub command: Option<Launched>,
+}
+
+impl RecordReport {
+    /// The errors of targets that failed, and of those whose trace could not be written whole.
+    pub fn errors(&self) -> impl Iterator<Item = (u32, &Error)> {
+        let unwritten = self
+            .targets
+            .iter()
+            .filter_map(|t| t.write_error.as_ref().map(|e| (t.pid, e)));
+        self.failures
+            .iter()
+            .map(|(pid, e)| (*pid, e))
+            .chain(unwritten)
+    }
+
+    /// Whether no target's trace was written whole.
+    pub fn nothing_complete(&self) -> bool {
+        self.targets.iter().all(|t| t.write_error.is_some())
+    }
 }
 
 /// What `record` tells its caller while it runs.
@@ -70,6 +105,18 @@ pub enum Update<'a> {
     CommandStopped {
         pid: u32,
         how: Stopped,
+    },
+    /// The launched command has run for a while without an interpreter gilsample can read; the
+    /// wait goes on. `program`: what it runs, when that is not Python; `why`: else the last reason.
+    WaitingForPython {
+        pid: u32,
+        program: Option<&'a Path>,
+        why: &'a str,
+    },
+    /// Writing a target's trace failed: its recording stopped, and so does the session's.
+    WriteFailed {
+        pid: u32,
+        error: &'a Error,
     },
     Progress(&'a Progress),
 }

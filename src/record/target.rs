@@ -1,6 +1,7 @@
 //! One target's recording: its sampler thread and its writer thread joined by a channel (file I/O
 //! never delays a sample), and the finished trace with its metadata.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
@@ -8,14 +9,14 @@ use std::thread;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::infer::quiet;
 use crate::infer::stats::Totals;
 use crate::process::tasks::{read_cmdline, read_namespace_pid};
 use crate::python::attach::Target;
 use crate::record::save::{samples_path, save_samples_to};
 use crate::record::{RecordOptions, TargetReport};
-use crate::report::analyze::analyze;
+use crate::report::analyze::{ProcessAnswer, analyze};
 use crate::sample::clock::monotonic_to_wall_offset_ns;
 use crate::sample::sampler::{
     LiveCounters, Record, SampleLog, SamplerConfig, SamplerReport, run_sampler,
@@ -167,6 +168,8 @@ pub fn write_trace(
     produce: impl FnOnce(&mut dyn FnMut(Record), &AtomicBool) -> SamplerReport,
 ) -> Result<TargetReport> {
     let handoff_arrows = process.handoff_arrows;
+    let partial = writer.partial_path().to_path_buf();
+    let final_path = writer.final_path().to_path_buf();
     // A live sampler must never wait for the writer (its ticks would slip), and it cannot outrun
     // it for long (it produces at the sampling rate); a replay produces as fast as it reads, so it
     // waits for the writer instead of piling batches up in memory.
@@ -181,31 +184,37 @@ pub fn write_trace(
         }
     };
     let writing = thread::scope(|scope| {
-        let writer_thread = scope.spawn(move || -> Result<(ChromeWriter, Totals)> {
+        let writer_thread = scope.spawn(move || -> (Result<ChromeWriter>, Totals) {
             let mut totals = Totals::default();
-            for record in rx.into_iter().flatten() {
+            let mut write = |record| -> Result<()> {
                 match record {
                     Record::Interval(interval) => {
                         totals.add(&interval);
-                        writer.write_interval(&interval)?;
+                        writer.write_interval(&interval)
                     }
-                    Record::Waiters { t_ns, count } => writer.write_waiters(t_ns, count)?,
-                    Record::Rate { t_ns, hz } => writer.write_rate(t_ns, hz)?,
-                    Record::HeldWhileBlocked(stretch) => {
-                        writer.write_held_while_blocked(&stretch)?
-                    }
-                    Record::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff)?,
-                    Record::Handoff(_) => {}
+                    Record::Waiters { t_ns, count } => writer.write_waiters(t_ns, count),
+                    Record::Rate { t_ns, hz } => writer.write_rate(t_ns, hz),
+                    Record::HeldWhileBlocked(stretch) => writer.write_held_while_blocked(&stretch),
+                    Record::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff),
+                    Record::Handoff(_) => Ok(()),
                     Record::Stack {
                         tid,
                         t_ns,
                         state,
                         frames,
                         samples,
-                    } => writer.note_stack(tid, t_ns, state, frames, samples),
+                    } => {
+                        writer.note_stack(tid, t_ns, state, frames, samples);
+                        Ok(())
+                    }
                 }
+            };
+            // The first failure ends the thread, which drops the channel's end (see below).
+            let failed = rx.into_iter().flatten().find_map(|r| write(r).err());
+            match failed {
+                Some(error) => (Err(error), totals),
+                None => (Ok(writer), totals),
             }
-            Ok((writer, totals))
         });
         // A writer that failed (disk full, directory gone) drops its end of the channel; sampling then
         // stops within a batch and the error, which says where the partial data is, surfaces below.
@@ -219,9 +228,14 @@ pub fn write_trace(
             writer_thread.join().expect("the trace writer panicked"),
         )
     });
-    let (report, written) = writing;
-    let (writer, totals) = written?;
+    let (report, (written, totals)) = writing;
     let pid = process.pid;
+    let writer = match written {
+        Ok(writer) => writer,
+        Err(error) => {
+            return Ok(unfinished(process, report, totals, partial, None, error));
+        }
+    };
     let mut threads: Vec<(u32, String)> = report
         .thread_names
         .iter()
@@ -247,7 +261,7 @@ pub fn write_trace(
     let other = metadata(process, &report);
     // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
     let mut answer = None;
-    let path = writer.finish(&process_name, &threads, other, force, &mut |partial| {
+    let finished = writer.finish(&process_name, &threads, other, force, &mut |partial| {
         // Reading the trace back holds its slices in memory (about half the file's size): a
         // trace too large for that is left for `gilsample report` to answer, and says so.
         let size = std::fs::metadata(partial).map(|m| m.len()).unwrap_or(0);
@@ -261,14 +275,21 @@ pub fn write_trace(
             ));
         }
         let processes = crate::report::load::load(partial).ok()?;
-        let found = processes.iter().find(|p| p.pid == pid).map(analyze)?;
+        let mut found = processes.iter().find(|p| p.pid == pid).map(analyze)?;
+        // The file's name once it is in place, not the temporary one it is read from.
+        found.file = final_path.display().to_string();
         let value = serde_json::to_value(&found).ok()?;
         answer = Some(found);
         Some(("statistics".to_string(), value))
-    })?;
-    if let Some(answer) = answer.as_mut() {
-        answer.file = path.display().to_string();
-    }
+    });
+    let path = match finished {
+        Ok(path) => path,
+        // The end could not be written, or the final name was taken meanwhile: the partial file
+        // holds the events (and, in the second case, the whole trace).
+        Err(error) => {
+            return Ok(unfinished(process, report, totals, partial, answer, error));
+        }
+    };
     Ok(TargetReport {
         pid,
         rank: process.rank,
@@ -278,7 +299,44 @@ pub fn write_trace(
         sampler: report,
         totals,
         answer,
+        write_error: None,
     })
+}
+
+/// The report of a trace that could not be finished: what was written stays in `partial`, and the
+/// answer is for those events (read up to where the file was cut off), with the thread names the
+/// sampler knew, unless it was already computed from the complete file.
+fn unfinished(
+    process: &RecordedProcess,
+    sampler: SamplerReport,
+    totals: Totals,
+    partial: PathBuf,
+    answer: Option<ProcessAnswer>,
+    error: Error,
+) -> TargetReport {
+    let answer = answer.or_else(|| {
+        let (processes, _cut) = crate::report::load::load_to_cut(&partial).ok()?;
+        let mut trace = processes.into_iter().find(|p| p.pid == process.pid)?;
+        for (tid, name) in &sampler.thread_names {
+            trace.names.entry(*tid).or_insert_with(|| name.clone());
+        }
+        trace.rank = Some(process.rank);
+        trace.host = process.host.clone();
+        let mut answer = analyze(&trace);
+        answer.file = partial.display().to_string();
+        Some(answer)
+    });
+    TargetReport {
+        pid: process.pid,
+        rank: process.rank,
+        path: partial,
+        python: process.python_version.clone(),
+        layout_source: process.layout_source.clone(),
+        sampler,
+        totals,
+        answer,
+        write_error: Some(error),
+    }
 }
 
 /// The sampler's records on their way to the writer thread, sent in batches: one send per record woke

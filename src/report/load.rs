@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::decimal::parse_micros;
 use crate::error::{Error, Result};
-use crate::merge::document::{event_object, field_error, for_each_event};
+use crate::merge::document::{event_object, field_error, for_each_event, for_each_event_to_cut};
 
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,11 +98,25 @@ struct Shape {
 
 /// Reads every process of a GIL trace. A file with no GIL slice is refused: it is not a GIL trace.
 pub fn load(path: &Path) -> Result<Vec<ProcessTrace>> {
+    load_events(path, false).map(|(processes, _)| processes)
+}
+
+/// Reads a trace that may have been cut off while it was written (a `.partial` file of an
+/// interrupted recording): its events up to the cut, and what the cut was, if there was one. A cut
+/// file has no thread names and no `otherData`; its window is that of its slices.
+pub fn load_to_cut(path: &Path) -> Result<(Vec<ProcessTrace>, Option<String>)> {
+    load_events(path, true)
+}
+
+fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Option<String>)> {
     let mut processes: BTreeMap<u32, ProcessTrace> = BTreeMap::new();
     let mut shape = Shape::default();
-    let header = for_each_event(path, |index, event| {
-        accept(index, &event, &mut processes, &mut shape)
-    })?;
+    let accept_event = |index, event: Value| accept(index, &event, &mut processes, &mut shape);
+    let (header, cut) = if cut_allowed {
+        for_each_event_to_cut(path, accept_event)?
+    } else {
+        (for_each_event(path, accept_event)?, None)
+    };
     let other = header.keys.get("otherData").and_then(Value::as_object);
     // A gilsample recording in which no thread touched the GIL (all asleep) is a real answer.
     let recorded_pid = other
@@ -132,7 +146,7 @@ pub fn load(path: &Path) -> Result<Vec<ProcessTrace>> {
         }
         process.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
     }
-    Ok(out)
+    Ok((out, cut))
 }
 
 fn accept(

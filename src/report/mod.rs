@@ -17,11 +17,12 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use analyze::{ProcessAnswer, analyze};
 
-/// What `report` found: the answers, sorted by total wait (largest first), and the inputs it
-/// passed over, with why.
+/// What `report` found: the answers, sorted by total wait (largest first), the inputs it passed
+/// over, with why, and the interrupted recordings (`.partial` files) it read, with how.
 pub struct Report {
     pub processes: Vec<ProcessAnswer>,
     pub skipped: Vec<Skipped>,
+    pub interrupted: Vec<Skipped>,
 }
 
 /// An input passed over, with why.
@@ -31,8 +32,20 @@ pub type Skipped = (PathBuf, String);
 /// symlink loop or a huge tree cannot run away.
 const MAX_DEPTH: usize = 16;
 
+/// Whether `path` is a recording's temporary file (`.GIL_<pid>_rank_<rank>.json.<gilsample's
+/// pid>.partial`, trace/output.rs): one left by an interrupted recording (a second Ctrl+C, a full
+/// disk), or one still being written.
+pub fn is_partial(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|name| {
+            name.starts_with(".GIL_") && name.contains(".json.") && name.ends_with(".partial")
+        })
+}
+
 /// The trace files named by `inputs`: files as given, directories searched for `GIL_*.json`
-/// (not `GIL_merged.json`, which repeats the per-process files), sorted, without duplicates.
+/// (not `GIL_merged.json`, which repeats the per-process files) and for interrupted recordings'
+/// `.partial` files, sorted, without duplicates.
 pub fn find_traces(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<Skipped>)> {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
@@ -77,13 +90,39 @@ fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
             walk(&path, depth + 1, found);
         } else if kind.is_file()
             && let Some(name) = path.file_name().and_then(|n| n.to_str())
-            && name.starts_with("GIL_")
-            && name.ends_with(".json")
-            && name != crate::trace::output::MERGED_FILE_NAME
+            && ((name.starts_with("GIL_")
+                && name.ends_with(".json")
+                && name != crate::trace::output::MERGED_FILE_NAME)
+                || is_partial(&path))
         {
             found.push(path);
         }
     }
+}
+
+/// Why a file was passed over, without its name in front when the error starts with it (the
+/// warning names the file already).
+fn reason(path: &Path, e: &Error) -> String {
+    match e {
+        Error::Input { path: named, why } if named == path => why.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Reads one trace: a `.partial` file up to where it was cut off, saying how it was read.
+fn read_trace(path: &Path) -> Result<(Vec<ProcessAnswer>, Option<String>)> {
+    if !is_partial(path) {
+        return load::load(path).map(|ps| (ps.iter().map(analyze).collect(), None));
+    }
+    let (processes, cut) = load::load_to_cut(path)?;
+    let how = match cut {
+        None => "an interrupted recording's temporary file, complete: read whole".to_string(),
+        Some(cut) => format!(
+            "an interrupted recording's temporary file, cut off ({cut}): read up to its last \
+             complete event, without thread names"
+        ),
+    };
+    Ok((processes.iter().map(analyze).collect(), Some(how)))
 }
 
 /// Reads and analyses every trace of `inputs`. Unreadable or non-GIL files are passed over with a
@@ -93,22 +132,26 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
     if files.is_empty() {
         return Err(Error::Input {
             path: inputs.first().cloned().unwrap_or_default(),
-            why: "no GIL trace found (files named GIL_*.json, or files given by name)".into(),
+            why: "no GIL trace found (files named GIL_*.json or .GIL_*.partial, or files given \
+                  by name)"
+                .into(),
         });
     }
-    let results: Vec<(PathBuf, Result<Vec<ProcessAnswer>>)> = files
+    type Read = Result<(Vec<ProcessAnswer>, Option<String>)>;
+    let results: Vec<(PathBuf, Read)> = files
         .par_iter()
-        .map(|path| {
-            let answers = load::load(path).map(|ps| ps.iter().map(analyze).collect());
-            (path.clone(), answers)
-        })
+        .map(|path| (path.clone(), read_trace(path)))
         .collect();
     let mut processes = Vec::new();
+    let mut interrupted = Vec::new();
     let mut seen = HashSet::new();
     let mut first_error = None;
     for (path, result) in results {
         match result {
-            Ok(answers) => {
+            Ok((answers, how)) => {
+                if let Some(how) = how {
+                    interrupted.push((path.clone(), how));
+                }
                 for answer in answers {
                     // The same recording twice (a copied file): counted once.
                     let identity = (
@@ -126,7 +169,7 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
                 }
             }
             Err(e) => {
-                skipped.push((path, e.to_string()));
+                skipped.push((path.clone(), reason(&path, &e)));
                 first_error.get_or_insert(e);
             }
         }
@@ -137,7 +180,11 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
         return Err(e);
     }
     processes.sort_by(|a, b| text::total_wait_s(b).total_cmp(&text::total_wait_s(a)));
-    Ok(Report { processes, skipped })
+    Ok(Report {
+        processes,
+        skipped,
+        interrupted,
+    })
 }
 
 impl Report {
@@ -146,7 +193,20 @@ impl Report {
         let mut out = String::new();
         for p in &self.processes {
             text::format_process(&mut out, p);
-            out.push('\n');
+            // The file it came from, as the summary at the end of a recording names it.
+            let interrupted = self
+                .interrupted
+                .iter()
+                .any(|(path, _)| path.display().to_string() == p.file);
+            out.push_str(&format!(
+                "  trace: {}{}\n\n",
+                p.file,
+                if interrupted {
+                    " (an interrupted recording)"
+                } else {
+                    ""
+                }
+            ));
         }
         if self.processes.len() > 1 {
             text::format_ranking(&mut out, &self.processes);
@@ -160,6 +220,9 @@ impl Report {
             "processes": self.processes,
             "skipped": self.skipped.iter().map(|(path, why)| json!({
                 "file": path.display().to_string(), "why": why,
+            })).collect::<Vec<_>>(),
+            "interrupted": self.interrupted.iter().map(|(path, how)| json!({
+                "file": path.display().to_string(), "how": how,
             })).collect::<Vec<_>>(),
         })
     }

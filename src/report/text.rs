@@ -69,11 +69,12 @@ pub fn headline(p: &ProcessAnswer) -> String {
 fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
     let _ = writeln!(
         out,
-        "  {} waited {:.0}% ({:.2} s, {} waits, p50 {}, p99 {}, longest {})",
+        "  {} waited {:.0}% ({:.2} s, {} {}, p50 {}, p99 {}, longest {})",
         t.name,
         pct(t.wait_s, p.window_s),
         t.wait_s,
         thousands(t.waits.count),
+        if t.waits.count == 1 { "wait" } else { "waits" },
         ms(t.waits.p50_ms),
         ms(t.waits.p99_ms),
         ms(t.waits.max_ms)
@@ -403,5 +404,16 @@ mod tests {
         assert_eq!(thousands(7), "7");
         assert_eq!(thousands(1267), "1,267");
         assert_eq!(thousands(1_000_000), "1,000,000");
+    }
+
+    #[test]
+    fn one_wait_is_a_wait() {
+        let mut p = process(0.0);
+        p.threads[0].waits.count = 1;
+        p.threads[1].waits.count = 2;
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(out.contains("(2.10 s, 1 wait, p50"), "{out}");
+        assert!(!out.contains("1 waits"), "{out}");
     }
 }

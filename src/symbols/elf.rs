@@ -126,6 +126,16 @@ pub fn has_debug_info(elf: &Elf<'_>) -> bool {
     })
 }
 
+/// The bytes of the section called `name` in the file, when it has one.
+pub fn section_bytes<'a>(elf: &Elf<'_>, bytes: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let sh = elf
+        .section_headers
+        .iter()
+        .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name))?;
+    let start = usize::try_from(sh.sh_offset).ok()?;
+    bytes.get(start..start.checked_add(usize::try_from(sh.sh_size).ok()?)?)
+}
+
 /// The file name in `.gnu_debuglink`, the other way to a separate debug file.
 pub fn debuglink(elf: &Elf<'_>, bytes: &[u8]) -> Option<String> {
     let sh = elf

@@ -97,6 +97,11 @@ impl ChromeWriter {
         &self.partial
     }
 
+    /// Where the trace goes once complete.
+    pub fn final_path(&self) -> &Path {
+        &self.final_path
+    }
+
     fn put(&mut self, text: &str) -> Result<()> {
         self.out
             .write_all(text.as_bytes())

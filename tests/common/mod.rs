@@ -397,6 +397,67 @@ pub fn stop_once_recording(mut recording: Child, pid: u32) -> (ExitStatus, Strin
     (recording.wait().unwrap(), seen)
 }
 
+/// gilsample launching a workload scenario that ends on a line on its stdin (`--exit-on-stdin`): the
+/// recording, the workload's stdin and pid, and gilsample's stderr, once the workload is READY.
+pub struct LaunchedRecording {
+    pub recording: Child,
+    pub stdin: std::process::ChildStdin,
+    pub stderr: BufReader<std::process::ChildStderr>,
+    pub pid: u32,
+}
+
+impl LaunchedRecording {
+    /// `gilsample ARGS -o OUT -- python workload SCENARIO... --exit-on-stdin`. The workload also ends
+    /// after 600 s: only a failing test waits that long, instead of for ever.
+    pub fn start(args: &[&str], out: &Path, scenario: &[&str]) -> LaunchedRecording {
+        let python = interpreter("3.12");
+        let mut recording = gilsample()
+            .args(args)
+            .arg("-o")
+            .arg(out)
+            .arg("--")
+            .args(&python.command)
+            .arg(&python.workload)
+            .args(scenario)
+            .args(["--exit-on-stdin", "--seconds", "600"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(recording.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        LaunchedRecording {
+            pid: ready_pid(&line),
+            stdin: recording.stdin.take().unwrap(),
+            stderr: BufReader::new(recording.stderr.take().unwrap()),
+            recording,
+        }
+    }
+
+    /// gilsample's stderr up to and with the first line that contains `wanted`.
+    pub fn read_until(&mut self, wanted: &str) -> String {
+        read_until(&mut self.stderr, wanted)
+    }
+}
+
+/// Reads `stderr` line by line until one contains `wanted`; everything read, that line included.
+pub fn read_until(stderr: &mut impl BufRead, wanted: &str) -> String {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("the output ended before {wanted:?}: {seen}");
+        }
+        seen += &line;
+        if line.contains(wanted) {
+            return seen;
+        }
+    }
+}
+
 /// The pid in a workload's `READY {...}` line.
 pub fn ready_pid(line: &str) -> u32 {
     let ready: serde_json::Value =

@@ -162,6 +162,18 @@ class StartStop(TempDirTest):
         self.assertIn(trace["otherData"]["end_reason"], ("Stopped", "TargetExited"))
 
 
+class Documented(unittest.TestCase):
+    def test_start_has_the_signature_the_readme_shows(self):
+        import inspect
+        import re
+        with open(os.path.join(REPO, "README.md")) as f:
+            readme = f.read()
+        shown = re.search(r"`(start\(pids=.*?\))`", readme, re.S).group(1)
+        normalise = lambda text: " ".join(text.replace('"', "'").split())
+        actual = "start" + str(inspect.signature(gilsample.start))
+        self.assertEqual(normalise(shown), normalise(actual))
+
+
 class Errors(TempDirTest):
     def test_a_missing_process_raises_process_not_found(self):
         with self.assertRaises(gilsample.ProcessNotFound) as caught:

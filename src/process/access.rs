@@ -1,0 +1,436 @@
+//! Why the kernel refused gilsample a read of a process, as this machine has it: the checks of its
+//! ptrace "attach" access mode, each looked up where the kernel shows it, so that a refusal names the
+//! check that failed and a fix that applies here, not a list of every fix there is.
+//!
+//! The kernel lets a process read another's memory and per-thread /proc files when (in order):
+//! both have the same user and group ids, or the reader has CAP_SYS_PTRACE in the target's user
+//! namespace; the target is dumpable, or the reader has the capability; the target's permitted
+//! capabilities are among the reader's, or the reader has it; then Yama, where it is built in
+//! (`kernel.yama.ptrace_scope`); then a security module (AppArmor, SELinux). A seccomp filter on the
+//! reader can refuse the system call itself. Each of those is read from /proc and /sys below.
+
+use std::fmt::Write;
+use std::path::Path;
+
+/// CAP_SYS_PTRACE's bit in the capability masks of /proc/PID/status.
+const CAP_SYS_PTRACE: u32 = 19;
+const YAMA_SCOPE: &str = "/proc/sys/kernel/yama/ptrace_scope";
+/// The longest parent chain followed when looking for gilsample among a target's ancestors.
+const MAX_ANCESTORS: usize = 4096;
+
+/// The identity and confinement of a process, from its /proc/PID/status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// Real, effective, saved and file-system user ids.
+    pub uids: [u32; 4],
+    pub gids: [u32; 4],
+    pub permitted: u64,
+    pub effective: u64,
+    /// `Seccomp:` 0 none, 1 strict, 2 filter.
+    pub seccomp: u32,
+    pub parent: u32,
+}
+
+impl Credentials {
+    pub fn parse(status: &str) -> Credentials {
+        let mut c = Credentials::default();
+        for line in status.lines() {
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
+            let ids = || -> [u32; 4] {
+                let mut out = [0; 4];
+                for (slot, v) in out.iter_mut().zip(value.split_whitespace()) {
+                    *slot = v.parse().unwrap_or(0);
+                }
+                out
+            };
+            let mask = || u64::from_str_radix(value.trim(), 16).unwrap_or(0);
+            match key {
+                "Uid" => c.uids = ids(),
+                "Gid" => c.gids = ids(),
+                "CapPrm" => c.permitted = mask(),
+                "CapEff" => c.effective = mask(),
+                "Seccomp" => c.seccomp = value.trim().parse().unwrap_or(0),
+                "PPid" => c.parent = value.trim().parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        c
+    }
+
+    fn read(pid: &str) -> Option<Credentials> {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .map(|s| Credentials::parse(&s))
+    }
+
+    fn has_ptrace_capability(&self) -> bool {
+        self.effective & (1 << CAP_SYS_PTRACE) != 0
+    }
+}
+
+/// What was found about the reader (gilsample), the target and the machine.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    pub reader: Credentials,
+    pub target: Option<Credentials>,
+    pub target_pid: u32,
+    /// The owner of /proc/PID: root for a process that is not dumpable.
+    pub target_proc_owner: Option<u32>,
+    /// `kernel.yama.ptrace_scope`; `None` where the kernel has no Yama.
+    pub yama_scope: Option<u32>,
+    /// gilsample is among the target's ancestors (Yama scope 1 allows those).
+    pub reader_is_ancestor: bool,
+    /// gilsample's user namespace is not the machine's first one (`/proc/self/uid_map`).
+    pub reader_in_user_namespace: Option<String>,
+    /// The security modules the kernel runs (`/sys/kernel/security/lsm`), when readable.
+    pub security_modules: Option<String>,
+    /// gilsample's own security label (AppArmor profile, SELinux context), when confined.
+    pub reader_label: Option<String>,
+    /// The path of gilsample's own binary, for the `setcap` fix.
+    pub binary: String,
+}
+
+impl Facts {
+    /// Looks everything up for a refused read of `pid`.
+    pub fn gather(pid: u32) -> Facts {
+        let reader = Credentials::read("self").unwrap_or_default();
+        let target = Credentials::read(&pid.to_string());
+        let first_namespace = |map: &str| {
+            let fields: Vec<&str> = map.split_whitespace().collect();
+            fields == ["0", "0", "4294967295"]
+        };
+        Facts {
+            target_proc_owner: std::fs::metadata(format!("/proc/{pid}"))
+                .ok()
+                .map(|m| std::os::unix::fs::MetadataExt::uid(&m)),
+            yama_scope: std::fs::read_to_string(YAMA_SCOPE)
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
+            reader_is_ancestor: is_ancestor(std::process::id(), pid),
+            reader_in_user_namespace: std::fs::read_to_string("/proc/self/uid_map")
+                .ok()
+                .filter(|map| !first_namespace(map))
+                .map(|map| map.split_whitespace().collect::<Vec<_>>().join(" ")),
+            security_modules: std::fs::read_to_string("/sys/kernel/security/lsm")
+                .ok()
+                .map(|s| s.trim().to_string()),
+            reader_label: own_label(),
+            binary: std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "gilsample".into()),
+            reader,
+            target,
+            target_pid: pid,
+        }
+    }
+}
+
+/// Whether `ancestor` is `pid`'s parent, grandparent, ...
+fn is_ancestor(ancestor: u32, pid: u32) -> bool {
+    let mut current = pid;
+    for _ in 0..MAX_ANCESTORS {
+        let Some(parent) = Credentials::read(&current.to_string()).map(|c| c.parent) else {
+            return false;
+        };
+        if parent == ancestor {
+            return true;
+        }
+        if parent <= 1 {
+            return false;
+        }
+        current = parent;
+    }
+    false
+}
+
+/// gilsample's AppArmor profile or SELinux context, when it is confined by one.
+fn own_label() -> Option<String> {
+    [
+        "/proc/self/attr/apparmor/current",
+        "/proc/self/attr/current",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(Path::new(path)).ok())
+    .map(|s| s.trim_end_matches(['\0', '\n']).trim().to_string())
+    .filter(|label| !label.is_empty() && label != "unconfined" && !label.contains("unconfined_t"))
+}
+
+fn user(uid: u32) -> String {
+    let name = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|passwd| {
+            passwd.lines().find_map(|line| {
+                let mut fields = line.split(':');
+                let name = fields.next()?;
+                (fields.nth(1)? == uid.to_string()).then(|| name.to_string())
+            })
+        });
+    match name {
+        Some(name) => format!("user {uid} ({name})"),
+        None => format!("user {uid}"),
+    }
+}
+
+/// Why the read was refused and what to do, in sentences: the checks that fail on this machine,
+/// first the ones the kernel makes first.
+pub fn explain(facts: &Facts) -> String {
+    let pid = facts.target_pid;
+    let me = &facts.reader;
+    let capable = me.has_ptrace_capability();
+    let setcap = format!(
+        "give gilsample the capability (sudo setcap cap_sys_ptrace,cap_sys_nice+ep {})",
+        facts.binary
+    );
+    let mut why: Vec<String> = Vec::new();
+    let mut fixes: Vec<String> = Vec::new();
+    if let Some(target) = &facts.target {
+        let same_ids = target.uids[..3].iter().all(|&u| u == me.uids[0])
+            && target.gids[..3].iter().all(|&g| g == me.gids[0]);
+        if !same_ids && !capable {
+            why.push(format!(
+                "process {pid} runs as {}, gilsample as {} without CAP_SYS_PTRACE: another user's \
+                 (or group's) process needs that capability",
+                user(target.uids[1]),
+                user(me.uids[0])
+            ));
+            fixes.push("run gilsample as root (sudo)".into());
+            if target.uids[1] != 0 {
+                fixes.push(format!("run it as {}", user(target.uids[1])));
+            }
+            fixes.push(setcap.clone());
+        } else if !capable {
+            if facts.target_proc_owner == Some(0) && target.uids[1] != 0 {
+                why.push(format!(
+                    "process {pid} is not dumpable (a setuid or setgid program, or one that called \
+                     prctl(PR_SET_DUMPABLE, 0)): only a reader with CAP_SYS_PTRACE may read it"
+                ));
+                fixes.push("run gilsample as root (sudo)".into());
+                fixes.push(setcap.clone());
+            }
+            let lacking = target.permitted & !me.permitted;
+            if lacking != 0 {
+                why.push(format!(
+                    "process {pid} has capabilities that gilsample lacks (its CapPrm {:016x}, \
+                     gilsample's {:016x}, CAP_SYS_PTRACE not among them): reading it needs \
+                     CAP_SYS_PTRACE, which gilsample's capabilities were limited to exclude \
+                     (capsh --drop, setpriv, a container's --cap-drop)",
+                    target.permitted, me.permitted
+                ));
+                fixes.push(
+                    "run gilsample with CAP_SYS_PTRACE kept (in a container: --cap-add SYS_PTRACE \
+                     for Docker, securityContext.capabilities.add: [\"SYS_PTRACE\"] for Kubernetes)"
+                        .into(),
+                );
+            }
+        }
+    }
+    match facts.yama_scope {
+        Some(3) => {
+            why.push(format!(
+                "kernel.yama.ptrace_scope is 3 ({YAMA_SCOPE}): no process may read another's \
+                 memory, not even root, until the machine is rebooted"
+            ));
+            fixes.push("reboot, and do not set ptrace_scope to 3".into());
+        }
+        Some(2) if !capable => {
+            why.push(format!(
+                "kernel.yama.ptrace_scope is 2 ({YAMA_SCOPE}): only a reader with CAP_SYS_PTRACE \
+                 may read another process"
+            ));
+            fixes.push(setcap.clone());
+        }
+        Some(1) if !capable && !facts.reader_is_ancestor => {
+            why.push(format!(
+                "kernel.yama.ptrace_scope is 1 ({YAMA_SCOPE}): without CAP_SYS_PTRACE only a \
+                 process's ancestors, and the reader it names with prctl(PR_SET_PTRACER), may read \
+                 it, and gilsample did not start process {pid}"
+            ));
+            fixes.push(
+                "launch the program with gilsample (gilsample -- python3 ...) or record from \
+                 inside it with the Python API (import gilsample)"
+                    .into(),
+            );
+            fixes.push(format!("allow it: echo 0 | sudo tee {YAMA_SCOPE}"));
+            fixes.push(setcap.clone());
+        }
+        _ => {}
+    }
+    if let Some(map) = &facts.reader_in_user_namespace
+        && capable
+    {
+        why.push(format!(
+            "gilsample runs in a user namespace (uid_map {map}): its CAP_SYS_PTRACE applies only \
+             to processes of that namespace, and process {pid} is likely outside it (a host \
+             process seen from a container)"
+        ));
+        fixes.push(format!(
+            "run gilsample in process {pid}'s namespace: on the host, or in its container \
+             (docker exec, kubectl debug --target)"
+        ));
+    }
+    if why.is_empty() {
+        // gilsample passed every check it can see: what is left refuses the system call itself,
+        // or a security module decided.
+        if me.seccomp == 2 {
+            why.push(
+                "gilsample runs under a seccomp filter (Seccomp: 2 in /proc/self/status); \
+                 container runtimes' default filters refuse process_vm_readv and ptrace to \
+                 containers without CAP_SYS_PTRACE"
+                    .into(),
+            );
+            fixes.push(
+                "Docker: --cap-add SYS_PTRACE (its default filter then allows the calls), or \
+                 --security-opt seccomp=<a profile that allows process_vm_readv>; Kubernetes: \
+                 securityContext.capabilities.add: [\"SYS_PTRACE\"], or seccompProfile: \
+                 {type: Unconfined}"
+                    .into(),
+            );
+        }
+        if let Some(label) = &facts.reader_label {
+            why.push(format!(
+                "gilsample is confined by a security module as {label:?}{}, which may refuse ptrace \
+                 reads",
+                facts
+                    .security_modules
+                    .as_ref()
+                    .map(|m| format!(" (modules: {m})"))
+                    .unwrap_or_default()
+            ));
+            fixes.push(
+                "allow ptrace read/trace of the target in gilsample's profile, or run it unconfined \
+                 (Docker: --security-opt apparmor=unconfined)"
+                    .into(),
+            );
+        }
+        if why.is_empty() {
+            why.push(format!(
+                "gilsample has CAP_SYS_PTRACE{}, and no seccomp filter or security label it can see \
+                 explains it: the refusal comes from a sandbox or security module not visible from \
+                 inside{}",
+                if me.uids[0] == 0 { " and runs as root" } else { "" },
+                facts
+                    .security_modules
+                    .as_ref()
+                    .map(|m| format!(" (the kernel runs: {m})"))
+                    .unwrap_or_default()
+            ));
+            fixes.push(
+                "check the audit log (journalctl -k, /var/log/audit/audit.log) for the denial"
+                    .into(),
+            );
+        }
+    }
+    let mut out = String::new();
+    let _ = write!(out, "Why: {}.", why.join("; and "));
+    fixes.dedup();
+    let _ = write!(out, " To fix: {}.", fixes.join("; or "));
+    out.push_str(" gilsample never stops the target, and needs no BPF privileges.");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL_CAPS: u64 = 0x1ff_ffff_ffff;
+
+    fn root() -> Credentials {
+        Credentials {
+            permitted: ALL_CAPS,
+            effective: ALL_CAPS,
+            ..Credentials::default()
+        }
+    }
+
+    fn facts(reader: Credentials, target: Credentials) -> Facts {
+        Facts {
+            reader,
+            target: Some(target),
+            target_pid: 4242,
+            target_proc_owner: Some(0),
+            binary: "/opt/gilsample".into(),
+            ..Facts::default()
+        }
+    }
+
+    fn user_creds(uid: u32) -> Credentials {
+        Credentials {
+            uids: [uid; 4],
+            gids: [uid; 4],
+            ..Credentials::default()
+        }
+    }
+
+    #[test]
+    fn status_lines_are_parsed() {
+        let c = Credentials::parse(
+            "Name:\tx\nPPid:\t7\nUid:\t1000\t1001\t1002\t1003\nGid:\t5\t5\t5\t5\n\
+             CapPrm:\t000001fffeffffff\nCapEff:\t0000000000080000\nSeccomp:\t2\n",
+        );
+        assert_eq!(c.uids, [1000, 1001, 1002, 1003]);
+        assert_eq!(c.gids, [5; 4]);
+        assert_eq!(c.permitted, 0x1fffeffffff);
+        assert!(c.has_ptrace_capability());
+        assert_eq!((c.seccomp, c.parent), (2, 7));
+    }
+
+    #[test]
+    fn another_users_process_says_whose_and_never_mentions_yama_without_it() {
+        let text = explain(&facts(user_creds(1000), root()));
+        assert!(text.contains("runs as user 0"), "{text}");
+        assert!(text.contains("gilsample as user 1000"), "{text}");
+        assert!(text.contains("setcap cap_sys_ptrace,cap_sys_nice+ep /opt/gilsample"));
+        assert!(!text.contains("ptrace_scope"), "{text}");
+    }
+
+    #[test]
+    fn yama_is_named_with_its_scope_where_the_kernel_has_it() {
+        let mut f = facts(user_creds(1000), user_creds(1000));
+        f.target_proc_owner = Some(1000);
+        f.yama_scope = Some(1);
+        let text = explain(&f);
+        assert!(text.contains("ptrace_scope is 1"), "{text}");
+        assert!(!text.contains("runs as"), "same user: {text}");
+        f.reader_is_ancestor = true;
+        assert!(!explain(&f).contains("ptrace_scope is 1"));
+        f.yama_scope = Some(3);
+        assert!(explain(&f).contains("until the machine is rebooted"));
+    }
+
+    #[test]
+    fn root_without_the_capability_is_told_it_was_dropped_not_to_run_as_root() {
+        let mut dropped = root();
+        dropped.permitted &= !(1 << CAP_SYS_PTRACE);
+        dropped.effective = dropped.permitted;
+        let text = explain(&facts(dropped, root()));
+        assert!(text.contains("capabilities that gilsample lacks"), "{text}");
+        assert!(!text.contains("run gilsample as root"), "{text}");
+    }
+
+    #[test]
+    fn a_capable_root_is_told_of_seccomp_or_a_security_module() {
+        let mut filtered = root();
+        filtered.seccomp = 2;
+        let text = explain(&facts(filtered, root()));
+        assert!(text.contains("seccomp filter"), "{text}");
+        assert!(!text.contains("run gilsample as root"), "{text}");
+        let mut confined = facts(root(), root());
+        confined.reader_label = Some("docker-default (enforce)".into());
+        assert!(explain(&confined).contains("docker-default (enforce)"));
+        let text = explain(&facts(root(), root()));
+        assert!(text.contains("not visible from inside"), "{text}");
+    }
+
+    #[test]
+    fn a_capable_reader_in_a_user_namespace_is_told_its_capability_stops_there() {
+        let mut f = facts(root(), user_creds(65534));
+        f.reader_in_user_namespace = Some("0 100000 65536".into());
+        let text = explain(&f);
+        assert!(
+            text.contains("user namespace (uid_map 0 100000 65536)"),
+            "{text}"
+        );
+    }
+}

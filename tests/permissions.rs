@@ -1,0 +1,175 @@
+//! Refusals for lack of access say which of the kernel's checks failed on this machine, with the
+//! path that was refused and a fix that applies: another unprivileged user, root with
+//! CAP_SYS_PTRACE dropped, and a capable root under a seccomp filter that refuses the memory read.
+//! Yama is named only where the kernel has it.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{Workload, interpreter};
+
+const PERMISSION: i32 = 3;
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// What every refusal says: the real path or what was read, never a placeholder, and Yama only
+/// where this kernel has it and its scope is the reason.
+fn assert_truthful(message: &str) {
+    assert!(
+        !message.contains("/proc/PID"),
+        "a placeholder path: {message}"
+    );
+    let yama_refuses = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .is_some_and(|scope| scope.trim() != "0");
+    if !Path::new("/proc/sys/kernel/yama").exists() || !yama_refuses {
+        assert!(!message.contains("ptrace_scope"), "{message}");
+    }
+    assert!(
+        message.contains("Why: ") && message.contains("To fix: "),
+        "{message}"
+    );
+}
+
+fn gilsample_for(pid: u32) -> Vec<String> {
+    [
+        env!("CARGO_BIN_EXE_gilsample"),
+        "--pid",
+        &pid.to_string(),
+        "--quiet",
+        "-o",
+        "/tmp",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[test]
+fn another_unprivileged_user_is_told_whose_process_it_is() {
+    let user = "gilsample-test";
+    let exists = Command::new("id")
+        .arg(user)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    if !exists {
+        let made = Command::new("useradd")
+            .args(["--system", "--no-create-home", user])
+            .status()
+            .unwrap();
+        assert!(made.success(), "useradd needs root");
+    }
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let out = Command::new("runuser")
+        .args(["-u", user, "--"])
+        .args(gilsample_for(workload.pid))
+        .output()
+        .unwrap();
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(PERMISSION), "{message}");
+    assert!(
+        message.contains(&format!("/proc/{}/maps", workload.pid)),
+        "{message}"
+    );
+    assert!(message.contains("runs as user 0 (root)"), "{message}");
+    let uid = Command::new("id")
+        .args(["-u", user])
+        .output()
+        .unwrap()
+        .stdout;
+    let uid = String::from_utf8_lossy(&uid).trim().to_string();
+    assert!(
+        message.contains(&format!("gilsample as user {uid} ({user})")),
+        "{message}"
+    );
+    assert!(message.contains("without CAP_SYS_PTRACE"), "{message}");
+    assert!(message.contains("setcap cap_sys_ptrace"), "{message}");
+    assert_truthful(&message);
+}
+
+#[test]
+fn root_with_cap_sys_ptrace_dropped_is_not_told_to_run_as_root() {
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let out = Command::new("capsh")
+        .args(["--drop=cap_sys_ptrace", "--", "-c"])
+        .arg(format!("exec {}", gilsample_for(workload.pid).join(" ")))
+        .output()
+        .unwrap();
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(PERMISSION), "{message}");
+    assert!(
+        message.contains("capabilities that gilsample lacks"),
+        "{message}"
+    );
+    assert!(message.contains("CAP_SYS_PTRACE kept"), "{message}");
+    assert!(!message.to_lowercase().contains("as root"), "{message}");
+    assert_truthful(&message);
+}
+
+/// A seccomp filter that makes process_vm_readv fail with EPERM, as a container runtime's default
+/// filter does, installed in the child before it runs gilsample.
+fn refuse_process_vm_readv(command: &mut Command) {
+    #[cfg(target_arch = "x86_64")]
+    const AUDIT_ARCH: u32 = 0xc000_003e;
+    #[cfg(target_arch = "aarch64")]
+    const AUDIT_ARCH: u32 = 0xc000_00b7;
+    const LOAD_WORD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RETURN: u16 = 0x06; // BPF_RET | BPF_K
+    const ALLOW: u32 = 0x7fff_0000;
+    const ERRNO: u32 = 0x0005_0000;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let program = [
+        op(LOAD_WORD, 0, 0, 4), // seccomp_data.arch
+        op(JUMP_IF_EQUAL, 0, 3, AUDIT_ARCH),
+        op(LOAD_WORD, 0, 0, 0), // seccomp_data.nr
+        op(JUMP_IF_EQUAL, 0, 1, libc::SYS_process_vm_readv as u32),
+        op(RETURN, 0, 0, ERRNO | libc::EPERM as u32),
+        op(RETURN, 0, 0, ALLOW),
+    ];
+    // SAFETY: prctl with a filter that lives until exec copies it into the kernel; no allocation.
+    unsafe {
+        command.pre_exec(move || {
+            let filter = libc::sock_fprog {
+                len: program.len() as u16,
+                filter: program.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &filter as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn a_capable_root_under_a_seccomp_filter_is_told_of_the_filter() {
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let args = gilsample_for(workload.pid);
+    let mut command = Command::new(&args[0]);
+    command.args(&args[1..]);
+    refuse_process_vm_readv(&mut command);
+    let out = command.output().unwrap();
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(PERMISSION), "{message}");
+    assert!(message.contains("process_vm_readv"), "{message}");
+    assert!(message.contains("seccomp filter (Seccomp: 2"), "{message}");
+    assert!(
+        !message.to_lowercase().contains("as root (sudo)"),
+        "{message}"
+    );
+    assert_truthful(&message);
+}

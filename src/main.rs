@@ -20,7 +20,7 @@ use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
-use gilsample::launch::LAUNCH_TIMEOUT;
+use gilsample::launch::{LAUNCH_TIMEOUT, Launched};
 use gilsample::merge::{MergeOptions, merge};
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
@@ -393,12 +393,22 @@ fn run_record(
             }
             _ => "no Python process was found to record".into(),
         };
-        return Err(with_common_commands(
+        let error = with_common_commands(
             Error::NothingFound(format!(
                 "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
             )),
             &opts.targets,
-        ));
+        );
+        // A launched command still running is waited for, as after a recording; the error is
+        // said first.
+        if let Some(command) = report.command.as_mut()
+            && command.try_status().is_none()
+        {
+            eprintln!("gilsample: error: {error}");
+            wait_for_command(command, args.quiet)?;
+            return Ok(error.exit_code());
+        }
+        return Err(error);
     }
     let answers = answers(&report);
     if !args.quiet {
@@ -419,14 +429,7 @@ fn run_record(
     };
     // The answer is out; a command that outlives the recording is waited for, for its status.
     if let Some(command) = report.command.as_mut() {
-        if command.try_status().is_none() && !args.quiet {
-            let pid = command.pid();
-            eprintln!(
-                "gilsample: the recording has ended, but the command (pid {pid}) is still running; \
-                 gilsample waits for it and exits with its status. To stop it: Ctrl+C, or kill {pid}"
-            );
-        }
-        let status = command.wait()?;
+        let status = wait_for_command(command, args.quiet)?;
         if code == exit::OK {
             code = status;
         }
@@ -447,6 +450,19 @@ fn run_record(
         }));
     }
     Ok(code)
+}
+
+/// Waits for a launched command that may outlive its recording, saying so first when it does; its
+/// exit status.
+fn wait_for_command(command: &mut Launched, quiet: bool) -> Result<i32> {
+    if command.try_status().is_none() && !quiet {
+        let pid = command.pid();
+        eprintln!(
+            "gilsample: the recording has ended, but the command (pid {pid}) is still running; \
+             gilsample waits for it and exits with its status. To stop it: Ctrl+C, or kill {pid}"
+        );
+    }
+    command.wait()
 }
 
 /// A search for accelerator users that found none also shows the commands a new user needs most:

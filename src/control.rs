@@ -4,7 +4,8 @@
 //! attaches (so the caller can first allow it to read its memory, `prctl(PR_SET_PTRACER)` where Yama
 //! is on), then writes one JSON object per line as things happen: `started` (a target's first sample
 //! was taken), `skipped`, `ready` (every target found at the start is being sampled), `failed`,
-//! `finished` (files complete, with their paths) or `error`. Any later byte from the caller, or the
+//! `finished` (files complete, with their paths) or `error`; also `thread_of_process`, `launcher`,
+//! `command_stopped` and `waiting` (`event_for`). Any later byte from the caller, or the
 //! caller's end closing (the caller exited), stops the recording as Ctrl+C does.
 
 use std::fs::File;
@@ -15,9 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
+use crate::record::Update;
 
 /// The writing half; events are lines, sent whole.
 pub struct Control {
@@ -77,6 +79,37 @@ impl Control {
             let _ = writer.write_all(line.as_bytes());
         }
     }
+}
+
+/// The line a driving program gets for an update (progress ticks are not sent).
+pub fn event_for(update: &Update<'_>) -> Option<Value> {
+    Some(match update {
+        Update::Started {
+            pid,
+            path,
+            python,
+            layout,
+            rate_hz,
+        } => json!({
+            "event": "started", "pid": pid, "path": path.display().to_string(),
+            "python": python, "layout": layout, "rate_hz": rate_hz,
+        }),
+        Update::Skipped { pid, why } => json!({"event": "skipped", "pid": pid, "why": why}),
+        Update::Ready => json!({"event": "ready"}),
+        Update::ThreadOfProcess { tid, pid } => {
+            json!({"event": "thread_of_process", "tid": tid, "pid": pid})
+        }
+        Update::Launcher { pid, program } => {
+            json!({"event": "launcher", "pid": pid, "program": program})
+        }
+        Update::CommandStopped { pid, how } => {
+            json!({"event": "command_stopped", "pid": pid, "how": how.describe()})
+        }
+        Update::WaitingForPython { pid, .. } => json!({"event": "waiting", "pid": pid}),
+        // Sent with the other failures at the end.
+        Update::WriteFailed { .. } => return None,
+        Update::Progress(_) => return None,
+    })
 }
 
 #[cfg(test)]

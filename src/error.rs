@@ -22,7 +22,8 @@ pub mod exit {
     pub const OUTPUT: i32 = 6;
     /// An input file (`convert`) is missing, empty, not JSON, truncated or malformed.
     pub const INPUT: i32 = 7;
-    /// Stopped by a second Ctrl+C: the trace was not finished.
+    /// Stopped by a second Ctrl+C: the trace was not finished (or, in launch mode after the
+    /// recording, the wait for the command was given up).
     pub const INTERRUPTED: i32 = 130;
 }
 

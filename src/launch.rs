@@ -19,13 +19,15 @@ use crate::sample::clock::monotonic_ns;
 
 /// How long launch mode waits for the interpreter to start before giving up.
 pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
-/// For this long the command is looked at every `FAST_POLL`: a command that is Python from its start
-/// (or execs it at once, as `env` does) is read from its first moments.
+/// The command is looked at every `FAST_POLL` while it may be Python (not looked at yet, or a Python
+/// that is not ready), and for `FAST_FOR` after each exec: a command that is Python from its start,
+/// or execs it (as `env` and `chroot` do), is read from its first moments.
 const FAST_POLL: Duration = Duration::from_micros(500);
 const FAST_FOR: Duration = Duration::from_millis(200);
-/// Then the polls slow down, doubling every `FAST_FOR`, to this: a command that runs something else
-/// for long (a shell script that starts Python later) costs a fraction of a percent of a CPU, not the
-/// quarter of one that 0.5 ms polls cost; its exec into Python is seen at the next poll.
+/// While it runs a program found not to be Python, the polls slow down, doubling every `FAST_FOR`,
+/// to this: a command that runs something else for long (a shell script that starts Python later)
+/// costs a fraction of a percent of a CPU, not the quarter of one that 0.5 ms polls cost; its exec
+/// into Python is seen at the next poll, and polls are fast again from there.
 const SLOW_POLL: Duration = Duration::from_millis(5);
 /// A program found not to be Python is looked at in full again only this often (for a libpython an
 /// embedding program loads later): in between, a poll only checks whether it exec'd.
@@ -229,8 +231,8 @@ pub enum Launch {
     Launcher(Option<PathBuf>),
 }
 
-/// The pause before the next look at a launched command that has run `elapsed` without an
-/// interpreter gilsample can read.
+/// The pause before the next look at a launched command that has run a program found not to be
+/// Python for `elapsed` since it exec'd it.
 pub fn poll_interval(elapsed: Duration) -> Duration {
     if elapsed < FAST_FOR {
         return FAST_POLL;
@@ -259,6 +261,8 @@ pub fn wait_for_interpreter(
     let mut ran_instead: Option<PathBuf> = None;
     // The program last found not to be Python, and when.
     let mut not_python: Option<(Option<PathBuf>, u64)> = None;
+    // The program it ran at the last look, and since when.
+    let mut running: (Option<PathBuf>, u64) = (None, begin);
     let mut said = false;
     while Duration::from_nanos(monotonic_ns() - begin) < LAUNCH_TIMEOUT
         && !stop.load(Ordering::Relaxed)
@@ -279,6 +283,9 @@ pub fn wait_for_interpreter(
         }
         // Read before looking: if it execs meanwhile, discovery sees the program change.
         let program = if located.is_none() { exe_of(pid) } else { None };
+        if program.is_some() && program != running.0 {
+            running = (program.clone(), now);
+        }
         let judged_lately = not_python.as_ref().is_some_and(|(judged, at)| {
             *judged == program && Duration::from_nanos(now - at) < RELOOK_NOT_PYTHON
         });
@@ -292,7 +299,7 @@ pub fn wait_for_interpreter(
                     }
                     // It may still exec Python (`env`, a script ending in `exec python3`).
                     ran_instead = program.clone();
-                    not_python = Some((program, now));
+                    not_python = Some((program.clone(), now));
                     last_error = Some(e);
                 }
                 Err(e) => last_error = Some(e),
@@ -324,7 +331,16 @@ pub fn wait_for_interpreter(
                 .unwrap_or_default();
             waiting(runs, &why);
         }
-        thread::sleep(poll_interval(elapsed));
+        let runs_not_python = located.is_none()
+            && program.is_some()
+            && not_python
+                .as_ref()
+                .is_some_and(|(judged, _)| *judged == program);
+        thread::sleep(if runs_not_python {
+            poll_interval(Duration::from_nanos(now - running.1))
+        } else {
+            FAST_POLL
+        });
     }
     Err(last_error.unwrap_or(Error::NotPython {
         pid,

@@ -6,6 +6,7 @@
 
 pub mod addr;
 pub mod cli;
+pub mod cli_values;
 pub mod control;
 pub mod convert;
 pub mod decimal;
@@ -22,6 +23,7 @@ pub mod replay;
 pub mod report;
 pub mod sample;
 pub mod samples;
+pub mod signals;
 pub mod summary;
 pub mod symbols;
 pub mod trace;

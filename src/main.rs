@@ -4,33 +4,30 @@
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue};
 use indicatif::{ProgressBar, ProgressStyle};
-use nix::sys::signal::kill;
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
-use nix::unistd::Pid;
 use serde_json::json;
 
 use gilsample::cli::{
     COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs,
 };
-use gilsample::control::Control;
+use gilsample::control::{Control, event_for};
 use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
-use gilsample::launch::LAUNCH_TIMEOUT;
+use gilsample::launch::{LAUNCH_TIMEOUT, Launched};
 use gilsample::merge::{MergeOptions, merge};
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, Targets, Update, record};
 use gilsample::sample::priority::{Priority, realtime_allowed, realtime_refused_warning};
+use gilsample::signals::{SessionState, SignalStep, watch_signals};
 use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
 use gilsample::trace::chrome::micros;
@@ -126,75 +123,32 @@ fn launch_suggestion(args: &[String], stray: &str) -> Option<String> {
     ))
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in every thread and waits for them in one. While recording, the
-/// first asks the recording to stop and finish its files; a second one exits at once (files stay at
-/// their temporary names, never half-written at the final name). Once the traces are finished and
-/// only a launched command is waited for (`command` holds its pid), the first is passed on to it
-/// when it was sent to gilsample alone (a terminal's Ctrl+C reaches the command itself), and a second
-/// one stops waiting: the command gets SIGTERM and gilsample exits.
-fn install_signal_thread(stop: Arc<AtomicBool>, command: Arc<AtomicU32>) {
-    let mut set = SigSet::empty();
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(signal);
-    }
-    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None).expect("blocking signals cannot fail");
-    std::thread::spawn(move || {
-        let mut received = 0;
-        let mut while_waiting = 0;
-        while let Some((signal, from_a_process)) = wait_for_signal(&set) {
-            let pid = command.load(Ordering::SeqCst);
-            if pid != 0 {
-                while_waiting += 1;
-                if while_waiting > 1 {
-                    eprintln!(
-                        "gilsample: not waiting for the command (pid {pid}) any longer; it gets SIGTERM"
-                    );
-                    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-                    std::process::exit(exit::INTERRUPTED);
-                }
-                if from_a_process {
-                    let _ = kill(Pid::from_raw(pid as i32), signal);
-                    eprintln!(
-                        "gilsample: {signal:?} passed on to the command (pid {pid}); waiting for it to \
-                         exit (again to stop waiting: it then gets SIGTERM)"
-                    );
-                } else {
-                    eprintln!(
-                        "gilsample: waiting for the command (pid {pid}), which got the {signal:?} too, \
-                         to exit (again to stop waiting: it then gets SIGTERM)"
-                    );
-                }
-                continue;
-            }
-            received += 1;
-            if received == 1 {
-                eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)");
-                stop.store(true, Ordering::SeqCst);
-            } else {
-                eprintln!("gilsample: aborted; unfinished traces are left as .*.partial files");
-                std::process::exit(exit::INTERRUPTED);
-            }
+/// Takes SIGINT, SIGTERM and SIGHUP (signals.rs) and says what each did; the ones that end the wait
+/// exit at once (files stay at their temporary names, never half-written at the final name).
+fn install_signal_thread(state: SessionState) {
+    watch_signals(state, |step| match step {
+        SignalStep::Stopping(signal) => {
+            eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)")
+        }
+        SignalStep::Abort => {
+            eprintln!("gilsample: aborted; unfinished traces are left as .*.partial files");
+            std::process::exit(exit::INTERRUPTED);
+        }
+        SignalStep::PassedOn { signal, command } => eprintln!(
+            "gilsample: {signal:?} passed on to the command (pid {command}); waiting for it to exit \
+             (again to stop waiting: it then gets SIGTERM)"
+        ),
+        SignalStep::ReachedTheCommand { signal, command } => eprintln!(
+            "gilsample: waiting for the command (pid {command}), which got the {signal:?} too, to \
+             exit (again to stop waiting: it then gets SIGTERM)"
+        ),
+        SignalStep::StopWaiting { command } => {
+            eprintln!(
+                "gilsample: not waiting for the command (pid {command}) any longer; it gets SIGTERM"
+            );
+            std::process::exit(exit::INTERRUPTED);
         }
     });
-}
-
-/// The next of `set`'s signals, and whether a process sent it (`kill`) rather than the kernel (a
-/// terminal's Ctrl+C, which goes to the whole foreground process group).
-fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
-    // SAFETY: a zeroed siginfo_t is valid for the kernel to fill; `set` outlives the call.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    loop {
-        let number = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
-        if number > 0 {
-            // SI_USER, SI_QUEUE, SI_TKILL are 0 or below; the kernel's own (SI_KERNEL) above.
-            return Signal::try_from(number)
-                .ok()
-                .map(|s| (s, info.si_code <= 0));
-        }
-        if nix::errno::Errno::last() != nix::errno::Errno::EINTR {
-            return None;
-        }
-    }
 }
 
 /// Records, reporting to the driving program over `--control-fd` when there is one.
@@ -303,9 +257,9 @@ fn run_record(
             realtime_refused_warning(opts.cpus.is_some())
         );
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let waiting_for_command = Arc::new(AtomicU32::new(0));
-    install_signal_thread(stop.clone(), waiting_for_command.clone());
+    let state = SessionState::default();
+    let (stop, waiting_for_command) = (state.stop.clone(), state.waiting_for_command.clone());
+    install_signal_thread(state);
     if let Some(mut reader) = reader {
         if !Control::wait_for_go(&mut reader) {
             return Err(Error::Usage(
@@ -397,7 +351,7 @@ fn run_record(
     };
     let mut on_progress = |update: Update<'_>| {
         if let Some(control) = control
-            && let Some(event) = control_event(&update)
+            && let Some(event) = event_for(&update)
         {
             control.send(&event);
         }
@@ -439,12 +393,22 @@ fn run_record(
             }
             _ => "no Python process was found to record".into(),
         };
-        return Err(with_common_commands(
+        let error = with_common_commands(
             Error::NothingFound(format!(
                 "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
             )),
             &opts.targets,
-        ));
+        );
+        // A launched command still running is waited for, as after a recording; the error is
+        // said first.
+        if let Some(command) = report.command.as_mut()
+            && command.try_status().is_none()
+        {
+            eprintln!("gilsample: error: {error}");
+            wait_for_command(command, args.quiet)?;
+            return Ok(error.exit_code());
+        }
+        return Err(error);
     }
     let answers = answers(&report);
     if !args.quiet {
@@ -465,14 +429,7 @@ fn run_record(
     };
     // The answer is out; a command that outlives the recording is waited for, for its status.
     if let Some(command) = report.command.as_mut() {
-        if command.try_status().is_none() && !args.quiet {
-            let pid = command.pid();
-            eprintln!(
-                "gilsample: the recording has ended, but the command (pid {pid}) is still running; \
-                 gilsample waits for it and exits with its status. To stop it: Ctrl+C, or kill {pid}"
-            );
-        }
-        let status = command.wait()?;
+        let status = wait_for_command(command, args.quiet)?;
         if code == exit::OK {
             code = status;
         }
@@ -495,6 +452,19 @@ fn run_record(
     Ok(code)
 }
 
+/// Waits for a launched command that may outlive its recording, saying so first when it does; its
+/// exit status.
+fn wait_for_command(command: &mut Launched, quiet: bool) -> Result<i32> {
+    if command.try_status().is_none() && !quiet {
+        let pid = command.pid();
+        eprintln!(
+            "gilsample: the recording has ended, but the command (pid {pid}) is still running; \
+             gilsample waits for it and exits with its status. To stop it: Ctrl+C, or kill {pid}"
+        );
+    }
+    command.wait()
+}
+
 /// A search for accelerator users that found none also shows the commands a new user needs most:
 /// a bare `gilsample` is often the first thing run.
 fn with_common_commands(error: Error, targets: &Targets) -> Error {
@@ -504,37 +474,6 @@ fn with_common_commands(error: Error, targets: &Targets) -> Error {
         }
         (error, _) => error,
     }
-}
-
-/// The line a driving program gets for an update (progress ticks are not sent).
-fn control_event(update: &Update<'_>) -> Option<serde_json::Value> {
-    Some(match update {
-        Update::Started {
-            pid,
-            path,
-            python,
-            layout,
-            rate_hz,
-        } => json!({
-            "event": "started", "pid": pid, "path": path.display().to_string(),
-            "python": python, "layout": layout, "rate_hz": rate_hz,
-        }),
-        Update::Skipped { pid, why } => json!({"event": "skipped", "pid": pid, "why": why}),
-        Update::Ready => json!({"event": "ready"}),
-        Update::ThreadOfProcess { tid, pid } => {
-            json!({"event": "thread_of_process", "tid": tid, "pid": pid})
-        }
-        Update::Launcher { pid, program } => {
-            json!({"event": "launcher", "pid": pid, "program": program})
-        }
-        Update::CommandStopped { pid, how } => {
-            json!({"event": "command_stopped", "pid": pid, "how": how.describe()})
-        }
-        Update::WaitingForPython { pid, .. } => json!({"event": "waiting", "pid": pid}),
-        // Sent with the other failures at the end.
-        Update::WriteFailed { .. } => return None,
-        Update::Progress(_) => return None,
-    })
 }
 
 fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {

@@ -409,3 +409,27 @@ fn a_command_without_python_is_said_to_be_waited_for_once() {
     assert!(!rest.contains("which is not Python;"), "said twice: {rest}");
     assert!(!dir.path().join("out").exists());
 }
+
+#[test]
+fn a_launcher_that_started_no_python_before_the_duration_is_said_and_waited_for_not_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("release");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut recording = gilsample()
+        .args(["--subprocesses", "-d", "0.3", "-o"])
+        .arg(dir.path().join("out"))
+        .args(["--", "sh", "-c"])
+        .arg(format!("read x < {}; exit 3", fifo.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(recording.stderr.take().unwrap());
+    let seen = read_until(&mut stderr, STILL_RUNNING);
+    assert!(
+        seen.contains("error: no Python process was found among the processes started by"),
+        "{seen}"
+    );
+    std::fs::write(&fifo, "go\n").unwrap();
+    // The error's status, once the command ended by itself (it was not stopped).
+    assert_eq!(recording.wait().unwrap().code(), Some(5));
+}

@@ -1,0 +1,93 @@
+//! SIGINT, SIGTERM and SIGHUP, blocked in every thread and taken by one: what each one means
+//! depends on where the session is. While recording, the first asks the recording to stop and finish
+//! its files, a second one aborts. Once the traces are finished and only a launched command is
+//! waited for, the first is passed on to the command when a process sent it to gilsample alone (a
+//! terminal's Ctrl+C goes to the command too), and a second one stops the wait: the command gets
+//! SIGTERM. The caller is told each step and does the printing and exiting (main.rs).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, pthread_sigmask};
+use nix::unistd::Pid;
+
+/// What a signal did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalStep {
+    /// The first while recording: the stop flag is set.
+    Stopping(Signal),
+    /// The second while recording: the caller exits at once.
+    Abort,
+    /// Passed on to the command being waited for, which a process sent to gilsample alone.
+    PassedOn { signal: Signal, command: u32 },
+    /// Not passed on: a terminal's signal, which reached the command as well.
+    ReachedTheCommand { signal: Signal, command: u32 },
+    /// The second while waiting for the command: it was sent SIGTERM; the caller exits at once.
+    StopWaiting { command: u32 },
+}
+
+/// Where the session is, shared with the signal thread.
+#[derive(Clone, Default)]
+pub struct SessionState {
+    /// Set by the first signal while recording; read by the recording.
+    pub stop: Arc<AtomicBool>,
+    /// The pid of the launched command once the traces are finished and only it is waited for.
+    pub waiting_for_command: Arc<AtomicU32>,
+}
+
+/// Blocks the three signals in this thread (call it before starting any other) and takes them in a
+/// thread of their own, telling `on_step` what each did.
+pub fn watch_signals(state: SessionState, on_step: impl Fn(SignalStep) + Send + 'static) {
+    let mut set = SigSet::empty();
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(signal);
+    }
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None).expect("blocking signals cannot fail");
+    std::thread::spawn(move || {
+        let mut while_recording = 0;
+        let mut while_waiting = 0;
+        while let Some((signal, from_a_process)) = wait_for_signal(&set) {
+            let command = state.waiting_for_command.load(Ordering::SeqCst);
+            let step = if command != 0 {
+                while_waiting += 1;
+                if while_waiting > 1 {
+                    let _ = kill(Pid::from_raw(command as i32), Signal::SIGTERM);
+                    SignalStep::StopWaiting { command }
+                } else if from_a_process {
+                    let _ = kill(Pid::from_raw(command as i32), signal);
+                    SignalStep::PassedOn { signal, command }
+                } else {
+                    SignalStep::ReachedTheCommand { signal, command }
+                }
+            } else {
+                while_recording += 1;
+                if while_recording == 1 {
+                    state.stop.store(true, Ordering::SeqCst);
+                    SignalStep::Stopping(signal)
+                } else {
+                    SignalStep::Abort
+                }
+            };
+            on_step(step);
+        }
+    });
+}
+
+/// The next of `set`'s signals, and whether a process sent it (`kill`) rather than the kernel (a
+/// terminal's Ctrl+C, which goes to the whole foreground process group).
+fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
+    // SAFETY: a zeroed siginfo_t is valid for the kernel to fill; `set` outlives the call.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        let number = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
+        if number > 0 {
+            // SI_USER, SI_QUEUE, SI_TKILL are 0 or below; the kernel's own (SI_KERNEL) above.
+            return Signal::try_from(number)
+                .ok()
+                .map(|s| (s, info.si_code <= 0));
+        }
+        if nix::errno::Errno::last() != nix::errno::Errno::EINTR {
+            return None;
+        }
+    }
+}

@@ -10,11 +10,13 @@ mod checks;
 mod outcome;
 mod save;
 pub mod target;
+pub mod watch;
 
 use checks::{check_outputs, processes_of};
 pub use outcome::{Progress, RecordReport, TargetReport, Update};
 pub use target::host_name;
 use target::record_one;
+pub use watch::Watch;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -76,6 +78,11 @@ pub struct RecordOptions {
     pub cpu_dodge: bool,
     /// Also save every sample, for `gilsample replay` (samples/).
     pub save_samples: Option<PathBuf>,
+    /// A live view of the recording (`gilsample top`): watch.rs. `None`: none.
+    pub watch: Option<Watch>,
+    /// When the stop flag ends the recording, also stop the launched command (SIGTERM, then
+    /// SIGKILL), instead of waiting for it to exit: quitting `gilsample top` ends what it launched.
+    pub stop_command_when_stopped: bool,
 }
 
 /// How often the session looks for new targets; new processes are picked up within this.
@@ -139,6 +146,7 @@ pub fn record(
             waiter_counts: opts.waiter_counts,
             stacks: opts.stacks,
             dodge_holder: opts.cpus.is_none() && opts.cpu_dodge,
+            live_every_ns: opts.watch.as_ref().map(|w| w.every.as_nanos() as u64),
         },
         offset_ns: match opts.clock {
             TraceClock::Wall => monotonic_to_wall_offset_ns(),
@@ -318,7 +326,12 @@ impl Session<'_> {
         // Only now, with every trace finished: a command that outlives the recording (a
         // --duration, or gilsample alone was signalled) is waited for, for its exit status.
         let child_status = match launched.as_mut() {
-            Some(command) => Some(command.wait()?),
+            Some(command) => {
+                if opts.stop_command_when_stopped && stop.load(Ordering::Relaxed) {
+                    command.stop();
+                }
+                Some(command.wait()?)
+            }
             None => None,
         };
         Ok(RecordReport {
@@ -381,7 +394,10 @@ impl Session<'_> {
     fn start(&mut self, target: Target) -> Result<()> {
         let rank = read_rank(target.pid);
         let path = self.opts.output.path_for(target.pid, rank);
-        let writer = ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
+        let mut writer = ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
+        if let Some(watch) = &self.opts.watch {
+            writer.set_tap((watch.tap_for)(target.pid, rank));
+        }
         let live = Arc::new(LiveCounters::default());
         let (pid, python, layout) = (
             target.pid,

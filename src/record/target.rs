@@ -203,6 +203,7 @@ pub fn write_trace(
                         frames,
                         samples,
                     } => writer.note_stack(tid, t_ns, state, frames, samples),
+                    Record::Live(snapshot) => writer.tap_live(&snapshot),
                 }
             }
             Ok((writer, totals))
@@ -313,8 +314,11 @@ impl<'a> Batch<'a> {
         if self.records.is_empty() {
             self.first_ns = at;
         }
+        // A live view's snapshot is sent at once: it is what that view is waiting for.
+        let live = matches!(record, Record::Live(_));
         self.records.push(record);
-        if self.records.len() >= Self::MAX_RECORDS
+        if live
+            || self.records.len() >= Self::MAX_RECORDS
             || at.saturating_sub(self.first_ns) >= Self::MAX_AGE_NS
         {
             self.flush();

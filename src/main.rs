@@ -25,7 +25,7 @@ use gilsample::merge::{MergeOptions, merge};
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
-use gilsample::record::{RecordOptions, Targets, Update, record};
+use gilsample::record::{RecordOptions, RecordReport, Targets, Update, record};
 use gilsample::sample::priority::{Priority, realtime_allowed, realtime_refused_warning};
 use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
@@ -120,11 +120,8 @@ fn record_command(args: RecordArgs) -> Result<i32> {
     result
 }
 
-fn run_record(
-    args: RecordArgs,
-    control: Option<&Control>,
-    reader: Option<std::fs::File>,
-) -> Result<i32> {
+/// What to record, from `record`'s options (also `top`'s): the targets, checked against the output.
+fn record_options(args: &RecordArgs) -> Result<RecordOptions> {
     let device = if args.all_gpu {
         DeviceKind::Gpu
     } else {
@@ -178,7 +175,7 @@ fn run_record(
             "--merge writes one file per process plus GIL_merged.json: give -o a directory".into(),
         ));
     }
-    let opts = RecordOptions {
+    Ok(RecordOptions {
         targets,
         subprocesses: args.subprocesses,
         merge: args.merge,
@@ -189,7 +186,7 @@ fn run_record(
         layout: args.layout_source,
         clock: args.clock,
         priority: args.priority,
-        cpus: args.cpus.map(|c| c.0),
+        cpus: args.cpus.as_ref().map(|c| c.0.clone()),
         idle_backoff: !args.no_idle_backoff,
         adaptive_rate: !args.fixed_rate,
         waiter_counts: !args.no_waiter_counts,
@@ -197,7 +194,17 @@ fn run_record(
         stacks: !args.no_stacks,
         cpu_dodge: !args.no_cpu_dodge,
         save_samples: args.save_samples.clone(),
-    };
+        watch: None,
+        stop_command_when_stopped: false,
+    })
+}
+
+fn run_record(
+    args: RecordArgs,
+    control: Option<&Control>,
+    reader: Option<std::fs::File>,
+) -> Result<i32> {
+    let opts = record_options(&args)?;
     if opts.priority == Priority::Realtime && !args.quiet && !realtime_allowed() {
         eprintln!(
             "gilsample: {}",
@@ -290,8 +297,41 @@ fn run_record(
             }));
         }
     }
+    something_recorded(&report, &opts.targets)?;
+    let answers = answers(&report);
+    if !args.quiet {
+        eprint!(
+            "{}",
+            format_summary(&report, &answers, args.verbose, opts.rate_hz)
+        );
+    } else {
+        // Quiet drops the summary, never an error.
+        for (pid, error) in &report.failures {
+            eprintln!("gilsample: error: process {pid}: {error}");
+        }
+    }
+    let code = exit_status(&report);
+    if let Some(control) = control {
+        let files: Vec<String> = report
+            .targets
+            .iter()
+            .map(|t| t.path.display().to_string())
+            .collect();
+        control.send(&json!({
+            "event": "finished",
+            "files": files,
+            "merged": report.merged.as_ref().map(|p| p.display().to_string()),
+            "summary": {"processes": answers.iter().flatten().collect::<Vec<_>>()},
+            "exit_code": code,
+        }));
+    }
+    Ok(code)
+}
+
+/// A recording that found nothing to record says what it looked for.
+fn something_recorded(report: &RecordReport, targets: &Targets) -> Result<()> {
     if report.targets.is_empty() && report.failures.is_empty() {
-        let what = match &opts.targets {
+        let what = match targets {
             Targets::Devices(kind) => {
                 format!("no Python process with {} open was found", kind.describe())
             }
@@ -312,41 +352,20 @@ fn run_record(
             Error::NothingFound(format!(
                 "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
             )),
-            &opts.targets,
+            targets,
         ));
     }
-    let answers = answers(&report);
-    if !args.quiet {
-        eprint!(
-            "{}",
-            format_summary(&report, &answers, args.verbose, opts.rate_hz)
-        );
-    } else {
-        // Quiet drops the summary, never an error.
-        for (pid, error) in &report.failures {
-            eprintln!("gilsample: error: process {pid}: {error}");
-        }
-    }
-    let code = match report.failures.first() {
+    Ok(())
+}
+
+/// A finished recording's exit status: the first failure's when every target failed, 1 when some
+/// did, else the launched command's own.
+fn exit_status(report: &RecordReport) -> i32 {
+    match report.failures.first() {
         Some((_, first)) if report.targets.is_empty() => first.exit_code(),
         Some(_) => exit::FAILURE,
         None => report.child_status.unwrap_or(exit::OK),
-    };
-    if let Some(control) = control {
-        let files: Vec<String> = report
-            .targets
-            .iter()
-            .map(|t| t.path.display().to_string())
-            .collect();
-        control.send(&json!({
-            "event": "finished",
-            "files": files,
-            "merged": report.merged.as_ref().map(|p| p.display().to_string()),
-            "summary": {"processes": answers.iter().flatten().collect::<Vec<_>>()},
-            "exit_code": code,
-        }));
     }
-    Ok(code)
 }
 
 /// A search for accelerator users that found none also shows the commands a new user needs most:

@@ -24,4 +24,5 @@ pub mod sample;
 pub mod samples;
 pub mod summary;
 pub mod symbols;
+pub mod top;
 pub mod trace;

@@ -14,7 +14,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use serde_json::json;
 
 use gilsample::cli::{
-    COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs,
+    COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs, TopArgs,
 };
 use gilsample::control::Control;
 use gilsample::convert::convert;
@@ -63,6 +63,7 @@ fn main() -> ExitCode {
         Some(Command::Report(args)) => run_report(&args).map(|()| exit::OK),
         Some(Command::Replay(args)) => gilsample::replay::run(&args).map(|()| exit::OK),
         Some(Command::Record(args)) => record_command(args),
+        Some(Command::Top(args)) => run_top(args),
         None => record_command(cli.record),
     };
     match result {
@@ -366,6 +367,34 @@ fn exit_status(report: &RecordReport) -> i32 {
         Some(_) => exit::FAILURE,
         None => report.child_status.unwrap_or(exit::OK),
     }
+}
+
+/// `top`: a recording shown live; with `-o` it ends like `record`, with the summary.
+fn run_top(mut args: TopArgs) -> Result<i32> {
+    let plan = gilsample::top::Plan::new(&mut args)?;
+    let opts = record_options(&args.record)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    install_signal_thread(stop.clone());
+    let outcome = gilsample::top::run(&plan, opts.clone(), stop, Box::new(std::io::stdout()))?;
+    let report = outcome.report?;
+    something_recorded(&report, &opts.targets)?;
+    if plan.saves() && !args.record.quiet {
+        let answers = answers(&report);
+        eprint!(
+            "{}",
+            format_summary(&report, &answers, args.record.verbose, opts.rate_hz)
+        );
+    } else {
+        for (pid, error) in &report.failures {
+            eprintln!("gilsample: error: process {pid}: {error}");
+        }
+    }
+    // Quitting is how a top session ends: a launched command it stopped is not a failure.
+    Ok(if outcome.quit && report.failures.is_empty() {
+        exit::OK
+    } else {
+        exit_status(&report)
+    })
 }
 
 /// A search for accelerator users that found none also shows the commands a new user needs most:

@@ -99,6 +99,22 @@ impl ProcessTrace {
         });
     }
 
+    /// Everything but the slices (names, labels, header facts): for a trace of some of them.
+    pub fn without_slices(&self) -> ProcessTrace {
+        ProcessTrace {
+            file: self.file.clone(),
+            pid: self.pid,
+            rank: self.rank,
+            host: self.host.clone(),
+            window_ns: self.window_ns,
+            waiting_samples: self.waiting_samples,
+            names: self.names.clone(),
+            slices: Vec::new(),
+            labels: self.labels.clone(),
+            label_index: self.label_index.clone(),
+        }
+    }
+
     /// Names a thread as its `thread_name` event does.
     pub fn name_thread(&mut self, tid: u32, text: &str) {
         self.names.insert(tid, thread_label(text));

@@ -25,6 +25,7 @@ use ratatui::crossterm::event::{self, Event};
 
 use crate::cli::TopArgs;
 use crate::error::{Error, Result};
+use crate::infer::thread::MAX_STRETCH_NS;
 use crate::record::{RecordOptions, RecordReport, Update, Watch, record};
 use crate::report::analyze::ProcessAnswer;
 use live::{Described, Live, Span};
@@ -46,6 +47,9 @@ pub enum Mode {
 /// How often the samplers say what is still open, at most: a tenth of the interval, so that a
 /// refresh sees the recording at most that far behind.
 const LIVE_EVERY_MAX: Duration = Duration::from_millis(100);
+/// The full-screen view's first table is over at least this much (or the interval, if shorter):
+/// over the first milliseconds the figures would mean nothing.
+const FIRST_SPAN: Duration = Duration::from_millis(250);
 /// The view's loop looks at keys and the stop flag this often.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -279,6 +283,17 @@ struct Tables {
     span_s: Option<f64>,
 }
 
+impl Tables {
+    /// Before the first table: the processes are listed as they come, with no figures yet.
+    fn empty() -> Tables {
+        Tables {
+            processes: Vec::new(),
+            rows: Vec::new(),
+            span_s: None,
+        }
+    }
+}
+
 fn tables(live: &Live, view: &View, interval: Duration) -> Tables {
     let answers = answers(live, view, interval);
     let selected = view.selected.min(answers.len().saturating_sub(1));
@@ -327,11 +342,18 @@ fn show_screen(
         panic!("GILSAMPLE_TEST_PANIC_IN_TOP is set: a panic to test that the terminal is restored");
     }
     let mut view = View::default();
-    let mut shown = tables(live, &view, interval);
-    let mut next_refresh = Instant::now() + interval;
-    let mut redraw = true;
+    let mut shown = Tables::empty();
+    // The first table once the recording covers a first span worth reading.
+    let first_span = interval.min(FIRST_SPAN).as_nanos() as i128;
+    let mut next_refresh = Instant::now();
+    let (mut redraw, mut showing) = (true, false);
     while !stop.load(Ordering::SeqCst) && !done.load(Ordering::SeqCst) {
-        if Instant::now() >= next_refresh {
+        let covered = live
+            .started_ns()
+            .zip(live.now_ns())
+            .is_some_and(|(start, now)| now - start >= first_span);
+        showing |= covered;
+        if showing && Instant::now() >= next_refresh {
             next_refresh = (next_refresh + interval).max(Instant::now());
             if view.paused_at.is_none() {
                 shown = tables(live, &view, interval);
@@ -378,11 +400,11 @@ fn show_screen(
                     view.paused_at = live.now_ns();
                     redraw = true;
                 }
-                Action::Recompute => {
+                Action::Recompute if showing => {
                     shown = tables(live, &view, interval);
                     redraw = true;
                 }
-                Action::Redraw => redraw = true,
+                Action::Redraw | Action::Recompute => redraw = true,
                 Action::Nothing => {}
             },
             Event::Resize(..) => redraw = true,
@@ -392,8 +414,12 @@ fn show_screen(
     Ok(())
 }
 
+/// A plain table is printed once the recording knows this much past its interval: the samples a
+/// thread's held-back stretch holds are decided by then (infer/thread.rs), so the table is whole.
+const SETTLED_NS: i128 = MAX_STRETCH_NS as i128;
+
 /// Plain tables: each over one interval of the recording, counted from its first sample, so that
-/// consecutive tables cover consecutive intervals.
+/// consecutive tables cover consecutive intervals, none left out.
 fn show_plain(
     live: &Live,
     stop: &AtomicBool,
@@ -411,7 +437,7 @@ fn show_plain(
             next_at = live.started_ns().map(|start| start + step);
         }
         let due = match (now, next_at) {
-            (Some(now), Some(at)) if now >= at => Some(at),
+            (Some(now), Some(at)) if now >= at + SETTLED_NS => Some(at),
             // A single table is printed even when the recording ended within its interval.
             (Some(now), Some(_)) if ending && once && !printed => Some(now),
             _ => None,
@@ -429,9 +455,7 @@ fn show_plain(
                 stop.store(true, Ordering::SeqCst);
                 return Ok(());
             }
-            // Behind (a slow analysis), the next table is the latest whole interval.
-            let now = now.unwrap_or(at);
-            next_at = Some(at + step * ((now - at) / step).max(1));
+            next_at = Some(at + step);
             continue;
         }
         if ending {

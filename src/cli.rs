@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::merge::Offset;
 use crate::python::attach::LayoutChoice;
 use crate::sample::priority::Priority;
+pub use crate::top::args::TopArgs;
 use crate::trace::chrome::TraceClock;
 
 /// Highest sampling rate accepted. Above this, each tick's reads take longer than the period on
@@ -39,6 +40,7 @@ macro_rules! examples {
   gilsample record --subprocesses -- torchrun --nproc-per-node 8 train.py
   gilsample record --pid 12345 --cpus 3         keep the sampler on CPU 3, off the target's cores
   gilsample                                     every Python process with an Ascend NPU open
+  gilsample top --pid 12345                     watch it live: who waits for whom, refreshed every second
   gilsample info --pid 12345                    what gilsample sees in a process (for support requests)
   gilsample merge gil_traces/GIL_*.json prof.pt.trace.json -o merged.json   next to the profiler's trace
 
@@ -109,70 +111,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Watch the GIL live, like `top`: per process how busy the GIL is, per thread how much it waits
     /// and holds and whom it waits for, in what code; refreshed every second until `q`.
-    #[command(after_help = TOP_EXAMPLES)]
+    #[command(after_help = crate::top::args::TOP_EXAMPLES)]
     Top(TopArgs),
-}
-
-const TOP_EXAMPLES: &str = "Keys: q or Ctrl+C quits; s sorts by wait or by hold; t shows the last interval or \
-everything since the start; p pauses; left and right arrows go from process to process; up and down \
-scroll the threads.
-
-Examples:
-  gilsample top --pid 12345                     watch a running process until q
-  gilsample top -- python3 train.py             launch a command and watch it (q stops it)
-  gilsample top --pid 12345 -o run.json         also save the trace, as `record -o` does
-  gilsample top --pid 12345 --once              one plain table after one interval, for scripts
-  gilsample top --pid 12345 --lines 5 --interval 10s   a plain table every 10 s, 5 threads each
-
-Without -o nothing is written but a temporary trace, removed at the end.";
-
-const HELP_VIEW: &str = "The view";
-
-#[derive(Args, Debug)]
-#[command(mut_arg("output", |arg| arg
-    .help("Also save the trace: a directory (GIL_<pid>_rank_<rank>.json per process) or one .json file")
-    .long_help("Also save the trace: a directory, with one GIL_<pid>_rank_<rank>.json per process, or \
-a file ending in .json for a single target, as `record -o` writes them.\n\nWithout it top keeps the trace \
-in a temporary directory and removes it at the end.")))]
-pub struct TopArgs {
-    /// How often the table is refreshed: 1s, 500ms, 2s (from 100ms to 1h).
-    ///
-    /// Each refresh shows the interval just past; t switches to everything since the start.
-    #[arg(long, default_value = "1s", value_parser = parse_interval, help_heading = HELP_VIEW)]
-    pub interval: Duration,
-
-    /// Print one plain table after one interval and exit, instead of the full-screen view.
-    ///
-    /// For scripts and for output that is not a terminal.
-    #[arg(long, help_heading = HELP_VIEW)]
-    pub once: bool,
-
-    /// Print a plain table every interval, each with at most N threads per process (those that
-    /// waited or held most), until stopped, instead of the full-screen view.
-    ///
-    /// For logs, pipes and terminals that cannot show the full-screen view.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = HELP_VIEW)]
-    pub lines: Option<u32>,
-
-    #[command(flatten)]
-    pub record: RecordArgs,
-}
-
-/// Shortest and longest refresh interval: shorter, the figures are mostly noise and the analysis runs
-/// all the time; longer is a typo.
-const MIN_INTERVAL: Duration = Duration::from_millis(100);
-const MAX_INTERVAL: Duration = Duration::from_secs(3600);
-
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    let refuse = || {
-        format!(
-            "'{text}' is not a refresh interval: give one from 100ms to 1h, e.g. 1s, 500ms or 5s"
-        )
-    };
-    match parse_duration(text) {
-        Ok(DurationArg(Some(d))) if (MIN_INTERVAL..=MAX_INTERVAL).contains(&d) => Ok(d),
-        _ => Err(refuse()),
-    }
 }
 
 const REPLAY_EXAMPLES: &str = "Examples:
@@ -680,34 +620,6 @@ mod tests {
     fn record_and_the_flat_form_together_are_refused() {
         let flat_then_record = ["gilsample", "--pid", "1", "record", "--pid", "2"];
         assert!(Cli::try_parse_from(flat_then_record).is_err());
-    }
-
-    #[test]
-    fn top_takes_records_options_and_its_own() {
-        let top = |args: &[&str]| match parse(args).command {
-            Some(Command::Top(top)) => top,
-            other => panic!("{args:?}: not top: {other:?}"),
-        };
-        let args = top(&["top", "--pid", "12", "--interval", "500ms", "--lines", "3"]);
-        assert_eq!(args.interval, Duration::from_millis(500));
-        assert_eq!((args.once, args.lines), (false, Some(3)));
-        assert_eq!(args.record.pid, Some(PidList(vec![12])));
-        assert_eq!(args.record.output, None);
-        let launched = top(&["top", "--once", "-o", "t.json", "--", "python3", "x.py"]);
-        assert_eq!(launched.interval, Duration::from_secs(1));
-        assert_eq!(launched.record.command, ["python3", "x.py"]);
-        assert_eq!(launched.record.output, Some(PathBuf::from("t.json")));
-        for bad in [
-            &["top", "--interval", "0"][..],
-            &["top", "--interval", "10ms"],
-            &["top", "--interval", "-1"],
-            &["top", "--interval", "2h"],
-            &["top", "--lines", "0"],
-        ] {
-            let mut with = vec!["gilsample"];
-            with.extend_from_slice(bad);
-            assert!(Cli::try_parse_from(with).is_err(), "{bad:?} accepted");
-        }
     }
 
     #[test]

@@ -120,27 +120,37 @@ impl ChromeWriter {
         if self.tap.is_none() {
             return;
         }
-        let mut open: Vec<(&'static str, u32, (i128, i128), Option<Value>)> = Vec::new();
+        // The slices with their args owned here, then lent to the tap.
+        let mut owned: Vec<(TappedSlice<'static>, Option<Value>)> = Vec::new();
         for interval in &snapshot.open {
             if let Some(name) = interval.state.event_name() {
-                let span = self.tapped_span(interval.start_ns, interval.end_ns);
-                let args = self.stacks.peek_args_for(interval);
-                open.push((name, interval.tid, span, args));
+                let (start_ns, end_ns) = self.tapped_span(interval.start_ns, interval.end_ns);
+                let slice = TappedSlice {
+                    name,
+                    tid: interval.tid,
+                    start_ns,
+                    end_ns,
+                    args: None,
+                };
+                owned.push((slice, self.stacks.peek_args_for(interval)));
             }
         }
         for stretch in &snapshot.open_blocked {
-            let span = self.tapped_span(stretch.start_ns, stretch.end_ns);
-            let args = Some(json!({"syscall": syscall_name(stretch.nr)}));
-            open.push(("held_while_blocked", stretch.tid, span, args));
+            let (start_ns, end_ns) = self.tapped_span(stretch.start_ns, stretch.end_ns);
+            let slice = TappedSlice {
+                name: "held_while_blocked",
+                tid: stretch.tid,
+                start_ns,
+                end_ns,
+                args: None,
+            };
+            owned.push((slice, Some(json!({"syscall": syscall_name(stretch.nr)}))));
         }
-        let open: Vec<TappedSlice<'_>> = open
+        let open: Vec<TappedSlice<'_>> = owned
             .iter()
-            .map(|(name, tid, (start_ns, end_ns), args)| TappedSlice {
-                name,
-                tid: *tid,
-                start_ns: *start_ns,
-                end_ns: *end_ns,
+            .map(|(slice, args)| TappedSlice {
                 args: args.as_ref(),
+                ..*slice
             })
             .collect();
         let offset = self.offset_ns as i128;

@@ -505,7 +505,7 @@ fn top_lines_prints_a_table_every_interval_until_stopped() {
         );
         let rows = plain_rows(&table.join("\n"));
         assert_eq!(rows.len(), 2, "{table:?}");
-        assert_eq!(table[4], "(and 1 more threads)", "{table:?}");
+        assert_eq!(table[4], "(and 1 more thread)", "{table:?}");
     }
 }
 

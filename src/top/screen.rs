@@ -134,28 +134,68 @@ fn process_words(line: &ProcessLine, count: usize, index: usize) -> String {
     words
 }
 
-/// The table's column widths in `width` cells: the figures fixed, the text columns sharing the rest.
-fn column_widths(width: u16) -> Vec<u16> {
-    let constraints = [
-        Constraint::Fill(3),
-        Constraint::Length(6),
-        Constraint::Length(6),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Fill(3),
-        Constraint::Fill(4),
-        Constraint::Fill(3),
-    ];
-    Layout::horizontal(constraints)
-        .spacing(1)
-        .split(Rect::new(0, 0, width, 1))
-        .iter()
-        .map(|r| r.width)
-        .collect()
+/// Widths of the figure columns (WAIT% to P99 MS), and the most the thread, holder and holding
+/// columns take before the code column gets the rest.
+const FIGURE_WIDTHS: [u16; 4] = [6, 6, 7, 6];
+const TEXT_CAPS: [(usize, u16); 3] = [(0, 20), (5, 18), (7, 12)];
+/// The code column is not made narrower than this while the others can give way.
+const CODE_MIN: u16 = 16;
+const CODE: usize = 6;
+
+/// The table's column widths in `width` cells: the figures fixed; the text columns as wide as what
+/// they hold, the thread, holder and holding columns up to their caps while the code column needs
+/// the room; on a narrow screen those give way, down to their titles' widths, before the code
+/// column does.
+fn column_widths(width: u16, cells: &[[String; 8]]) -> [u16; 8] {
+    let mut desired = [0u16; 8];
+    for (i, title) in COLUMNS.iter().enumerate() {
+        let longest = cells.iter().map(|row| row[i].chars().count()).max();
+        desired[i] = longest.unwrap_or(0).max(title.len()) as u16;
+    }
+    for (i, &w) in FIGURES.zip(FIGURE_WIDTHS.iter()) {
+        desired[i] = w;
+    }
+    let mut widths = desired;
+    for (i, cap) in TEXT_CAPS {
+        widths[i] = widths[i].min(cap);
+    }
+    let spacing = (COLUMNS.len() - 1) as u16;
+    let room = |w: &[u16; 8]| {
+        let others: u16 = (0..w.len()).filter(|&i| i != CODE).map(|i| w[i]).sum();
+        width.saturating_sub(spacing + others)
+    };
+    let mut left = room(&widths);
+    if left >= desired[CODE] {
+        // Room to spare: the capped columns get theirs back, then the code column the rest.
+        let mut spare = left - desired[CODE];
+        for &(i, _) in TEXT_CAPS.iter().rev() {
+            let more = (desired[i] - widths[i]).min(spare);
+            widths[i] += more;
+            spare -= more;
+        }
+        widths[CODE] = desired[CODE] + spare;
+        return widths;
+    }
+    while left < CODE_MIN {
+        // The widest text column above its title's width gives a cell.
+        let Some((i, _)) = TEXT_CAPS
+            .iter()
+            .map(|&(i, _)| (i, widths[i]))
+            .filter(|&(i, w)| w > COLUMNS[i].len() as u16)
+            .max_by_key(|&(_, w)| w)
+        else {
+            break;
+        };
+        widths[i] -= 1;
+        left = room(&widths);
+    }
+    widths[CODE] = left;
+    widths
 }
 
 fn draw_table(frame: &mut Frame<'_>, picture: &Picture<'_>, area: Rect) {
-    let widths = column_widths(area.width);
+    let cells: Vec<[String; 8]> = picture.rows.iter().map(ThreadRow::cells).collect();
+    let widths = column_widths(area.width, &cells);
     let cell = |i: usize, text: &str| {
         let text = fit(text, usize::from(widths[i]));
         if FIGURES.contains(&i) {
@@ -167,12 +207,11 @@ fn draw_table(frame: &mut Frame<'_>, picture: &Picture<'_>, area: Rect) {
     let header = Row::new(COLUMNS.iter().enumerate().map(|(i, c)| cell(i, c)))
         .style(Style::new().add_modifier(Modifier::REVERSED));
     let visible = usize::from(area.height.saturating_sub(1));
-    let rows: Vec<Row<'_>> = picture
-        .rows
+    let rows: Vec<Row<'_>> = cells
         .iter()
         .skip(picture.view.scroll)
         .take(visible)
-        .map(|row| Row::new(row.cells().iter().enumerate().map(|(i, c)| cell(i, c))))
+        .map(|row| Row::new(row.iter().enumerate().map(|(i, c)| cell(i, c))))
         .collect();
     let empty = rows.is_empty();
     let table = Table::new(rows, widths.iter().map(|&w| Constraint::Length(w)))

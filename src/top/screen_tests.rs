@@ -132,3 +132,27 @@ fn before_the_first_samples_the_screen_says_so() {
     assert!(screen[0].contains("waiting for the first samples"));
     assert!(screen[1].starts_with("attaching"));
 }
+
+#[test]
+fn text_columns_are_as_wide_as_what_they_hold_and_the_code_gets_the_rest() {
+    let rows = [row(10, "MainThread (python3)", 1.0)];
+    let cells: Vec<[String; 8]> = rows.iter().map(ThreadRow::cells).collect();
+    let mut long = cells.clone();
+    long[0][7] = "blocked in clock_nanosleep".into();
+    let wide = column_widths(200, &long);
+    assert_eq!(wide[7], 26, "the holding whole where there is room");
+    let wide = column_widths(200, &cells);
+    assert_eq!(wide[0], 20, "the thread's name whole");
+    assert_eq!(wide[5], 13, "51% spinner-1");
+    assert_eq!(wide[7], 7, "HOLDING: its title");
+    assert_eq!(
+        wide.iter().sum::<u16>() + 7,
+        200,
+        "the code column takes the rest"
+    );
+    let narrow = column_widths(80, &cells);
+    assert_eq!(narrow[6], CODE_MIN, "the others gave way first");
+    assert_eq!(narrow.iter().sum::<u16>() + 7, 80);
+    let tiny = column_widths(40, &cells);
+    assert_eq!(tiny[0], 6, "down to the title's width");
+}

@@ -210,7 +210,9 @@ pub fn plain_table(out: &mut String, rows: &[ThreadRow], max_rows: Option<usize>
         line(out, row);
     }
     if shown.len() < rows.len() {
-        let _ = writeln!(out, "(and {} more threads)", rows.len() - shown.len());
+        let more = rows.len() - shown.len();
+        let threads = if more == 1 { "thread" } else { "threads" };
+        let _ = writeln!(out, "(and {more} more {threads})");
     }
 }
 
@@ -333,7 +335,7 @@ mod tests {
         assert_eq!(lines.len(), 4, "{out}");
         assert!(lines[0].starts_with("THREAD "), "{out}");
         assert!(lines[1].starts_with("a-thread-with-a-name-lo~  "), "{out}");
-        assert_eq!(lines[3], "(and 1 more threads)");
+        assert_eq!(lines[3], "(and 1 more thread)");
         // The figures line up under their titles' right edges.
         let edge = lines[0].find("WAIT%").unwrap() + "WAIT%".len();
         assert_eq!(&lines[1][edge - 4..edge], "50.0", "{out}");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: prepares what the live tests record from, then runs the whole suite.
 #   - pyenv builds 3.7-3.13 under $(pyenv root)/versions (part of the machine image);
-#   - Debian's /usr/bin/python3.11;
+#   - Debian's /usr/bin/python3.11, and tmux (tests/top.rs runs gilsample top in it);
 #   - the Debian sid root with python3.13-3.15 and their -dbg packages (scripts/make-sid-root.sh);
 #   - Debian's arm64 builds, unpacked, for the aarch64 layout check (scripts/fetch-arm64-builds.sh).
 # Then the manylinux2014 wheels (scripts/check-wheels.sh: built by scripts/build-wheels.sh, incrementally),
@@ -11,9 +11,13 @@
 # Needs root (chroot, mount, ptrace access to the test processes). A missing interpreter fails the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x /usr/bin/python3.11 ]; then
+# python3.11: Debian's static build under test; tmux: the real terminal tests/top.rs drives.
+missing=()
+[ -x /usr/bin/python3.11 ] || missing+=(python3.11)
+command -v tmux > /dev/null || missing+=(tmux)
+if [ "${#missing[@]}" -gt 0 ]; then
     apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3.11
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 scripts/make-sid-root.sh
 scripts/fetch-arm64-builds.sh

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::merge::Offset;
 use crate::python::attach::LayoutChoice;
 use crate::sample::priority::Priority;
+pub use crate::top::args::TopArgs;
 use crate::trace::chrome::TraceClock;
 
 pub use crate::cli_values::{
@@ -61,6 +62,7 @@ macro_rules! examples {
   gilsample record --subprocesses -- torchrun --nproc-per-node 8 train.py
   gilsample record --pid 12345 --cpus 3         keep the sampler on CPU 3, off the target's cores
   gilsample                                     every Python process with an Ascend NPU open
+  gilsample top --pid 12345                     watch it live: who waits for whom, refreshed every second
   gilsample info --pid 12345                    what gilsample sees in a process (for support requests)
   gilsample merge gil_traces/GIL_*.json prof.pt.trace.json -o merged.json   next to the profiler's trace
 
@@ -129,6 +131,10 @@ pub enum Command {
     /// the same slices as the recording that saved them.
     #[command(after_help = REPLAY_EXAMPLES)]
     Replay(ReplayArgs),
+    /// Watch the GIL live, like `top`: per process how busy the GIL is, per thread how much it waits
+    /// and holds and whom it waits for, in what code; refreshed every second until `q`.
+    #[command(after_help = crate::top::args::TOP_EXAMPLES)]
+    Top(TopArgs),
 }
 
 const REPLAY_EXAMPLES: &str = "Examples:

@@ -26,4 +26,5 @@ pub mod samples;
 pub mod signals;
 pub mod summary;
 pub mod symbols;
+pub mod top;
 pub mod trace;

@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use gilsample::cli::{
-    COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs,
+    COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs, TopArgs,
 };
 use gilsample::control::{Control, event_for};
 use gilsample::convert::convert;
@@ -25,7 +25,7 @@ use gilsample::merge::{MergeOptions, merge};
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
-use gilsample::record::{RecordOptions, Targets, Update, record};
+use gilsample::record::{RecordOptions, RecordReport, Targets, Update, record};
 use gilsample::sample::priority::{Priority, realtime_allowed, realtime_refused_warning};
 use gilsample::signals::{SessionState, SignalStep, watch_signals};
 use gilsample::summary::{answers, format_summary};
@@ -64,6 +64,7 @@ fn main() -> ExitCode {
         Some(Command::Report(args)) => run_report(&args).map(|()| exit::OK),
         Some(Command::Replay(args)) => gilsample::replay::run(&args).map(|()| exit::OK),
         Some(Command::Record(args)) => record_command(args),
+        Some(Command::Top(args)) => run_top(args),
         None => record_command(cli.record),
     };
     match result {
@@ -173,11 +174,8 @@ fn record_command(args: RecordArgs) -> Result<i32> {
     result
 }
 
-fn run_record(
-    args: RecordArgs,
-    control: Option<&Control>,
-    reader: Option<std::fs::File>,
-) -> Result<i32> {
+/// What to record, from `record`'s options (also `top`'s): the targets, checked against the output.
+fn record_options(args: &RecordArgs) -> Result<RecordOptions> {
     let device = if args.all_gpu {
         DeviceKind::Gpu
     } else {
@@ -231,7 +229,7 @@ fn run_record(
             "--merge writes one file per process plus GIL_merged.json: give -o a directory".into(),
         ));
     }
-    let opts = RecordOptions {
+    Ok(RecordOptions {
         targets,
         subprocesses: args.subprocesses,
         merge: args.merge,
@@ -242,7 +240,7 @@ fn run_record(
         layout: args.layout_source,
         clock: args.clock,
         priority: args.priority,
-        cpus: args.cpus.map(|c| c.0),
+        cpus: args.cpus.as_ref().map(|c| c.0.clone()),
         idle_backoff: !args.no_idle_backoff,
         adaptive_rate: !args.fixed_rate,
         waiter_counts: !args.no_waiter_counts,
@@ -250,7 +248,17 @@ fn run_record(
         stacks: !args.no_stacks,
         cpu_dodge: !args.no_cpu_dodge,
         save_samples: args.save_samples.clone(),
-    };
+        watch: None,
+        stop_command_when_stopped: false,
+    })
+}
+
+fn run_record(
+    args: RecordArgs,
+    control: Option<&Control>,
+    reader: Option<std::fs::File>,
+) -> Result<i32> {
+    let opts = record_options(&args)?;
     if opts.priority == Priority::Realtime && !args.quiet && !realtime_allowed() {
         eprintln!(
             "gilsample: {}",
@@ -375,30 +383,7 @@ fn run_record(
             }));
         }
     }
-    if report.targets.is_empty() && report.failures.is_empty() {
-        let what = match &opts.targets {
-            Targets::Devices(kind) => {
-                format!("no Python process with {} open was found", kind.describe())
-            }
-            _ if !report.launchers.is_empty() => {
-                let launchers: Vec<String> = report
-                    .launchers
-                    .iter()
-                    .map(|(pid, program)| format!("{pid} ({program})"))
-                    .collect();
-                format!(
-                    "no Python process was found among the processes started by {}",
-                    launchers.join(", ")
-                )
-            }
-            _ => "no Python process was found to record".into(),
-        };
-        let error = with_common_commands(
-            Error::NothingFound(format!(
-                "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
-            )),
-            &opts.targets,
-        );
+    if let Err(error) = something_recorded(&report, &opts.targets) {
         // A launched command still running is waited for, as after a recording; the error is
         // said first.
         if let Some(command) = report.command.as_mut()
@@ -422,11 +407,7 @@ fn run_record(
             eprintln!("gilsample: error: process {pid}: {error}");
         }
     }
-    let mut code = match report.errors().next() {
-        Some((_, first)) if report.nothing_complete() => first.exit_code(),
-        Some(_) => exit::FAILURE,
-        None => exit::OK,
-    };
+    let mut code = exit_status(&report);
     // The answer is out; a command that outlives the recording is waited for, for its status.
     if let Some(command) = report.command.as_mut() {
         let status = wait_for_command(command, args.quiet)?;
@@ -450,6 +431,83 @@ fn run_record(
         }));
     }
     Ok(code)
+}
+
+/// A recording that found nothing to record says what it looked for.
+fn something_recorded(report: &RecordReport, targets: &Targets) -> Result<()> {
+    if report.targets.is_empty() && report.failures.is_empty() {
+        let what = match targets {
+            Targets::Devices(kind) => {
+                format!("no Python process with {} open was found", kind.describe())
+            }
+            _ if !report.launchers.is_empty() => {
+                let launchers: Vec<String> = report
+                    .launchers
+                    .iter()
+                    .map(|(pid, program)| format!("{pid} ({program})"))
+                    .collect();
+                format!(
+                    "no Python process was found among the processes started by {}",
+                    launchers.join(", ")
+                )
+            }
+            _ => "no Python process was found to record".into(),
+        };
+        return Err(with_common_commands(
+            Error::NothingFound(format!(
+                "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
+            )),
+            targets,
+        ));
+    }
+    Ok(())
+}
+
+/// A finished recording's exit status, before a launched command's own: the first failure's when
+/// no trace is complete, 1 when some failed, else 0.
+fn exit_status(report: &RecordReport) -> i32 {
+    match report.errors().next() {
+        Some((_, first)) if report.nothing_complete() => first.exit_code(),
+        Some(_) => exit::FAILURE,
+        None => exit::OK,
+    }
+}
+
+/// `top`: a recording shown live; with `-o` it ends like `record`, with the summary.
+fn run_top(mut args: TopArgs) -> Result<i32> {
+    let plan = gilsample::top::Plan::new(&mut args)?;
+    let opts = record_options(&args.record)?;
+    let state = SessionState::default();
+    let stop = state.stop.clone();
+    install_signal_thread(state);
+    let outcome = gilsample::top::run(&plan, opts.clone(), stop, Box::new(std::io::stdout()))?;
+    let mut report = outcome.report?;
+    something_recorded(&report, &opts.targets)?;
+    if plan.saves() && !args.record.quiet {
+        let answers = answers(&report);
+        eprint!(
+            "{}",
+            format_summary(&report, &answers, args.record.verbose, opts.rate_hz)
+        );
+    } else {
+        for (pid, error) in report.errors() {
+            eprintln!("gilsample: error: process {pid}: {error}");
+        }
+    }
+    let mut code = exit_status(&report);
+    // A command top launched was stopped with it (`stop_command_when_stopped`), or ended first.
+    if let Some(command) = report.command.as_mut() {
+        let status = command.wait()?;
+        if code == exit::OK && !outcome.quit {
+            code = status;
+        }
+    }
+    // Quitting is how a top session ends: a launched command it stopped is not a failure.
+    Ok(if outcome.quit && report.errors().next().is_none() {
+        exit::OK
+    } else {
+        code
+    })
 }
 
 /// Waits for a launched command that may outlive its recording, saying so first when it does; its

@@ -10,7 +10,7 @@ use crate::infer::handoff_age::{HandoffAge, may_have_lasted};
 use crate::infer::held_blocked::blocking_syscall;
 use crate::infer::intervals::{GilState, TimelineParams};
 use crate::infer::quiet::{QuietWatch, params_for};
-use crate::infer::records::{Handoff, Record};
+use crate::infer::records::{Handoff, LiveSnapshot, Record};
 use crate::infer::rules::{Decision, DecisionCounts};
 use crate::infer::sample::{Sample, SampleContext, Wants};
 use crate::infer::thread::{MAX_STRETCH_NS, Stretch, ThreadInference};
@@ -356,6 +356,18 @@ impl Engine {
         }
         let first = *self.first_switch.get_or_insert(word.switch_number);
         self.counts.handoffs_counted = word.switch_number.wrapping_sub(first);
+    }
+
+    /// What is still open at the last sample, as far as it was seen: each thread's interval and
+    /// held-while-blocked stretch, ended as `finish` would end them now (a held-back stretch is not
+    /// in it: it is decided within `MAX_STRETCH_NS`). For a live view (`gilsample top`, through
+    /// `Record::Live`); the trace gets these later, closed, with the same starts.
+    pub fn open_so_far(&self, out: &mut LiveSnapshot) {
+        for thread in &self.threads {
+            out.open.extend(thread.timeline.open_so_far(&self.params));
+            out.open_blocked
+                .extend(thread.blocked.open_so_far(thread.tid, &self.params));
+        }
     }
 
     /// The recording ended: every thread's held-back stretch is decided and its interval closed.

@@ -113,6 +113,15 @@ impl HeldWhileBlocked {
         self.last_sample_ns = Some(t);
     }
 
+    /// The open stretch as far as the samples have seen it, once seen at two (a stretch seen at one
+    /// may still turn out to be the read-order artifact), ended as `close` would end it now: for a
+    /// live view, which gets the finished stretch later, with the same start.
+    pub fn open_so_far(&self, tid: u32, params: &TimelineParams) -> Option<BlockedStretch> {
+        self.open
+            .filter(|open| !open.once)
+            .map(|open| open.finish(tid, None, params))
+    }
+
     /// Ends an open stretch: the thread was gone at `at`, or the recording ended (`None`).
     pub fn close(
         &mut self,
@@ -190,6 +199,26 @@ mod tests {
                 (850, 1050, READ)
             ]
         );
+    }
+
+    #[test]
+    fn an_open_stretch_is_shown_so_far_once_seen_twice_with_the_start_it_keeps() {
+        let params = TimelineParams::for_period(100);
+        let mut tracker = HeldWhileBlocked::default();
+        let mut out = Vec::new();
+        let mut emit = |s| out.push(s);
+        tracker.observe(7, 100, (true, None), &params, &mut emit);
+        tracker.observe(7, 200, (true, Some(READ)), &params, &mut emit);
+        assert_eq!(tracker.open_so_far(7, &params), None, "seen once");
+        tracker.observe(7, 300, (true, Some(READ)), &params, &mut emit);
+        let so_far = tracker.open_so_far(7, &params).unwrap();
+        assert_eq!(
+            (so_far.start_ns, so_far.end_ns, so_far.nr),
+            (150, 350, READ)
+        );
+        tracker.observe(7, 400, (true, None), &params, &mut emit);
+        assert_eq!(out[0].start_ns, so_far.start_ns);
+        assert_eq!(tracker.open_so_far(7, &params), None);
     }
 
     #[test]

@@ -119,6 +119,19 @@ impl ThreadTimeline {
         self.open.map(|o| o.state)
     }
 
+    /// The open interval as far as the samples have seen it, ended as `close(None, ..)` would end
+    /// it now: for a live view, which gets the closed interval later, with the same start.
+    pub fn open_so_far(&self, params: &TimelineParams) -> Option<Interval> {
+        let open = self.open?;
+        let end_ns = open.last_seen_ns + params.half();
+        (end_ns > open.start_ns).then_some(Interval {
+            tid: self.tid,
+            state: open.state,
+            start_ns: open.start_ns,
+            end_ns,
+        })
+    }
+
     /// Feeds one sample; closed intervals go to `emit`. Samples must come in time order.
     pub fn observe(
         &mut self,
@@ -317,6 +330,23 @@ mod tests {
                 iv(Take, 3050, 3150)
             ]
         );
+    }
+
+    #[test]
+    fn the_open_interval_so_far_ends_where_the_recording_ending_now_would_end_it() {
+        let mut timeline = ThreadTimeline::new(7);
+        assert_eq!(timeline.open_so_far(&P), None);
+        let mut out = Vec::new();
+        timeline.observe(1000, Take, &P, &mut |i| out.push(i));
+        timeline.observe(1100, Take, &P, &mut |i| out.push(i));
+        assert_eq!(timeline.open_so_far(&P), Some(iv(Take, 950, 1150)));
+        timeline.observe(1200, Hold, &P, &mut |i| out.push(i));
+        // The closed one has the start the open one had; the next one is open from the midpoint.
+        assert_eq!(out, vec![iv(Take, 950, 1150)]);
+        assert_eq!(timeline.open_so_far(&P), Some(iv(Hold, 1150, 1250)));
+        timeline.close(None, &P, &mut |i| out.push(i));
+        assert_eq!(out.last(), Some(&iv(Hold, 1150, 1250)));
+        assert_eq!(timeline.open_so_far(&P), None);
     }
 
     #[test]

@@ -40,6 +40,25 @@ pub enum Record {
         t_ns: u64,
         hz: u32,
     },
+    /// Only for a live view that asked for it (`SamplerConfig::live_every_ns`): what is known at a
+    /// sample beyond the records closed so far. The trace writer hands it to its tap, if any
+    /// (trace/tap.rs), and writes nothing of it.
+    Live(Box<LiveSnapshot>),
+}
+
+/// What a live view needs at one sample besides the closed records: boxed in `Record::Live`, so
+/// that every other record stays as small as it was.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveSnapshot {
+    /// The sample's time and the recording's first sample's (monotonic).
+    pub t_ns: u64,
+    pub started_ns: u64,
+    /// Each thread's interval still open, and its held-while-blocked stretch, up to this sample
+    /// (`Engine::open_so_far`).
+    pub open: Vec<Interval>,
+    pub open_blocked: Vec<BlockedStretch>,
+    /// Every thread's name so far, by tid.
+    pub names: Vec<(u32, String)>,
 }
 
 impl Record {
@@ -51,6 +70,7 @@ impl Record {
             Record::Handoff(handoff) => handoff.taken_ns,
             Record::Waiters { t_ns, .. } | Record::Rate { t_ns, .. } => *t_ns,
             Record::Stack { t_ns, .. } => *t_ns,
+            Record::Live(snapshot) => snapshot.t_ns,
         }
     }
 }

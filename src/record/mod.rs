@@ -10,11 +10,13 @@ mod checks;
 mod outcome;
 mod save;
 pub mod target;
+pub mod watch;
 
 use checks::{check_outputs, processes_of};
 pub use outcome::{Progress, RecordReport, TargetReport, Update};
 pub use target::host_name;
 use target::record_one;
+pub use watch::Watch;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -76,6 +78,11 @@ pub struct RecordOptions {
     pub cpu_dodge: bool,
     /// Also save every sample, for `gilsample replay` (samples/).
     pub save_samples: Option<PathBuf>,
+    /// A live view of the recording (`gilsample top`): watch.rs. `None`: none.
+    pub watch: Option<Watch>,
+    /// When the stop flag ends the recording, also stop the launched command (SIGTERM, then
+    /// SIGKILL), instead of waiting for it to exit: quitting `gilsample top` ends what it launched.
+    pub stop_command_when_stopped: bool,
 }
 
 /// How often the session looks for new targets; new processes are picked up within this.
@@ -153,6 +160,7 @@ pub fn record(
             waiter_counts: opts.waiter_counts,
             stacks: opts.stacks,
             dodge_holder: opts.cpus.is_none() && opts.cpu_dodge,
+            live_every_ns: opts.watch.as_ref().map(|w| w.every.as_nanos() as u64),
         },
         offset_ns: match opts.clock {
             TraceClock::Wall => monotonic_to_wall_offset_ns(),
@@ -188,6 +196,13 @@ pub fn record(
                 how,
             });
         }
+    }
+    // Quitting `gilsample top` (the stop flag) ends what it launched.
+    if opts.stop_command_when_stopped
+        && stop.load(Ordering::Relaxed)
+        && let Some(command) = launched.as_mut()
+    {
+        command.stop();
     }
     // The command outlives the recording when a --duration or a signal ended it first: the caller
     // gives the answer first, then waits for it.
@@ -430,7 +445,10 @@ impl Session<'_> {
         let path = self.opts.output.path_for(target.pid, rank);
         // Made only now, for the first target: a run refused before it leaves nothing behind.
         self.opts.output.prepare()?;
-        let writer = ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
+        let mut writer = ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
+        if let Some(watch) = &self.opts.watch {
+            writer.set_tap((watch.tap_for)(target.pid, rank));
+        }
         let live = Arc::new(LiveCounters::default());
         let (pid, python, layout) = (
             target.pid,

@@ -207,6 +207,10 @@ pub fn write_trace(
                         writer.note_stack(tid, t_ns, state, frames, samples);
                         Ok(())
                     }
+                    Record::Live(snapshot) => {
+                        writer.tap_live(&snapshot);
+                        Ok(())
+                    }
                 }
             };
             // The first failure ends the thread, which drops the channel's end (see below).
@@ -371,8 +375,11 @@ impl<'a> Batch<'a> {
         if self.records.is_empty() {
             self.first_ns = at;
         }
+        // A live view's snapshot is sent at once: it is what that view is waiting for.
+        let live = matches!(record, Record::Live(_));
         self.records.push(record);
-        if self.records.len() >= Self::MAX_RECORDS
+        if live
+            || self.records.len() >= Self::MAX_RECORDS
             || at.saturating_sub(self.first_ns) >= Self::MAX_AGE_NS
         {
             self.flush();

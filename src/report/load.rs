@@ -24,7 +24,8 @@ pub enum SliceKind {
 }
 
 impl SliceKind {
-    fn from_name(name: &str) -> Option<SliceKind> {
+    /// The kind of a trace event by its name; `None` for events that are not GIL slices.
+    pub fn from_name(name: &str) -> Option<SliceKind> {
         Some(match name {
             "take_gil" => SliceKind::Take,
             "hold_gil" => SliceKind::Hold,
@@ -74,6 +75,49 @@ impl ProcessTrace {
         self.labels.push(text.to_string());
         self.label_index.insert(text.to_string(), i);
         i
+    }
+
+    /// Adds one slice as a reader of the trace gets it: times on the trace clock, and the event's
+    /// `args`, which label it. What `load` does with each slice event of a file, and what
+    /// `gilsample top` does with each slice the writer of a live recording writes (trace/tap.rs).
+    pub fn add_slice(
+        &mut self,
+        kind: SliceKind,
+        tid: u32,
+        (start_ns, end_ns): (i128, i128),
+        args: Option<&Map<String, Value>>,
+    ) {
+        let label = args
+            .and_then(|args| slice_label(kind, args))
+            .map(|text| self.label(&text));
+        self.slices.push(Slice {
+            kind,
+            tid,
+            start_ns,
+            end_ns,
+            label,
+        });
+    }
+
+    /// Everything but the slices (names, labels, header facts): for a trace of some of them.
+    pub fn without_slices(&self) -> ProcessTrace {
+        ProcessTrace {
+            file: self.file.clone(),
+            pid: self.pid,
+            rank: self.rank,
+            host: self.host.clone(),
+            window_ns: self.window_ns,
+            waiting_samples: self.waiting_samples,
+            names: self.names.clone(),
+            slices: Vec::new(),
+            labels: self.labels.clone(),
+            label_index: self.label_index.clone(),
+        }
+    }
+
+    /// Names a thread as its `thread_name` event does.
+    pub fn name_thread(&mut self, tid: u32, text: &str) {
+        self.names.insert(tid, thread_label(text));
     }
 
     /// The name a person knows a thread by: its Python or kernel name, else its id; with the id
@@ -184,7 +228,7 @@ fn accept(
         {
             let process = processes.entry(pid).or_default();
             process.pid = pid;
-            process.names.insert(tid, thread_label(text));
+            process.name_thread(tid, text);
         }
         return Ok(());
     }
@@ -214,18 +258,8 @@ fn accept(
     }
     let process = processes.entry(pid).or_default();
     process.pid = pid;
-    let label = object
-        .get("args")
-        .and_then(Value::as_object)
-        .and_then(|args| slice_label(kind, args))
-        .map(|text| process.label(&text));
-    process.slices.push(Slice {
-        kind,
-        tid,
-        start_ns,
-        end_ns: start_ns + dur_ns,
-        label,
-    });
+    let args = object.get("args").and_then(Value::as_object);
+    process.add_slice(kind, tid, (start_ns, start_ns + dur_ns), args);
     Ok(())
 }
 

@@ -32,7 +32,7 @@ use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 pub use crate::sample::report::{EndReason, SamplerReport};
 use crate::sample::stack_watch::StackWatch;
 
-pub use crate::infer::records::{Handoff, Record};
+pub use crate::infer::records::{Handoff, LiveSnapshot, Record};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
@@ -53,6 +53,9 @@ pub struct SamplerConfig {
     pub dodge_holder: bool,
     /// Read the Python stacks of waiters and holders (stack_watch.rs).
     pub stacks: bool,
+    /// For a live view (`gilsample top`): send a `Record::Live` this often, what is still open and
+    /// the threads' names. `None` (recording alone): never.
+    pub live_every_ns: Option<u64>,
 }
 
 impl SamplerConfig {
@@ -225,6 +228,7 @@ impl Loop<'_> {
         // The thread list's head at the last tick, and whether it moved since the last walk.
         let (mut thread_list_head, mut walk_now) = (None, false);
         let mut settled: Vec<Record> = Vec::with_capacity(256);
+        let mut next_live_ns = 0u64;
         loop {
             if stop() || log.as_ref().is_some_and(|l| l.failed()) {
                 return EndReason::Stopped;
@@ -347,6 +351,12 @@ impl Loop<'_> {
                 }
             }
             settled.drain(..).for_each(&mut *sink);
+            if let Some(every) = config.live_every_ns
+                && sample.t_ns >= next_live_ns
+            {
+                next_live_ns = sample.t_ns + every;
+                sink(Record::Live(Box::new(self.live_snapshot(sample.t_ns))));
+            }
             self.engine.wants(&mut wants);
             skipping = if config.adaptive_rate {
                 wants.skip_periods
@@ -374,6 +384,23 @@ impl Loop<'_> {
             // never monopolises a CPU.
             deadline = deadline.max(monotonic_ns() + period / 4);
         }
+    }
+
+    /// What a live view gets at sample `t_ns` (`SamplerConfig::live_every_ns`).
+    fn live_snapshot(&self, t_ns: u64) -> LiveSnapshot {
+        let mut snapshot = LiveSnapshot {
+            t_ns,
+            started_ns: self.report.start_ns,
+            names: self
+                .report
+                .thread_names
+                .iter()
+                .map(|(tid, name)| (*tid, name.clone()))
+                .collect(),
+            ..LiveSnapshot::default()
+        };
+        self.engine.open_so_far(&mut snapshot);
+        snapshot
     }
 
     /// Each thread's kernel state into `sample.threads` (in the thread table's order), and

@@ -18,9 +18,10 @@ use crate::error::{Error, Result};
 use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::{GilState, Interval};
 use crate::process::kernel::syscall_name;
-use crate::sample::sampler::Handoff;
+use crate::sample::sampler::{Handoff, LiveSnapshot};
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 use crate::trace::stacks::{Frames, PendingStacks};
+use crate::trace::tap::{TappedProgress, TappedSlice, TraceTap};
 
 /// Which clock trace timestamps use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -43,6 +44,8 @@ pub struct ChromeWriter {
     flows: u64,
     /// Stacks waiting for the slice they belong in.
     stacks: PendingStacks,
+    /// A live watcher of what is written (trace/tap.rs), if any.
+    tap: Option<Box<dyn TraceTap>>,
 }
 
 /// Nanoseconds as exact decimal microseconds (`123.456`).
@@ -88,6 +91,7 @@ impl ChromeWriter {
             events: 0,
             flows: 0,
             stacks: PendingStacks::default(),
+            tap: None,
         };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
@@ -100,6 +104,70 @@ impl ChromeWriter {
     /// Where the trace goes once complete.
     pub fn final_path(&self) -> &Path {
         &self.final_path
+    }
+
+    /// Hands every slice written from now on, and each `Record::Live`, to `tap` (trace/tap.rs).
+    pub fn set_tap(&mut self, tap: Box<dyn TraceTap>) {
+        self.tap = Some(tap);
+    }
+
+    /// `ts`/`dur` in whole microseconds as nanoseconds on the trace clock, as a reader gets them.
+    fn tapped_span(&self, start_ns: u64, end_ns: u64) -> (i128, i128) {
+        let offset = self.offset_ns as i128;
+        let (ts, dur) = span_micros(start_ns as i128 + offset, end_ns as i128 + offset);
+        (ts * 1000, (ts + dur) * 1000)
+    }
+
+    /// Hands a live snapshot to the tap: the open intervals as the slices they will become (with the
+    /// stacks read inside them so far), the open held-while-blocked stretches, and the names.
+    /// Without a tap, nothing.
+    pub fn tap_live(&mut self, snapshot: &LiveSnapshot) {
+        if self.tap.is_none() {
+            return;
+        }
+        // The slices with their args owned here, then lent to the tap.
+        let mut owned: Vec<(TappedSlice<'static>, Option<Value>)> = Vec::new();
+        for interval in &snapshot.open {
+            if let Some(name) = interval.state.event_name() {
+                let (start_ns, end_ns) = self.tapped_span(interval.start_ns, interval.end_ns);
+                let slice = TappedSlice {
+                    name,
+                    tid: interval.tid,
+                    start_ns,
+                    end_ns,
+                    args: None,
+                };
+                owned.push((slice, self.stacks.peek_args_for(interval)));
+            }
+        }
+        for stretch in &snapshot.open_blocked {
+            let (start_ns, end_ns) = self.tapped_span(stretch.start_ns, stretch.end_ns);
+            let slice = TappedSlice {
+                name: "held_while_blocked",
+                tid: stretch.tid,
+                start_ns,
+                end_ns,
+                args: None,
+            };
+            owned.push((slice, Some(json!({"syscall": syscall_name(stretch.nr)}))));
+        }
+        let open: Vec<TappedSlice<'_>> = owned
+            .iter()
+            .map(|(slice, args)| TappedSlice {
+                args: args.as_ref(),
+                ..*slice
+            })
+            .collect();
+        let offset = self.offset_ns as i128;
+        let progress = TappedProgress {
+            started_ns: snapshot.started_ns as i128 + offset,
+            now_ns: snapshot.t_ns as i128 + offset,
+            open: &open,
+            names: &snapshot.names,
+        };
+        if let Some(tap) = self.tap.as_mut() {
+            tap.progress(&progress);
+        }
     }
 
     fn put(&mut self, text: &str) -> Result<()> {
@@ -141,7 +209,21 @@ impl ChromeWriter {
             self.pid, interval.tid
         )
         .map_err(|e| self.output_error(e))?;
-        match self.stacks.args_for(interval) {
+        let args = self.stacks.args_for(interval);
+        if self.tap.is_some() {
+            let (start_ns, end_ns) = self.tapped_span(interval.start_ns, interval.end_ns);
+            let slice = TappedSlice {
+                name,
+                tid: interval.tid,
+                start_ns,
+                end_ns,
+                args: args.as_ref(),
+            };
+            if let Some(tap) = self.tap.as_mut() {
+                tap.slice(&slice);
+            }
+        }
+        match args {
             Some(args) => write!(self.out, ",\"args\":{args}}}"),
             None => write!(self.out, "}}"),
         }
@@ -164,7 +246,22 @@ impl ChromeWriter {
             stretch.tid,
             syscall_name(stretch.nr)
         )
-        .map_err(|e| self.output_error(e))
+        .map_err(|e| self.output_error(e))?;
+        if self.tap.is_some() {
+            let (start_ns, end_ns) = self.tapped_span(stretch.start_ns, stretch.end_ns);
+            let args = json!({"syscall": syscall_name(stretch.nr)});
+            let slice = TappedSlice {
+                name: "held_while_blocked",
+                tid: stretch.tid,
+                start_ns,
+                end_ns,
+                args: Some(&args),
+            };
+            if let Some(tap) = self.tap.as_mut() {
+                tap.slice(&slice);
+            }
+        }
+        Ok(())
     }
 
     /// Writes a hand-off as a flow arrow (Chrome trace flow events, drawn by Perfetto UI) from the

@@ -4,3 +4,4 @@
 pub mod chrome;
 pub mod output;
 pub mod stacks;
+pub mod tap;

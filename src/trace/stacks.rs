@@ -64,35 +64,53 @@ impl PendingStacks {
     pub fn args_for(&mut self, interval: &Interval) -> Option<Value> {
         let pending = self.by_tid.get_mut(&interval.tid)?;
         let upto = pending.partition_point(|s| s.t_ns <= interval.end_ns);
-        let mut inside: Vec<Seen> = pending
+        let inside: Vec<Seen> = pending
             .drain(..upto)
             .filter(|s| s.state == interval.state && s.t_ns >= interval.start_ns)
             .collect();
         if pending.is_empty() {
             self.by_tid.remove(&interval.tid);
         }
-        let first = inside.first()?.frames.clone();
-        if inside.len() == 1 || interval.state != GilState::Hold {
-            return Some(json!({ "stack": *first }));
-        }
-        // The same stack may have been seen apart (A, B, A): sum by stack.
-        let mut merged: Vec<Seen> = Vec::new();
-        for seen in inside.drain(..) {
-            match merged.iter_mut().find(|m| m.frames == seen.frames) {
-                Some(m) => m.samples += seen.samples,
-                None => merged.push(seen),
-            }
-        }
-        if merged.len() == 1 {
-            return Some(json!({ "stack": *first }));
-        }
-        merged.sort_by_key(|s| std::cmp::Reverse(s.samples));
-        let stacks: Vec<Value> = merged
-            .iter()
-            .map(|s| json!({ "samples": s.samples, "stack": *s.frames }))
-            .collect();
-        Some(json!({ "stack": *first, "stack_changed": true, "stacks": stacks }))
+        args_of(interval.state, inside)
     }
+
+    /// The `args` `interval` would get now, leaving the stacks in place: for a slice still open
+    /// (trace/tap.rs), which gets its own later.
+    pub fn peek_args_for(&self, interval: &Interval) -> Option<Value> {
+        let pending = self.by_tid.get(&interval.tid)?;
+        let inside: Vec<Seen> = pending
+            .iter()
+            .take_while(|s| s.t_ns <= interval.end_ns)
+            .filter(|s| s.state == interval.state && s.t_ns >= interval.start_ns)
+            .cloned()
+            .collect();
+        args_of(interval.state, inside)
+    }
+}
+
+/// The `args` of a slice in `state` from the stacks read inside it, oldest first.
+fn args_of(state: GilState, mut inside: Vec<Seen>) -> Option<Value> {
+    let first = inside.first()?.frames.clone();
+    if inside.len() == 1 || state != GilState::Hold {
+        return Some(json!({ "stack": *first }));
+    }
+    // The same stack may have been seen apart (A, B, A): sum by stack.
+    let mut merged: Vec<Seen> = Vec::new();
+    for seen in inside.drain(..) {
+        match merged.iter_mut().find(|m| m.frames == seen.frames) {
+            Some(m) => m.samples += seen.samples,
+            None => merged.push(seen),
+        }
+    }
+    if merged.len() == 1 {
+        return Some(json!({ "stack": *first }));
+    }
+    merged.sort_by_key(|s| std::cmp::Reverse(s.samples));
+    let stacks: Vec<Value> = merged
+        .iter()
+        .map(|s| json!({ "samples": s.samples, "stack": *s.frames }))
+        .collect();
+    Some(json!({ "stack": *first, "stack_changed": true, "stacks": stacks }))
 }
 
 #[cfg(test)]
@@ -132,6 +150,19 @@ mod tests {
                 .args_for(&interval(GilState::Take, 400, 500))
                 .is_some()
         );
+    }
+
+    #[test]
+    fn peeking_at_an_open_slice_leaves_its_stacks_for_the_slice_it_becomes() {
+        let mut pending = PendingStacks::default();
+        pending.note(7, 100, GilState::Hold, frames(&["f (a.py:1)"]), 1);
+        let so_far = interval(GilState::Hold, 50, 150);
+        let peeked = pending.peek_args_for(&so_far);
+        assert_eq!(peeked, Some(json!({"stack": ["f (a.py:1)"]})));
+        assert_eq!(pending.peek_args_for(&so_far), peeked, "nothing taken");
+        let closed = interval(GilState::Hold, 50, 400);
+        assert_eq!(pending.args_for(&closed), peeked);
+        assert_eq!(pending.peek_args_for(&so_far), None, "taken by the slice");
     }
 
     #[test]

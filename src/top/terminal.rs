@@ -1,0 +1,93 @@
+//! The terminal of the full-screen view: raw mode and the alternate screen while it is up, and the
+//! terminal as it was afterwards however the view ends: quitting, a signal (the stop flag ends the
+//! view's loop), a panic (the panic hook), or `process::exit` (a second Ctrl+C or SIGTERM: an
+//! `atexit` handler, which writes and resets the terminal with plain system calls, since another
+//! thread may hold stdout's lock at that moment).
+
+use std::io::{self, Stdout, stdout};
+use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::cursor::{Hide, Show};
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{
+    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
+};
+
+pub type Tui = Terminal<CrosstermBackend<Stdout>>;
+
+/// The view is up: the terminal is raw and on the alternate screen.
+static UP: AtomicBool = AtomicBool::new(false);
+static HOOKS: Once = Once::new();
+/// The terminal's settings before raw mode, for the `atexit` path.
+static SAVED: std::sync::Mutex<Option<libc::termios>> = std::sync::Mutex::new(None);
+
+/// Leaves the alternate screen and shows the cursor (what `LeaveAlternateScreen` and `Show` write).
+const LEAVE: &[u8] = b"\x1b[?1049l\x1b[?25h";
+
+/// The full-screen view's terminal; restored when dropped.
+pub struct Screen {
+    pub terminal: Tui,
+}
+
+impl Screen {
+    pub fn enter() -> io::Result<Screen> {
+        HOOKS.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                restore();
+                previous(info)
+            }));
+            // SAFETY: registers a function with no arguments that only makes system calls.
+            unsafe { libc::atexit(restore_at_exit) };
+        });
+        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+        // SAFETY: stdout is a terminal (top checked); `saved` is a valid termios to fill.
+        if unsafe { libc::tcgetattr(libc::STDOUT_FILENO, &mut saved) } == 0 {
+            *SAVED.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
+        }
+        enable_raw_mode()?;
+        UP.store(true, Ordering::SeqCst);
+        let entered = execute!(stdout(), EnterAlternateScreen, Hide)
+            .and_then(|()| Terminal::new(CrosstermBackend::new(stdout())));
+        match entered {
+            Ok(terminal) => Ok(Screen { terminal }),
+            Err(e) => {
+                restore();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// Puts the terminal back as it was, once; errors (a terminal that hung up) are ignored: there is
+/// nothing left to show them on.
+pub fn restore() {
+    if UP.swap(false, Ordering::SeqCst) {
+        let _ = execute!(stdout(), LeaveAlternateScreen, Show);
+        let _ = disable_raw_mode();
+    }
+}
+
+extern "C" fn restore_at_exit() {
+    if UP.swap(false, Ordering::SeqCst) {
+        // SAFETY: writes a constant buffer to fd 1, and resets fd 1's terminal to settings read
+        // from it before.
+        unsafe {
+            libc::write(libc::STDOUT_FILENO, LEAVE.as_ptr().cast(), LEAVE.len());
+            if let Ok(saved) = SAVED.try_lock()
+                && let Some(saved) = saved.as_ref()
+            {
+                libc::tcsetattr(libc::STDOUT_FILENO, libc::TCSANOW, saved);
+            }
+        }
+    }
+}

@@ -388,6 +388,11 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
         for (pid, error) in &report.failures {
             eprintln!("gilsample: error: process {pid}: {error}");
         }
+        if !outcome.quit && !args.record.quiet {
+            eprintln!(
+                "gilsample: the recording ended: the processes watched exited, or --duration"
+            );
+        }
     }
     // Quitting is how a top session ends: a launched command it stopped is not a failure.
     Ok(if outcome.quit && report.failures.is_empty() {

@@ -206,11 +206,17 @@ pub fn run(
             .spawn(move || {
                 // However the view ends (an error, a panic), the recording stops with it.
                 let _stop = StopOnDrop(&stop);
-                match mode {
+                let shown = match mode {
                     Mode::Screen => show_screen(&live, &stop, &done, &console, interval, launched),
                     Mode::Plain { once, lines } => {
                         show_plain(&live, &stop, &done, (interval, once, lines), out)
                     }
+                };
+                // A terminal that hung up (SIGHUP) fails the view's last reads and writes: it was
+                // asked to end, and did.
+                match shown {
+                    Err(_) if stop.load(Ordering::SeqCst) => Ok(()),
+                    shown => shown,
                 }
             })
             .map_err(|e| Error::io("starting the view's thread", e))?

@@ -291,7 +291,7 @@ struct Tables {
 }
 
 impl Tables {
-    /// Before the first table: the processes are listed as they come, with no figures yet.
+    /// Before the first table: nothing to show yet.
     fn empty() -> Tables {
         Tables {
             processes: Vec::new(),

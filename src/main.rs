@@ -493,6 +493,11 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
         for (pid, error) in report.errors() {
             eprintln!("gilsample: error: process {pid}: {error}");
         }
+        if !outcome.quit && !args.record.quiet {
+            eprintln!(
+                "gilsample: the recording ended: the processes watched exited, or --duration"
+            );
+        }
     }
     let mut code = exit_status(&report);
     // A command top launched was stopped with it (`stop_command_when_stopped`), or ended first.

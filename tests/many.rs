@@ -118,6 +118,30 @@ fn all_gpu_finds_nothing_then_a_new_gpu_user() {
     assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
 }
 
+/// `gilsample top --all-gpu` watches the processes `record --all-gpu` records: the GPU's Python user.
+#[test]
+fn top_watches_the_python_users_of_the_gpu() {
+    let _guard = devices();
+    let (_python, pid) = python_holding("nvidia0");
+    let out = gilsample()
+        .args(["top", "--all-gpu", "--once"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let table = stdout
+        .split("\n\n")
+        .find(|t| t.starts_with(&format!("process {pid} ")))
+        .unwrap_or_else(|| panic!("no table for {pid}:\n{stdout}"));
+    assert!(
+        table.lines().any(|l| l.starts_with("spinner-0 ")),
+        "{table}"
+    );
+}
+
 #[test]
 fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
     let python = interpreter("3.12");

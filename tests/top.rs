@@ -157,6 +157,15 @@ fn dir_id(path: &Path) -> String {
     path.file_name().unwrap().to_string_lossy().replace('.', "")
 }
 
+/// Whether `pid` runs: it exists and is not a zombie (an orphan waits for init to reap it).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
 /// The line of `screen` that starts with `name` (a thread's row).
 fn row<'a>(screen: &'a str, name: &str) -> Option<&'a str> {
     screen
@@ -240,10 +249,7 @@ fn top_in_a_terminal(label: &str) {
         !after.contains("WAIT%"),
         "the table is left on screen:\n{after}"
     );
-    assert!(
-        Path::new(&format!("/proc/{pid}")).exists(),
-        "top --pid must not stop the process"
-    );
+    assert!(running(workload.pid), "top --pid must not stop the process");
     // Without -o nothing is left behind.
     let left: Vec<PathBuf> = std::fs::read_dir(tmux.dir.path())
         .unwrap()
@@ -297,10 +303,7 @@ fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
     .unwrap();
     assert_eq!(tmux.exit_status(), 0);
     tmux.assert_restored();
-    assert!(
-        !Path::new(&format!("/proc/{launched}")).exists(),
-        "the launched command was left running"
-    );
+    assert!(!running(launched), "the launched command was left running");
 }
 
 /// Two processes: the arrows go from one to the other; Ctrl+C quits with 0.
@@ -437,10 +440,7 @@ fn top_once_prints_one_plain_table(label: &str) {
         files_in(dir.path()).is_empty(),
         "without -o nothing is written"
     );
-    assert!(
-        Path::new(&format!("/proc/{pid}")).exists(),
-        "the process keeps running"
-    );
+    assert!(running(workload.pid), "the process keeps running");
 }
 
 #[test]
@@ -451,6 +451,43 @@ fn top_once_prints_one_plain_table_py312() {
 #[test]
 fn top_once_prints_one_plain_table_sid315() {
     top_once_prints_one_plain_table("sid-3.15")
+}
+
+/// `--subprocesses` finds the Python a launched shell starts; `--once` then ends the recording and
+/// stops what top launched.
+#[test]
+fn top_once_follows_subprocesses_and_stops_what_it_launched() {
+    let python = interpreter("3.12");
+    let script = format!(
+        "{} {} contention --threads 2; echo the shell outlived its child",
+        python.command.join(" "),
+        python.workload
+    );
+    let (stdout, stderr, code, _) = piped(&["--once", "--subprocesses", "--", "sh", "-c", &script]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("not Python: watching the Python processes it starts"),
+        "{stderr}"
+    );
+    // The launched command writes to the same stdout (its READY line).
+    let pid: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("process "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no process line:\n{stdout}"));
+    let rows = plain_rows(&stdout);
+    assert!(
+        ["spinner-0", "spinner-1"]
+            .iter()
+            .all(|name| rows.iter().any(|(n, _)| n == name)),
+        "{stdout}"
+    );
+    assert!(
+        !running(pid),
+        "the Python the shell started is left running"
+    );
+    assert!(!stdout.contains("outlived"), "{stdout}");
 }
 
 /// `--lines N`: a table every interval, each with at most N threads and a count of the rest, until

@@ -74,3 +74,15 @@ impl Record {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_snapshot_does_not_make_every_record_bigger() {
+        // The largest other variant: a held-while-blocked stretch (or a stack), 32 bytes and a tag.
+        assert!(std::mem::size_of::<BlockedStretch>() <= 32);
+        assert_eq!(std::mem::size_of::<Record>(), 40);
+    }
+}

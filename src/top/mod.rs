@@ -206,11 +206,17 @@ pub fn run(
             .spawn(move || {
                 // However the view ends (an error, a panic), the recording stops with it.
                 let _stop = StopOnDrop(&stop);
-                match mode {
+                let shown = match mode {
                     Mode::Screen => show_screen(&live, &stop, &done, &console, interval, launched),
                     Mode::Plain { once, lines } => {
                         show_plain(&live, &stop, &done, (interval, once, lines), out)
                     }
+                };
+                // A terminal that hung up (SIGHUP) fails the view's last reads and writes: it was
+                // asked to end, and did.
+                match shown {
+                    Err(_) if stop.load(Ordering::SeqCst) => Ok(()),
+                    shown => shown,
                 }
             })
             .map_err(|e| Error::io("starting the view's thread", e))?
@@ -230,6 +236,12 @@ pub fn run(
         Update::CommandStopped { pid, how } => console.say(format!(
             "the recording failed, so the launched command (pid {pid}) was stopped: {}",
             how.describe()
+        )),
+        Update::WaitingForPython { pid, .. } => console.say(format!(
+            "the command (pid {pid}) has no Python process yet; waiting for one"
+        )),
+        Update::WriteFailed { pid, error } => console.say(format!(
+            "process {pid}: {error}; the recording stops"
         )),
         Update::Ready | Update::Progress(_) => {}
     };
@@ -285,7 +297,7 @@ struct Tables {
 }
 
 impl Tables {
-    /// Before the first table: the processes are listed as they come, with no figures yet.
+    /// Before the first table: nothing to show yet.
     fn empty() -> Tables {
         Tables {
             processes: Vec::new(),

@@ -21,7 +21,7 @@ use crate::process::kernel::syscall_name;
 use crate::sample::sampler::{Handoff, LiveSnapshot};
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 use crate::trace::stacks::{Frames, PendingStacks};
-use crate::trace::tap::{TappedProgress, TappedSlice, TraceTap};
+use crate::trace::tap::{TappedSlice, TraceTap, hand_live, tapped};
 
 /// Which clock trace timestamps use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -111,62 +111,22 @@ impl ChromeWriter {
         self.tap = Some(tap);
     }
 
-    /// `ts`/`dur` in whole microseconds as nanoseconds on the trace clock, as a reader gets them.
-    fn tapped_span(&self, start_ns: u64, end_ns: u64) -> (i128, i128) {
-        let offset = self.offset_ns as i128;
-        let (ts, dur) = span_micros(start_ns as i128 + offset, end_ns as i128 + offset);
-        (ts * 1000, (ts + dur) * 1000)
+    /// Hands a written slice to the tap, with its args.
+    fn tap_slice(&mut self, name: &'static str, tid: u32, span: (u64, u64), args: Option<&Value>) {
+        if let Some(tap) = self.tap.as_mut() {
+            let slice = TappedSlice {
+                args,
+                ..tapped(name, tid, span, self.offset_ns)
+            };
+            tap.slice(&slice);
+        }
     }
 
-    /// Hands a live snapshot to the tap: the open intervals as the slices they will become (with the
-    /// stacks read inside them so far), the open held-while-blocked stretches, and the names.
-    /// Without a tap, nothing.
+    /// Hands a live snapshot to the tap (trace/tap.rs), with the stacks read so far; without a tap,
+    /// nothing.
     pub fn tap_live(&mut self, snapshot: &LiveSnapshot) {
-        if self.tap.is_none() {
-            return;
-        }
-        // The slices with their args owned here, then lent to the tap.
-        let mut owned: Vec<(TappedSlice<'static>, Option<Value>)> = Vec::new();
-        for interval in &snapshot.open {
-            if let Some(name) = interval.state.event_name() {
-                let (start_ns, end_ns) = self.tapped_span(interval.start_ns, interval.end_ns);
-                let slice = TappedSlice {
-                    name,
-                    tid: interval.tid,
-                    start_ns,
-                    end_ns,
-                    args: None,
-                };
-                owned.push((slice, self.stacks.peek_args_for(interval)));
-            }
-        }
-        for stretch in &snapshot.open_blocked {
-            let (start_ns, end_ns) = self.tapped_span(stretch.start_ns, stretch.end_ns);
-            let slice = TappedSlice {
-                name: "held_while_blocked",
-                tid: stretch.tid,
-                start_ns,
-                end_ns,
-                args: None,
-            };
-            owned.push((slice, Some(json!({"syscall": syscall_name(stretch.nr)}))));
-        }
-        let open: Vec<TappedSlice<'_>> = owned
-            .iter()
-            .map(|(slice, args)| TappedSlice {
-                args: args.as_ref(),
-                ..*slice
-            })
-            .collect();
-        let offset = self.offset_ns as i128;
-        let progress = TappedProgress {
-            started_ns: snapshot.started_ns as i128 + offset,
-            now_ns: snapshot.t_ns as i128 + offset,
-            open: &open,
-            names: &snapshot.names,
-        };
         if let Some(tap) = self.tap.as_mut() {
-            tap.progress(&progress);
+            hand_live(tap.as_mut(), snapshot, &self.stacks, self.offset_ns);
         }
     }
 
@@ -211,17 +171,8 @@ impl ChromeWriter {
         .map_err(|e| self.output_error(e))?;
         let args = self.stacks.args_for(interval);
         if self.tap.is_some() {
-            let (start_ns, end_ns) = self.tapped_span(interval.start_ns, interval.end_ns);
-            let slice = TappedSlice {
-                name,
-                tid: interval.tid,
-                start_ns,
-                end_ns,
-                args: args.as_ref(),
-            };
-            if let Some(tap) = self.tap.as_mut() {
-                tap.slice(&slice);
-            }
+            let span = (interval.start_ns, interval.end_ns);
+            self.tap_slice(name, interval.tid, span, args.as_ref());
         }
         match args {
             Some(args) => write!(self.out, ",\"args\":{args}}}"),
@@ -248,18 +199,9 @@ impl ChromeWriter {
         )
         .map_err(|e| self.output_error(e))?;
         if self.tap.is_some() {
-            let (start_ns, end_ns) = self.tapped_span(stretch.start_ns, stretch.end_ns);
             let args = json!({"syscall": syscall_name(stretch.nr)});
-            let slice = TappedSlice {
-                name: "held_while_blocked",
-                tid: stretch.tid,
-                start_ns,
-                end_ns,
-                args: Some(&args),
-            };
-            if let Some(tap) = self.tap.as_mut() {
-                tap.slice(&slice);
-            }
+            let span = (stretch.start_ns, stretch.end_ns);
+            self.tap_slice("held_while_blocked", stretch.tid, span, Some(&args));
         }
         Ok(())
     }

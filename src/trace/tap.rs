@@ -5,7 +5,12 @@
 //! thread's interval still open, up to the last sample, and the threads' names. A writer without a
 //! tap does none of this.
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use crate::infer::records::LiveSnapshot;
+use crate::process::kernel::syscall_name;
+use crate::trace::chrome::span_micros;
+use crate::trace::stacks::PendingStacks;
 
 /// One slice, as a reader of the file gets it: its event name (`take_gil`, `hold_gil`, `drop_gil`,
 /// `held_while_blocked`), thread, start and end on the trace clock in nanoseconds (the file's whole
@@ -36,4 +41,62 @@ pub struct TappedProgress<'a> {
 pub trait TraceTap: Send {
     fn slice(&mut self, slice: &TappedSlice<'_>);
     fn progress(&mut self, progress: &TappedProgress<'_>);
+}
+
+/// A slice as a tap gets it, its args still to be lent: `ts`/`dur` in whole microseconds (the
+/// writer's own rounding) as nanoseconds on the trace clock, as a reader of the file gets them.
+pub fn tapped(
+    name: &'static str,
+    tid: u32,
+    (start, end): (u64, u64),
+    offset_ns: i64,
+) -> TappedSlice<'static> {
+    let offset = offset_ns as i128;
+    let (ts, dur) = span_micros(start as i128 + offset, end as i128 + offset);
+    TappedSlice {
+        name,
+        tid,
+        start_ns: ts * 1000,
+        end_ns: (ts + dur) * 1000,
+        args: None,
+    }
+}
+
+/// Hands `tap` a live snapshot: the open intervals as the slices they will become, with the stacks
+/// read inside them so far (left for the slices themselves), the open held-while-blocked stretches,
+/// and the names.
+pub fn hand_live(
+    tap: &mut dyn TraceTap,
+    snapshot: &LiveSnapshot,
+    stacks: &PendingStacks,
+    offset_ns: i64,
+) {
+    // The slices with their args owned here, then lent to the tap.
+    let mut owned: Vec<(TappedSlice<'static>, Option<Value>)> = Vec::new();
+    for interval in &snapshot.open {
+        if let Some(name) = interval.state.event_name() {
+            let span = (interval.start_ns, interval.end_ns);
+            let slice = tapped(name, interval.tid, span, offset_ns);
+            owned.push((slice, stacks.peek_args_for(interval)));
+        }
+    }
+    for stretch in &snapshot.open_blocked {
+        let span = (stretch.start_ns, stretch.end_ns);
+        let slice = tapped("held_while_blocked", stretch.tid, span, offset_ns);
+        owned.push((slice, Some(json!({"syscall": syscall_name(stretch.nr)}))));
+    }
+    let open: Vec<TappedSlice<'_>> = owned
+        .iter()
+        .map(|(slice, args)| TappedSlice {
+            args: args.as_ref(),
+            ..*slice
+        })
+        .collect();
+    let offset = offset_ns as i128;
+    tap.progress(&TappedProgress {
+        started_ns: snapshot.started_ns as i128 + offset,
+        now_ns: snapshot.t_ns as i128 + offset,
+        open: &open,
+        names: &snapshot.names,
+    });
 }

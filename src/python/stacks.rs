@@ -102,6 +102,8 @@ pub struct StackReader {
     top: Top,
     frames: Frames,
     frame_header: u64,
+    /// Where a frame's locals and value stack begin (`localsplus`), where the layout says.
+    slots: Option<u64>,
     code: CodeFields,
     format: LineTableFormat,
     cache: HashMap<u64, Arc<CodeInfo>>,
@@ -182,6 +184,11 @@ impl StackReader {
             )
         };
         let frame_header = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0);
+        let slots = layout
+            .field("iframe.localsplus")
+            .or_else(|| layout.field("frame.f_localsplus"))
+            .map(|f| f.offset)
+            .filter(|&at| at >= frame_header && at < 4096);
         let name = match layout.field("code.co_qualname") {
             Some(f) => f,
             None => get("code.co_name")?,
@@ -199,6 +206,7 @@ impl StackReader {
             top,
             frames,
             frame_header,
+            slots,
             code: CodeFields {
                 name: code_fields[0].offset,
                 filename: code_fields[1].offset,
@@ -328,6 +336,33 @@ impl StackReader {
         Ok(Some(FrameId { frame, code, instr }))
     }
 
+    /// The innermost frame as `innermost` gives it, and a digest of the first `SLOT_BYTES` of its
+    /// locals and value stack, read with it (`None` where the layout does not place them or they
+    /// do not read): Python code changes them as it runs, a native call does not. One or two reads.
+    pub fn innermost_watched(
+        &self,
+        mem: &dyn MemorySource,
+        tstate: RemoteAddr,
+    ) -> ObjectResult<Option<(FrameId, Option<u64>)>> {
+        let frame = self.top_frame(mem, tstate)?;
+        if frame == 0 {
+            return Ok(None);
+        }
+        if let Some(at) = self.slots {
+            let mut bytes = vec![0u8; (at + SLOT_BYTES) as usize];
+            // Past the end of the frame's memory the slots do not read: the header alone is.
+            if mem.read_into(RemoteAddr(frame), &mut bytes).is_ok() {
+                let (code, instr, _) = self.decode_frame(&bytes)?;
+                let mut digest = std::hash::DefaultHasher::new();
+                std::hash::Hash::hash(&bytes[at as usize..], &mut digest);
+                let slots = std::hash::Hasher::finish(&digest);
+                return Ok(Some((FrameId { frame, code, instr }, Some(slots))));
+            }
+        }
+        let (code, instr, _) = self.read_frame(mem, frame)?;
+        Ok(Some((FrameId { frame, code, instr }, None)))
+    }
+
     /// The stack of `tstate`, innermost first, as `function (file:line)` lines; at most
     /// `SHOWN_FRAMES`, then a line counting the rest.
     pub fn read_stack(
@@ -373,20 +408,31 @@ impl StackReader {
                 hidden += 1;
                 continue;
             }
-            let offset = match self.frames {
-                Frames::Interpreter { bytecode, .. } => instr.saturating_sub(code + bytecode),
-                Frames::Objects { .. } => instr,
-            };
-            let line = self.format.line(&info.table, info.first_line, offset);
-            lines.push(match line {
-                Some(line) => format!("{} ({}:{line})", info.function, info.file),
-                None => format!("{} ({})", info.function, info.file),
-            });
+            lines.push(self.text_at(&info, code, instr));
         }
         if hidden > 0 {
             lines.push(format!("… {hidden} outer frames"));
         }
         Ok(lines)
+    }
+
+    /// `function (file:line)` of a frame running `code` at `instr`.
+    fn text_at(&self, info: &CodeInfo, code: u64, instr: u64) -> String {
+        let offset = match self.frames {
+            Frames::Interpreter { bytecode, .. } => instr.saturating_sub(code + bytecode),
+            Frames::Objects { .. } => instr,
+        };
+        match self.format.line(&info.table, info.first_line, offset) {
+            Some(line) => format!("{} ({}:{line})", info.function, info.file),
+            None => format!("{} ({})", info.function, info.file),
+        }
+    }
+
+    /// The text a stack shows for frame `at`, from its code object as last read (no read of the
+    /// target); `None` where that code object is not cached.
+    pub fn frame_text(&self, at: FrameId) -> Option<String> {
+        let info = self.cache.get(&at.code)?;
+        Some(self.text_at(info, at.code, at.instr))
     }
 
     /// Each frame's code object and instruction, innermost first: bounded, and ended at a frame
@@ -489,6 +535,9 @@ impl StackReader {
         Ok(info)
     }
 }
+
+/// Bytes of a frame's locals and value stack `innermost_watched` digests: the first 16 slots.
+const SLOT_BYTES: u64 = 128;
 
 /// Target memory is mapped in pages of at least this size.
 const PAGE: u64 = 4096;

@@ -167,6 +167,9 @@ pub fn write_trace(
     produce: impl FnOnce(&mut dyn FnMut(Record), &AtomicBool) -> SamplerReport,
 ) -> Result<TargetReport> {
     let handoff_arrows = process.handoff_arrows;
+    if pace == Pace::Live {
+        writer.read_sources_of_target();
+    }
     // A live sampler must never wait for the writer (its ticks would slip), and it cannot outrun
     // it for long (it produces at the sampling rate); a replay produces as fast as it reads, so it
     // waits for the writer instead of piling batches up in memory.
@@ -203,6 +206,10 @@ pub fn write_trace(
                         frames,
                         samples,
                     } => writer.note_stack(tid, t_ns, state, frames, samples),
+                    Record::HoldFrames { tid, t_ns, watch } => {
+                        writer.note_hold_frames(tid, t_ns, *watch)
+                    }
+                    Record::SwitchInterval { us, .. } => writer.note_switch_interval(us),
                 }
             }
             Ok((writer, totals))

@@ -6,10 +6,12 @@
 # Rerecord only when the stream format changes or a new case is wanted: the point of the cases is that
 # the same samples are replayed by every later version of the rules.
 #
-# Usage (as root, after cargo build --release): scripts/record-golden-samples.sh [SECONDS]
+# Usage (as root, after cargo build --release): scripts/record-golden-samples.sh [SECONDS [CASE...]]
+# (only the named cases, e.g. a new one, when CASEs are given)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-2}"
+only=("${@:2}")
 binary=target/release/gilsample
 [[ -x "$binary" ]] || { echo "build first: cargo build --release" >&2; exit 1; }
 root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
@@ -23,9 +25,14 @@ cases=(
   "dispatch-3.11 3.11 dispatch --threads 4"
   "fastswitch-3.13 3.13 contention --threads 4 --switch-interval 0.0005"
   "many-3.12 3.12 many --threads 2 --nappers 32"
+  "json-3.12 3.12 json --threads 2"
+  "pyloop-3.12 3.12 pyloop --threads 2"
 )
 for spec in "${cases[@]}"; do
   read -r name version args <<<"$spec"
+  if ((${#only[@]})) && [[ ! " ${only[*]} " == *" $name "* ]]; then
+    continue
+  fi
   python="$(ls -d "$root"/versions/"$version".*/bin/python3 | sort -V | tail -1)"
   dir="fixtures/samples/$name"
   mkdir -p "$dir"

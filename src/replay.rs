@@ -145,6 +145,11 @@ fn replay(
                     samples,
                 })
             }
+            Item::HoldFrames { tid, t_ns, watch } => sink(Record::HoldFrames {
+                tid,
+                t_ns,
+                watch: Box::new(watch),
+            }),
             Item::End(report) => {
                 match serde_json::from_value(report) {
                     Ok(report) => saved = Some(report),

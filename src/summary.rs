@@ -115,6 +115,11 @@ fn format_target(out: &mut String, t: &TargetReport) {
         .saturating_sub(s.inference.handoffs_seen);
     let _ = writeln!(
         out,
+        "  shares above: \"waited N%\" is of the recording, \"for HOLDER N%\" of that thread's \
+         waiting, \"in CODE N%\" of the waiting for that holder"
+    );
+    let _ = writeln!(
+        out,
         "  sampler's account: Python {}, layout {}",
         t.python, t.layout_source
     );
@@ -131,7 +136,8 @@ fn format_target(out: &mut String, t: &TargetReport) {
     );
     let _ = writeln!(
         out,
-        "  {:.2} s, {} samples, {:.0} Hz achieved, {} late ({:.2}%), {} torn/skipped; ended: {:?}",
+        "  {:.2} s, {} samples, {:.0} Hz achieved, {} late ({:.2}% of the ticks), {} torn/skipped; \
+         ended: {:?}",
         secs,
         s.samples,
         s.achieved_rate_hz(),
@@ -186,6 +192,13 @@ fn format_target(out: &mut String, t: &TargetReport) {
             d.get(Decision::StretchWokenTwice)
         );
     }
+    // The answer's "waited N%" is of the recording; this table's shares are of each thread's own
+    // lifetime, so a thread that lived half the recording shows twice its share of it.
+    let _ = writeln!(
+        out,
+        "  per thread, the share of its own lifetime (its first sample to its last) in each state, \
+         and the times it took the GIL:"
+    );
     let _ = writeln!(
         out,
         "  {:>8}  {:>7} {:>7} {:>7} {:>9} {:>8} {:>6}  name",

@@ -451,6 +451,24 @@ fn valid_sample_stream() -> Vec<u8> {
                 &mut out,
             );
         }
+        if i % 7 == 0 {
+            let watch = gilsample::infer::native_call::FrameWatch {
+                reads: 9,
+                still_reads: 5,
+                idle_reads: 2,
+                span_ns: i,
+                innermost: Some("f (a.py:1)".into()),
+                callee: (i % 2 == 0).then(|| "dumps".to_string()),
+            };
+            writer.push(
+                &Item::HoldFrames {
+                    tid: 100,
+                    t_ns: i,
+                    watch,
+                },
+                &mut out,
+            );
+        }
     }
     writer.push(&Item::End(json!({"ok": true})), &mut out);
     out
@@ -472,7 +490,7 @@ fn read_sample_stream(bytes: &[u8]) -> Result<usize, gilsample::samples::StreamE
 fn the_seed_sample_stream_reads_whole() {
     assert_eq!(
         read_sample_stream(&valid_sample_stream()).unwrap(),
-        12 + 3 + 1
+        12 + 3 + 2 + 1
     );
 }
 

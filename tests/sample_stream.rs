@@ -97,6 +97,18 @@ fn items() -> Vec<Item> {
             frames: vec!["run (w.py:1)".into()],
             samples: 2,
         },
+        Item::HoldFrames {
+            tid: 10,
+            t_ns: 1_150_000,
+            watch: gilsample::infer::native_call::FrameWatch {
+                reads: 5,
+                still_reads: 3,
+                idle_reads: 1,
+                span_ns: 4_000_000,
+                innermost: Some("run (w.py:1)".into()),
+                callee: None,
+            },
+        },
         Item::Sample(s(2)),
         Item::End(json!({"samples": 3})),
     ]
@@ -239,7 +251,15 @@ fn a_stream_cut_anywhere_is_read_to_the_cut_or_refused_there() {
     let (bytes, mut starts) = valid();
     // The header record starts after the 10-byte preamble.
     starts.insert(0, 10);
-    let kinds = ["header", "sample", "sample", "stack", "sample", "end"];
+    let kinds = [
+        "header",
+        "sample",
+        "sample",
+        "stack",
+        "hold-frames",
+        "sample",
+        "end",
+    ];
     for cut in 10..bytes.len() {
         match starts.iter().position(|&s| s == cut) {
             Some(0) => refused(&bytes[..cut], 10, "the stream ends before its header"),
@@ -361,6 +381,29 @@ fn garbage_inside_a_stack_is_refused() {
         &after_header(&record(3, &[1, 2, 0, 1, 0x80, 0x80, 0x40])),
         base as u64 + 4,
         "1048576 frames (more than the 65536",
+    );
+}
+
+#[test]
+fn garbage_inside_a_hold_frames_record_is_refused() {
+    let base = after_header(&[]).len() as u64 + 2;
+    // tid 1, t 2, reads 3, still 2, idle 0, span 9, then an innermost-frame tag of 2.
+    refused(
+        &after_header(&record(6, &[1, 2, 3, 2, 0, 9, 2])),
+        base + 6,
+        "invalid frame tag 2",
+    );
+    // A frame of 2 bytes that are not UTF-8.
+    refused(
+        &after_header(&record(6, &[1, 2, 3, 2, 0, 9, 1, 2, 0xc3, 0x28])),
+        base + 8,
+        "a frame that is not valid UTF-8",
+    );
+    // Cut inside the callee's option.
+    refused(
+        &after_header(&record(6, &[1, 2, 3, 2, 0, 9, 0])),
+        base + 7,
+        "the record ends in the middle of a field",
     );
 }
 

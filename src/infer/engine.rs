@@ -70,6 +70,8 @@ pub struct Engine {
     /// place in take/drop, e.g. one asleep on the GIL's mutex).
     last_hold: Option<(u32, u64)>,
     waiters: Option<u32>,
+    /// The switch interval last passed on (`Record::SwitchInterval`).
+    switch_interval_us: Option<u64>,
     first_switch: Option<u64>,
     handoff_age: HandoffAge,
     flags: Option<FlagDecider>,
@@ -93,6 +95,7 @@ impl Engine {
             last_holder: None,
             last_hold: None,
             waiters: None,
+            switch_interval_us: None,
             first_switch: None,
             handoff_age: HandoffAge::default(),
             flags,
@@ -188,6 +191,15 @@ impl Engine {
     pub fn step(&mut self, sample: &Sample, sink: &mut dyn FnMut(Record)) {
         self.follow_threads(sample, sink);
         let word = sample.word;
+        // Before this sample's intervals: the trace judges the holds they close against it.
+        if word.interval_us.is_some() && word.interval_us != self.switch_interval_us {
+            self.switch_interval_us = word.interval_us;
+            let us = word.interval_us.unwrap_or_default();
+            sink(Record::SwitchInterval {
+                t_ns: sample.t_ns,
+                us,
+            });
+        }
         self.handoff_age.observe(word.switch_number, sample.woke_ns);
         let no_switch_request = word
             .interval_us

@@ -8,6 +8,7 @@ pub mod gil_flags;
 pub mod handoff_age;
 pub mod held_blocked;
 pub mod intervals;
+pub mod native_call;
 pub mod quiet;
 pub mod records;
 pub mod rules;

@@ -2,6 +2,7 @@
 
 use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::{GilState, Interval};
+use crate::infer::native_call::FrameWatch;
 use crate::trace::stacks::Frames;
 
 /// A hand-off of the GIL seen by the sampler: `from_tid` held it at `last_held_ns`, `to_tid` at
@@ -29,6 +30,19 @@ pub enum Record {
         state: GilState,
         frames: Frames,
         samples: u64,
+    },
+    /// What the sampler saw of a holder's innermost frame over a hold, or over the part of one in
+    /// which that frame did not change (sample/stack_watch.rs); `t_ns` is its last read, inside the
+    /// hold. The trace judges the hold's kind from it (infer/native_call.rs).
+    HoldFrames {
+        tid: u32,
+        t_ns: u64,
+        watch: Box<FrameWatch>,
+    },
+    /// The switch interval read from the target was `us` from `t_ns` on (sent when it changes).
+    SwitchInterval {
+        t_ns: u64,
+        us: u64,
     },
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
     Waiters {
@@ -69,7 +83,9 @@ impl Record {
             Record::HeldWhileBlocked(stretch) => stretch.end_ns,
             Record::Handoff(handoff) => handoff.taken_ns,
             Record::Waiters { t_ns, .. } | Record::Rate { t_ns, .. } => *t_ns,
-            Record::Stack { t_ns, .. } => *t_ns,
+            Record::Stack { t_ns, .. }
+            | Record::HoldFrames { t_ns, .. }
+            | Record::SwitchInterval { t_ns, .. } => *t_ns,
             Record::Live(snapshot) => snapshot.t_ns,
         }
     }

@@ -192,7 +192,11 @@ pub const FIELD_QUERIES: &[FieldSpec] = &[
     field("frame.f_back", FRAME, &["f_back"], false),
     field("frame.f_code", FRAME, &["f_code"], false),
     field("frame.f_lasti", FRAME, &["f_lasti"], false),
+    // A frame's locals and value stack: a hold whose innermost frame keeps them and its instruction
+    // is in one native call (infer/native_call.rs).
+    field("frame.f_localsplus", FRAME, &["f_localsplus"], false),
     field("iframe", IFRAME, &[""], false),
+    field("iframe.localsplus", IFRAME, &["localsplus"], false),
     field("iframe.previous", IFRAME, &["previous"], false),
     field(
         "iframe.executable",

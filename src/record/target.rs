@@ -170,6 +170,9 @@ pub fn write_trace(
     let handoff_arrows = process.handoff_arrows;
     let partial = writer.partial_path().to_path_buf();
     let final_path = writer.final_path().to_path_buf();
+    if pace == Pace::Live {
+        writer.read_sources_of_target();
+    }
     // A live sampler must never wait for the writer (its ticks would slip), and it cannot outrun
     // it for long (it produces at the sampling rate); a replay produces as fast as it reads, so it
     // waits for the writer instead of piling batches up in memory.
@@ -209,6 +212,14 @@ pub fn write_trace(
                     }
                     Record::Live(snapshot) => {
                         writer.tap_live(&snapshot);
+                        Ok(())
+                    }
+                    Record::HoldFrames { tid, t_ns, watch } => {
+                        writer.note_hold_frames(tid, t_ns, *watch);
+                        Ok(())
+                    }
+                    Record::SwitchInterval { us, .. } => {
+                        writer.note_switch_interval(us);
                         Ok(())
                     }
                 }

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use crate::report::hold_code::{HeldIn, HoldKey, HoldTime, hold_key, places};
 use crate::report::load::{ProcessTrace, Slice, SliceKind};
 use crate::report::slice_index::SliceIndex;
 
@@ -19,6 +20,8 @@ pub struct ProcessAnswer {
     pub host: Option<String>,
     pub file: String,
     pub window_s: f64,
+    /// The switch interval the holds were judged against: the trace's, else CPython's default.
+    pub switch_interval_ms: f64,
     /// Share of the window during which some thread held the GIL.
     pub gil_busy_share: f64,
     /// Threads waiting for the GIL, on average over the window.
@@ -42,7 +45,8 @@ pub struct ThreadAnswer {
     pub holds: Durations,
     /// Sorted by seconds, largest first. A holder of `tid` 0 stands for time no holder was seen.
     pub waited_for: Vec<Holder>,
-    pub hold_functions: Vec<Seconds<String>>,
+    /// Where its holds were: Python code by function, native calls by call site; largest first.
+    pub hold_functions: Vec<HeldIn>,
     pub held_while_blocked: Vec<Blocked>,
 }
 
@@ -59,14 +63,9 @@ pub struct Holder {
     pub tid: u32,
     pub name: String,
     pub s: f64,
-    /// The holder's code during those waits (innermost function), where the trace has stacks.
-    pub functions: Vec<Seconds<String>>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Seconds<T> {
-    pub function: T,
-    pub s: f64,
+    /// The holder's code during those waits (innermost function, or native call), where the trace
+    /// has stacks.
+    pub functions: Vec<HeldIn>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -125,49 +124,6 @@ fn union_ns(slices: &[Slice], kind: SliceKind) -> i128 {
     total + current.map_or(0, |(s, e)| e - s)
 }
 
-/// A function's identity in a frame's text `function (file:line)`: the text without the line, so
-/// that time in one function adds up whatever line it was at.
-fn function_key(frame: &str) -> &str {
-    match frame.rfind(':') {
-        Some(colon)
-            if frame.ends_with(')')
-                && frame[colon + 1..frame.len() - 1]
-                    .bytes()
-                    .all(|b| b.is_ascii_digit()) =>
-        {
-            &frame[..colon]
-        }
-        _ => frame,
-    }
-}
-
-/// Time per function, largest first, each shown at the line where it spent the most.
-fn by_function(map: &BTreeMap<String, i128>) -> Vec<Seconds<String>> {
-    let mut functions: BTreeMap<&str, (i128, &str, i128)> = BTreeMap::new();
-    for (frame, &ns) in map {
-        let entry = functions
-            .entry(function_key(frame))
-            .or_insert((0, frame, 0));
-        entry.0 += ns;
-        if ns > entry.2 {
-            entry.1 = frame;
-            entry.2 = ns;
-        }
-    }
-    let mut out: Vec<Seconds<String>> = functions
-        .into_values()
-        .map(|(ns, frame, _)| Seconds {
-            function: frame.to_string(),
-            s: seconds(ns),
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        b.s.total_cmp(&a.s)
-            .then_with(|| a.function.cmp(&b.function))
-    });
-    out
-}
-
 fn sorted_by_seconds<K: Ord + Clone>(map: &BTreeMap<K, i128>) -> Vec<(K, f64)> {
     let mut v: Vec<(K, f64)> = map
         .iter()
@@ -184,9 +140,9 @@ struct ThreadAcc {
     last: Option<i128>,
     waits: Vec<i128>,
     holds: Vec<i128>,
-    /// holder tid -> (ns, holder function -> ns)
-    waited_for: BTreeMap<u32, (i128, BTreeMap<String, i128>)>,
-    hold_functions: BTreeMap<String, i128>,
+    /// holder tid -> (ns, where the holder held it -> time)
+    waited_for: BTreeMap<u32, (i128, BTreeMap<HoldKey, HoldTime>)>,
+    hold_functions: BTreeMap<HoldKey, HoldTime>,
     blocked: BTreeMap<String, (i128, i128)>,
 }
 
@@ -201,6 +157,11 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
     let holds = SliceIndex::new(slices, SliceKind::Hold);
     let takes = SliceIndex::new(slices, SliceKind::Take);
     let label = |l: Option<u32>| l.map(|i| process.labels[i as usize].clone());
+    // Where a hold's time goes: only holds whose code is known, or that were one native call.
+    let place = |h: &Slice| {
+        let key = hold_key(process, &takes, h);
+        (key.label.is_some() || key.native.is_some()).then_some(key)
+    };
     let mut threads: HashMap<u32, ThreadAcc> = HashMap::new();
     for slice in slices {
         let acc = threads.entry(slice.tid).or_default();
@@ -212,11 +173,11 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
                 acc.ns[0] += len;
                 acc.waits.push(len);
                 let mut blamed = 0;
-                let mut blame: Vec<(u32, Option<String>, i128)> = Vec::new();
+                let mut blame: Vec<(u32, Option<HoldKey>, i128, i128)> = Vec::new();
                 holds.overlapping(slice.start_ns, slice.end_ns, |h, overlap| {
                     if h.tid != slice.tid {
                         blamed += overlap;
-                        blame.push((h.tid, label(h.label), overlap));
+                        blame.push((h.tid, place(h), overlap, h.end_ns - h.start_ns));
                     }
                 });
                 // Holds that overlap each other (possible in inferred reference holds, never in
@@ -230,11 +191,11 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
                     blamed = blame.iter().map(|b| b.2).sum();
                 }
                 let acc = threads.entry(slice.tid).or_default();
-                for (holder, function, ns) in blame {
+                for (holder, key, ns, hold_ns) in blame {
                     let entry = acc.waited_for.entry(holder).or_default();
                     entry.0 += ns;
-                    if let Some(function) = function {
-                        *entry.1.entry(function).or_default() += ns;
+                    if let Some(key) = key {
+                        entry.1.entry(key).or_default().add(ns, hold_ns);
                     }
                 }
                 if len > blamed {
@@ -244,8 +205,8 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
             SliceKind::Hold => {
                 acc.ns[1] += len;
                 acc.holds.push(len);
-                if let Some(function) = label(slice.label) {
-                    *acc.hold_functions.entry(function).or_default() += len;
+                if let Some(key) = place(slice) {
+                    acc.hold_functions.entry(key).or_default().add(len, len);
                 }
             }
             SliceKind::Drop => acc.ns[2] += len,
@@ -282,7 +243,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
                             process.thread_name(holder)
                         },
                         s,
-                        functions: by_function(&acc.waited_for[&holder].1),
+                        functions: places(process, &acc.waited_for[&holder].1),
                     })
                     .collect()
             };
@@ -296,7 +257,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
                 waits: durations(acc.waits),
                 holds: durations(acc.holds),
                 waited_for,
-                hold_functions: by_function(&acc.hold_functions),
+                hold_functions: places(process, &acc.hold_functions),
                 held_while_blocked: {
                     let mut v: Vec<Blocked> = acc
                         .blocked
@@ -332,6 +293,11 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         host: process.host.clone(),
         file: process.file.display().to_string(),
         window_s: seconds(window),
+        switch_interval_ms: process
+            .switch_interval_us
+            .unwrap_or(crate::infer::native_call::DEFAULT_SWITCH_INTERVAL_US)
+            as f64
+            / 1000.0,
         gil_busy_share: ratio(union_ns(slices, SliceKind::Hold)).min(1.0),
         mean_waiters: ratio(total_wait),
         waiting_with_gil_free_share: process
@@ -353,6 +319,7 @@ mod tests {
             start_ns: start_ms * 1_000_000,
             end_ns: end_ms * 1_000_000,
             label: None,
+            held: Default::default(),
         }
     }
 
@@ -402,30 +369,6 @@ mod tests {
             "held 0-50 and 60-100 of 100 ms"
         );
         assert!((answer.mean_waiters - 0.5).abs() < 1e-9);
-    }
-
-    #[test]
-    fn time_in_one_function_adds_up_across_its_lines() {
-        let map: BTreeMap<String, i128> = [
-            ("spin (w.py:49)".to_string(), 40),
-            ("spin (w.py:50)".to_string(), 60),
-            ("main (w.py:9)".to_string(), 70),
-            ("<native>".to_string(), 1),
-        ]
-        .into_iter()
-        .collect();
-        let functions: Vec<(String, i128)> = by_function(&map)
-            .into_iter()
-            .map(|f| (f.function, (f.s * 1e9).round() as i128))
-            .collect();
-        assert_eq!(
-            functions,
-            vec![
-                ("spin (w.py:50)".to_string(), 100),
-                ("main (w.py:9)".to_string(), 70),
-                ("<native>".to_string(), 1)
-            ]
-        );
     }
 
     #[test]

@@ -45,6 +45,35 @@ pub struct Slice {
     /// Index into `ProcessTrace::labels`: the holder's innermost function for a hold, the syscall for
     /// a held-while-blocked stretch; `None` when the trace does not say.
     pub label: Option<u32>,
+    /// A hold's kind as the trace says it (`args.native_call`), with the call's index into
+    /// `ProcessTrace::calls`.
+    pub held: Held,
+}
+
+/// What a hold's args say it ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Held {
+    /// The trace does not say (another tool's, an older gilsample's, not a hold).
+    #[default]
+    Unsaid,
+    PythonCode,
+    /// One native call: its call site and callee, `ProcessTrace::calls[i]`.
+    NativeCall(u32),
+}
+
+/// A native call as a hold's args name it (docs/report-json.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct CallSite {
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub source: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NativeCall {
+    /// `None` where the trace has no stack for the hold.
+    pub call_site: Option<CallSite>,
+    pub callee: Option<String>,
 }
 
 /// One process of one trace file.
@@ -64,6 +93,14 @@ pub struct ProcessTrace {
     /// Interned labels (function names, syscall names).
     pub labels: Vec<String>,
     label_index: HashMap<String, u32>,
+    /// Interned native calls of `Held::NativeCall`.
+    pub calls: Vec<NativeCall>,
+    call_index: HashMap<NativeCall, u32>,
+    /// The switch interval the trace recorded (gilsample's `otherData.switch_interval_us`).
+    pub switch_interval_us: Option<u64>,
+    /// The recording judged every hold's kind (a gilsample trace that records its switch interval):
+    /// a hold whose args do not say is Python code.
+    pub holds_judged: bool,
 }
 
 impl ProcessTrace {
@@ -90,12 +127,21 @@ impl ProcessTrace {
         let label = args
             .and_then(|args| slice_label(kind, args))
             .map(|text| self.label(&text));
+        let held = match args {
+            Some(args) if kind == SliceKind::Hold => match held_in(args) {
+                Some(Some(call)) => Held::NativeCall(self.call(call)),
+                Some(None) => Held::PythonCode,
+                None => Held::Unsaid,
+            },
+            _ => Held::Unsaid,
+        };
         self.slices.push(Slice {
             kind,
             tid,
             start_ns,
             end_ns,
             label,
+            held,
         });
     }
 
@@ -112,12 +158,26 @@ impl ProcessTrace {
             slices: Vec::new(),
             labels: self.labels.clone(),
             label_index: self.label_index.clone(),
+            calls: self.calls.clone(),
+            call_index: self.call_index.clone(),
+            holds_judged: self.holds_judged,
+            switch_interval_us: self.switch_interval_us,
         }
     }
 
     /// Names a thread as its `thread_name` event does.
     pub fn name_thread(&mut self, tid: u32, text: &str) {
         self.names.insert(tid, thread_label(text));
+    }
+
+    fn call(&mut self, call: NativeCall) -> u32 {
+        if let Some(&i) = self.call_index.get(&call) {
+            return i;
+        }
+        let i = self.calls.len() as u32;
+        self.calls.push(call.clone());
+        self.call_index.insert(call, i);
+        i
     }
 
     /// The name a person knows a thread by: its Python or kernel name, else its id; with the id
@@ -290,6 +350,31 @@ fn slice_label(kind: SliceKind, args: &Map<String, Value>) -> Option<String> {
     }
 }
 
+/// A hold's kind from its args: `None` where they do not say, `Some(None)` for Python code,
+/// `Some(Some(call))` for one native call.
+fn held_in(args: &Map<String, Value>) -> Option<Option<NativeCall>> {
+    if !args.get("native_call")?.as_bool()? {
+        return Some(None);
+    }
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
+    let call_site = args
+        .get("call_site")
+        .filter(|site| site.is_object())
+        .map(|site| CallSite {
+            file: text(site, "file"),
+            line: site
+                .get("line")
+                .and_then(Value::as_u64)
+                .and_then(|l| u32::try_from(l).ok()),
+            source: text(site, "source"),
+        });
+    let callee = args
+        .get("callee")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Some(Some(NativeCall { call_site, callee }))
+}
+
 /// `function (file:line)` of one frame, from an object or a string.
 pub fn frame_text(frame: &Value) -> Option<String> {
     match frame {
@@ -338,6 +423,13 @@ fn apply_other_data(other: &Map<String, Value>, processes: &mut BTreeMap<u32, Pr
         .get("host")
         .and_then(Value::as_str)
         .map(str::to_string);
+    // Written by the gilsample versions that judge each hold (null where the layout has no
+    // interval: the holds were judged against the default).
+    process.holds_judged = other.contains_key("switch_interval_us");
+    process.switch_interval_us = other
+        .get("switch_interval_us")
+        .and_then(Value::as_u64)
+        .filter(|&us| us > 0);
     process.waiting_samples = other
         .get("waiting_samples")
         .and_then(Value::as_u64)
@@ -381,6 +473,7 @@ fn infer_holds(process: &mut ProcessTrace) {
                             start_ns: start,
                             end_ns: slice.start_ns,
                             label: None,
+                            held: Held::Unsaid,
                         });
                     }
                 }

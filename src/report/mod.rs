@@ -4,6 +4,8 @@
 //! pass. The end-of-recording summary is the same analysis of the file just written.
 
 pub mod analyze;
+pub mod hint;
+pub mod hold_code;
 pub mod load;
 pub mod slice_index;
 pub mod text;

@@ -80,6 +80,7 @@ mod tests {
             start_ns,
             end_ns,
             label: None,
+            held: Default::default(),
         }
     }
 

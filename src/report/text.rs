@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use crate::report::analyze::{Holder, NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
+use crate::report::hold_code::{HeldIn, NO_STACK};
 
 /// At most this many threads per process are listed; the rest are counted.
 pub const MAX_THREADS_SHOWN: usize = 10;
@@ -14,7 +15,7 @@ const MAX_FUNCTIONS_SHOWN: usize = 2;
 /// A thread whose waits are under this share of the window is not worth a line.
 const NOTABLE_WAIT_SHARE: f64 = 0.01;
 
-fn pct(part: f64, whole: f64) -> f64 {
+pub(crate) fn pct(part: f64, whole: f64) -> f64 {
     if whole > 0.0 {
         100.0 * part / whole
     } else {
@@ -35,7 +36,7 @@ fn thousands(n: u64) -> String {
     out
 }
 
-fn ms(v: f64) -> String {
+pub(crate) fn ms(v: f64) -> String {
     if v >= 10.0 {
         format!("{v:.0} ms")
     } else if v >= 1.0 {
@@ -69,7 +70,7 @@ pub fn headline(p: &ProcessAnswer) -> String {
 fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
     let _ = writeln!(
         out,
-        "  {} waited {:.0}% ({:.2} s, {} {}, p50 {}, p99 {}, longest {})",
+        "  {} waited {:.0}% of the recording ({:.2} s, {} {}, p50 {}, p99 {}, longest {})",
         t.name,
         pct(t.wait_s, p.window_s),
         t.wait_s,
@@ -79,12 +80,13 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
         ms(t.waits.p99_ms),
         ms(t.waits.max_ms)
     );
-    let shown = t
+    let shown: Vec<&Holder> = t
         .waited_for
         .iter()
         .filter(|h| pct(h.s, t.wait_s) >= 1.0)
-        .take(MAX_HOLDERS_SHOWN);
-    for holder in shown {
+        .take(MAX_HOLDERS_SHOWN)
+        .collect();
+    for holder in &shown {
         let mut line = format!(
             "      for {} {:.0}%",
             if holder.tid == NO_HOLDER_SEEN {
@@ -99,7 +101,7 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
             .functions
             .iter()
             .take(MAX_FUNCTIONS_SHOWN)
-            .map(|f| format!("in {} {:.0}%", f.function, pct(f.s, holder.s)))
+            .map(|f| format!("{} {:.0}%", place(f), pct(f.s, holder.s)))
             .collect();
         if !code.is_empty() {
             line += &format!(" — {}", code.join(", "));
@@ -109,87 +111,36 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
         }
         let _ = writeln!(out, "{line}");
     }
+    // A cut list says what it left out, where that is a percent or more.
+    let left: Vec<&Holder> = t.waited_for.iter().skip(shown.len()).collect();
+    let left_share = pct(left.iter().map(|h| h.s).sum(), t.wait_s);
+    if left_share >= 0.5 {
+        let _ = writeln!(out, "      and {} more ({left_share:.0}%)", left.len());
+    }
 }
 
-/// A holder blocked in a syscall is the hint only when others waited for it at least this share of
-/// the recording: a few milliseconds of it at start-up or exit must not hide threads that waited
-/// most of the time for each other.
-const BLOCKED_HINT_SHARE: f64 = 0.01;
+/// Where a hold was, in words: `in FUNCTION (FILE:LINE)` for Python code, `one native call to
+/// CALLEE in FUNCTION (FILE:LINE)` for a native call.
+pub(crate) fn place(f: &HeldIn) -> String {
+    if !f.native_call {
+        return format!("in {}", f.function);
+    }
+    let callee = f
+        .callee
+        .clone()
+        .flatten()
+        .map(|c| format!(" to {c}"))
+        .unwrap_or_default();
+    if f.function == NO_STACK {
+        format!("one native call{callee} (no stack in the trace)")
+    } else {
+        format!("one native call{callee} in {}", f.function)
+    }
+}
 
 /// Held-while-blocked lines are printed from this many seconds (held or waited) on: below they read
 /// "0.00 s".
 const BLOCKED_SHOWN_S: f64 = 0.005;
-
-/// " in FUNCTION": where the holder was while others waited for it, where the trace has stacks.
-fn holder_code(holder: &Holder) -> String {
-    holder
-        .functions
-        .first()
-        .map(|f| format!(" in {}", f.function))
-        .unwrap_or_default()
-}
-
-/// The hint a person can act on, from what this process shows; `None` when nothing stands out.
-pub fn hint(p: &ProcessAnswer) -> Option<String> {
-    if let Some((t, b)) = p
-        .threads
-        .iter()
-        .flat_map(|t| t.held_while_blocked.iter().map(move |b| (t, b)))
-        .max_by(|a, b| a.1.others_waited_s.total_cmp(&b.1.others_waited_s))
-        .filter(|(_, b)| {
-            b.others_waited_s > 0.0 && b.others_waited_s >= BLOCKED_HINT_SHARE * p.window_s
-        })
-    {
-        return Some(format!(
-            "{} keeps the GIL while it sleeps in {}: native code (a C extension, a ctypes.PyDLL or \
-             pybind11 call) that does not release the GIL around a blocking call. Release it there \
-             (Py_BEGIN_ALLOW_THREADS, py::gil_scoped_release, ctypes.CDLL instead of PyDLL).",
-            t.name, b.syscall
-        ));
-    }
-    let top = p.threads.first()?;
-    if pct(top.wait_s, p.window_s) < 10.0 {
-        return None;
-    }
-    let holder = top.waited_for.iter().find(|h| h.tid != NO_HOLDER_SEEN);
-    if let Some(share) = busy_cores(p) {
-        return Some(format!(
-            "{} spends {:.0}% of its time waiting, much of it with the GIL free ({:.0}% of the \
-             waiting seen): the cores are the queue as much as the GIL. Give the job more cores, or \
-             fewer busy threads or processes per core (fewer loader workers, a smaller \
-             torch.set_num_threads){}.",
-            top.name,
-            pct(top.wait_s, p.window_s),
-            100.0 * share,
-            holder
-                .map(|h| format!(
-                    "; the holder it waited for most was {} ({:.0}% of its waiting){}",
-                    h.name,
-                    pct(h.s, top.wait_s),
-                    holder_code(h)
-                ))
-                .unwrap_or_default()
-        ));
-    }
-    let holder = holder?;
-    let code = holder_code(holder);
-    Some(format!(
-        "{} spends {:.0}% of its time waiting, mostly for {}{code}. Python code there keeps the GIL: \
-         make it cheaper, move it to another process (multiprocessing, DataLoader workers), or into \
-         native code that releases the GIL{}.",
-        top.name,
-        pct(top.wait_s, p.window_s),
-        holder.name,
-        if p.mean_waiters > 1.0 {
-            format!(
-                "; with {:.1} threads queueing on average, more threads will not help",
-                p.mean_waiters
-            )
-        } else {
-            String::new()
-        }
-    ))
-}
 
 /// One process's answer, most important first.
 pub fn format_process(out: &mut String, p: &ProcessAnswer) {
@@ -236,7 +187,7 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
             100.0 * share
         );
     }
-    if let Some(hint) = hint(p) {
+    if let Some(hint) = crate::report::hint::hint(p) {
         let _ = writeln!(out, "  hint: {hint}");
     }
 }
@@ -247,7 +198,7 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
 const BUSY_CORES_SHARE: f64 = 0.2;
 
 /// The share of the waiting found with the GIL free, where it says the cores were busy.
-fn busy_cores(p: &ProcessAnswer) -> Option<f64> {
+pub(crate) fn busy_cores(p: &ProcessAnswer) -> Option<f64> {
     p.waiting_with_gil_free_share
         .filter(|&share| share >= BUSY_CORES_SHARE)
 }
@@ -297,6 +248,7 @@ mod tests {
     use super::*;
 
     use crate::report::analyze::{Blocked, Durations};
+    use crate::report::hint::hint;
 
     fn thread(tid: u32, name: &str, wait_s: f64, blocked: Option<f64>) -> ThreadAnswer {
         ThreadAnswer {
@@ -333,6 +285,7 @@ mod tests {
             host: None,
             file: "t.json".into(),
             window_s: 3.0,
+            switch_interval_ms: 5.0,
             gil_busy_share: 1.0,
             mean_waiters: 2.0,
             waiting_with_gil_free_share: None,
@@ -372,7 +325,7 @@ mod tests {
             assert!(
                 hint(&p)
                     .unwrap()
-                    .starts_with("spinner-0 spends 70% of its time waiting, mostly")
+                    .starts_with("spinner-0 spends 70% of the recording waiting, mostly")
             );
         }
         let busy = ProcessAnswer {
@@ -397,6 +350,38 @@ mod tests {
             ..busy
         };
         assert!(hint(&at).unwrap().contains("with the GIL free"));
+    }
+
+    #[test]
+    fn a_cut_holder_list_says_how_many_it_left_out_and_their_share() {
+        let mut p = process(0.0);
+        let holder = |tid, share: f64| Holder {
+            tid,
+            name: format!("worker-{tid}"),
+            s: 2.1 * share,
+            functions: Vec::new(),
+        };
+        p.threads[0].waited_for = vec![
+            holder(1, 0.26),
+            holder(2, 0.26),
+            holder(3, 0.25),
+            holder(4, 0.23),
+        ];
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(
+            out.contains("      for worker-3 25%\n      and 1 more (23%)\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("spinner-0 waited 70% of the recording (2.10 s"),
+            "{out}"
+        );
+        // Left out below a percent: not worth a line.
+        p.threads[0].waited_for[3].s = 0.005;
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(!out.contains("more ("), "{out}");
     }
 
     #[test]

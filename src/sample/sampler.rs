@@ -340,9 +340,9 @@ impl Loop<'_> {
             if let Some(watch) = self.stacks.as_mut() {
                 let memory = &self.target.memory;
                 for decided in self.engine.decided() {
-                    let thread = (decided.tid, sample.threads[decided.index].tstate);
+                    let seen = &sample.threads[decided.index];
                     let (previous, state) = (decided.previous, decided.state);
-                    watch.observe(memory, thread, previous, state, sample.t_ns, &mut |stack| {
+                    watch.observe(memory, seen, previous, state, sample.t_ns, &mut |stack| {
                         if let Some(log) = log.as_mut() {
                             log.stack(&stack);
                         }

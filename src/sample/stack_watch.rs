@@ -14,6 +14,9 @@ use std::sync::Arc;
 
 use crate::addr::RemoteAddr;
 use crate::infer::intervals::GilState;
+use crate::infer::native_call::FrameWatch;
+use crate::infer::sample::ThreadSample;
+use crate::process::kernel::KernelState;
 use crate::python::attach::Target;
 use crate::python::stacks::{FrameId, StackReader, StackStats};
 use crate::sample::sampler::Record;
@@ -42,6 +45,109 @@ struct Hold {
     last_ns: u64,
     unreported: u64,
     until_check: u32,
+    /// What the reads of the innermost frame found, for the hold's kind (infer/native_call.rs).
+    still: Stillness,
+}
+
+/// The innermost frame as a hold's watch compares its reads: where it is, its code and instruction,
+/// and a digest of its locals and value stack.
+type Watched = (FrameId, Option<u64>);
+
+/// The innermost frame's reads over one hold (while it stays in one frame), in runs of reads at one
+/// instruction. A pair of reads at one instruction counts as standing still only where the holder
+/// ran in between (its schedstat CPU time grew) or slept in a syscall: a holder waiting for a CPU
+/// stands still at whatever it was running. The kernel adds a running thread's CPU time at its
+/// ticks and when it leaves the CPU, so a Python holder preempted right after a read shows growth
+/// in the first pair of its run without running then: the first pair of a run counts for neither.
+/// The sampler reads the holder's schedstat at every sample anyway.
+struct Stillness {
+    last: Option<Watched>,
+    last_cpu_ns: Option<u64>,
+    reads: u32,
+    /// Pairs of reads at one instruction while the holder ran or slept, and while it did neither.
+    still_reads: u32,
+    idle_reads: u32,
+    /// The pairs so far of the run of reads at `last`, and of those the ones that stood still.
+    run: (u32, u32),
+    /// The run with the most pairs that stood still, and where.
+    longest: (u32, Option<Watched>),
+    first_ns: u64,
+    last_ns: u64,
+}
+
+/// What one read of the holder found besides its frame: its CPU time so far, and whether it slept
+/// in a syscall (not running: a native call that blocks, held while blocked).
+#[derive(Clone, Copy)]
+struct Holder {
+    cpu_ns: Option<u64>,
+    asleep: bool,
+}
+
+impl Holder {
+    fn of(seen: &ThreadSample) -> Holder {
+        Holder {
+            cpu_ns: seen.schedstat.map(|s| s.cpu_ns),
+            asleep: matches!(seen.kernel, Some(KernelState::InSyscall { .. })),
+        }
+    }
+}
+
+impl Stillness {
+    fn new(first: Option<Watched>, t_ns: u64, holder: Holder) -> Stillness {
+        Stillness {
+            last: first,
+            last_cpu_ns: holder.cpu_ns,
+            reads: 1,
+            still_reads: 0,
+            idle_reads: 0,
+            run: (0, 0),
+            longest: (0, None),
+            first_ns: t_ns,
+            last_ns: t_ns,
+        }
+    }
+
+    fn read(&mut self, now: Option<Watched>, t_ns: u64, holder: Holder) {
+        self.reads += 1;
+        self.last_ns = t_ns;
+        let ran = match (self.last_cpu_ns, holder.cpu_ns) {
+            (Some(before), Some(after)) => after > before,
+            // No schedstat: nothing says it did not run.
+            _ => true,
+        };
+        self.last_cpu_ns = holder.cpu_ns;
+        if now.is_none() || now != self.last {
+            self.last = now;
+            self.run = (0, 0);
+            return;
+        }
+        self.run.0 += 1;
+        if holder.asleep || (ran && self.run.0 > 1) {
+            self.still_reads += 1;
+            self.run.1 += 1;
+            if self.run.1 > self.longest.0 {
+                self.longest = (self.run.1, now);
+            }
+        } else {
+            self.idle_reads += 1;
+        }
+    }
+
+    /// What the reads found; `innermost` gives the frame's text at an instruction. A part of one read,
+    /// or without a Python frame, says nothing and is not passed on.
+    fn watch(&self, innermost: impl FnOnce(FrameId) -> Option<String>) -> Option<FrameWatch> {
+        if self.reads < 2 || self.last.is_none() && self.longest.1.is_none() {
+            return None;
+        }
+        Some(FrameWatch {
+            reads: self.reads,
+            still_reads: self.still_reads,
+            idle_reads: self.idle_reads,
+            span_ns: self.last_ns.saturating_sub(self.first_ns),
+            innermost: self.longest.1.and_then(|(id, _)| innermost(id)),
+            callee: None,
+        })
+    }
 }
 
 pub struct StackWatch {
@@ -70,19 +176,21 @@ impl StackWatch {
     }
 
     /// The stack of `tstate`, reused from the thread's last read when its innermost frame is the
-    /// same frame at the same instruction; `None` where it does not decode.
+    /// same frame at the same instruction; `None` where it does not decode. With it, the innermost
+    /// frame as a hold's watch compares it (`Watched`).
     fn stack_of(
         &mut self,
         mem: &dyn crate::process::memory::MemorySource,
         tid: u32,
         tstate: RemoteAddr,
-    ) -> Option<(Option<FrameId>, Frames)> {
-        let innermost = self.reader.innermost(mem, tstate).ok()?;
+    ) -> Option<(Option<Watched>, Frames)> {
+        let watched = self.reader.innermost_watched(mem, tstate).ok()?;
+        let innermost = watched.map(|(id, _)| id);
         if let (Some(now), Some((then, frames))) = (innermost, self.last.get(&tid))
             && now == *then
         {
             self.stacks_reused += 1;
-            return Some((innermost, frames.clone()));
+            return Some((watched, frames.clone()));
         }
         let top = Ok(innermost.map_or(0, |id| id.frame));
         let frames = Arc::new(self.reader.read_stack_from(mem, top).ok()?);
@@ -94,7 +202,7 @@ impl StackWatch {
                 self.last.remove(&tid);
             }
         }
-        Some((innermost, frames))
+        Some((watched, frames))
     }
 
     /// Forgets threads that are gone (called with the live tids after a thread-list walk).
@@ -103,20 +211,23 @@ impl StackWatch {
         self.holds.retain(|(tid, _)| live(*tid));
     }
 
-    /// One thread at one sample: `previous` is its state before, `state` the one it is in now.
+    /// One thread at one sample (`seen`: what the sample read of it): `previous` is its state
+    /// before, `state` the one it is in now.
     pub fn observe(
         &mut self,
         mem: &dyn crate::process::memory::MemorySource,
-        (tid, tstate): (u32, RemoteAddr),
+        seen: &ThreadSample,
         previous: Option<GilState>,
         state: GilState,
         t: u64,
         sink: &mut dyn FnMut(Record),
     ) {
+        let (tid, tstate) = (seen.tid, seen.tstate);
         if state != GilState::Hold
             && let Some(hold) = self.take_hold(tid)
         {
             flush(tid, &hold, sink);
+            self.end(tid, &hold, sink);
         }
         match state {
             GilState::Take if previous != Some(GilState::Take) => {
@@ -128,8 +239,11 @@ impl StackWatch {
                 let watched = self.holds.iter().position(|(t, _)| *t == tid);
                 let begins = previous != Some(GilState::Hold) || watched.is_none();
                 if begins {
-                    self.take_hold(tid);
-                    self.begin_hold(mem, tid, tstate, t, sink);
+                    // A hold whose end this watch did not see (a held-back stretch between).
+                    if let Some(hold) = self.take_hold(tid) {
+                        self.end(tid, &hold, sink);
+                    }
+                    self.begin_hold(mem, tid, tstate, t, Holder::of(seen), sink);
                     return;
                 }
                 let Some(hold) = watched.map(|at| &mut self.holds[at].1) else {
@@ -143,17 +257,19 @@ impl StackWatch {
                 }
                 hold.until_check = CHECK_EVERY;
                 self.innermost_checks += 1;
-                let now = self.reader.innermost(mem, tstate).ok().map(key);
-                if now == Some(hold.innermost) {
+                let now = self.reader.innermost_watched(mem, tstate).ok();
+                if now.map(|w| key(w.map(|(id, _)| id))) == Some(hold.innermost) {
                     // Same frame: report the samples so far, so they count even if the hold's end
                     // is settled before this watch sees it.
+                    hold.still.read(now.flatten(), t, Holder::of(seen));
                     flush(tid, hold, sink);
                     hold.unreported = 0;
                     return;
                 }
                 let hold = self.take_hold(tid).expect("looked up above");
                 flush(tid, &hold, sink);
-                self.begin_hold(mem, tid, tstate, t, sink);
+                self.end(tid, &hold, sink);
+                self.begin_hold(mem, tid, tstate, t, Holder::of(seen), sink);
             }
             _ => {}
         }
@@ -165,13 +281,14 @@ impl StackWatch {
         tid: u32,
         tstate: RemoteAddr,
         t: u64,
+        holder: Holder,
         sink: &mut dyn FnMut(Record),
     ) {
         // A stack that does not decode is watched as empty (and not shown), so that a holder whose
         // memory keeps changing under the reads is not read again at every sample.
-        let (innermost, frames) = match self.stack_of(mem, tid, tstate) {
-            Some((innermost, frames)) => (Some(key(innermost)), frames),
-            None => (None, Arc::new(Vec::new())),
+        let (first, innermost, frames) = match self.stack_of(mem, tid, tstate) {
+            Some((watched, frames)) => (watched, Some(key(watched.map(|(id, _)| id))), frames),
+            None => (None, None, Arc::new(Vec::new())),
         };
         if !frames.is_empty() {
             sink(stack(tid, t, GilState::Hold, frames.clone(), 1));
@@ -184,6 +301,7 @@ impl StackWatch {
                 last_ns: t,
                 unreported: 0,
                 until_check: CHECK_EVERY,
+                still: Stillness::new(first, t, holder),
             },
         ));
     }
@@ -192,6 +310,22 @@ impl StackWatch {
     fn take_hold(&mut self, tid: u32) -> Option<Hold> {
         let at = self.holds.iter().position(|(t, _)| *t == tid)?;
         Some(self.holds.swap_remove(at).1)
+    }
+
+    /// The end of a hold, or of its part in one frame: what its frame's reads found, with the frame's
+    /// text at the instruction that stood still longest (its line from the code object read for
+    /// the stack: no read of the target).
+    fn end(&mut self, tid: u32, hold: &Hold, sink: &mut dyn FnMut(Record)) {
+        let shown = hold.frames.first().cloned();
+        let reader = &mut self.reader;
+        let watch = hold.still.watch(|at| reader.frame_text(at).or(shown));
+        if let Some(watch) = watch {
+            sink(Record::HoldFrames {
+                tid,
+                t_ns: hold.still.last_ns,
+                watch: Box::new(watch),
+            });
+        }
     }
 
     pub fn report_into(&self, report: &mut StackReport) {
@@ -225,5 +359,92 @@ fn stack(tid: u32, t_ns: u64, state: GilState, frames: Frames, samples: u64) -> 
         state,
         frames,
         samples,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn at(instr: u64, slots: u64) -> Option<Watched> {
+        Some((
+            FrameId {
+                frame: 0x1000,
+                code: 0x2000,
+                instr,
+            },
+            Some(slots),
+        ))
+    }
+
+    fn holder(cpu_ms: u64, asleep: bool) -> Holder {
+        Holder {
+            cpu_ns: Some(cpu_ms * MS),
+            asleep,
+        }
+    }
+
+    /// Reads one per millisecond at `instrs`, with the holder's CPU time `cpu` (ms) at each.
+    fn watched(reads: &[(Option<Watched>, Holder)]) -> FrameWatch {
+        let mut still = Stillness::new(reads[0].0, 0, reads[0].1);
+        for (i, &(now, h)) in reads.iter().enumerate().skip(1) {
+            still.read(now, i as u64 * MS, h);
+        }
+        still
+            .watch(|id| Some(format!("f (a.py:{})", id.instr)))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_native_call_that_runs_stands_still_where_the_kernel_counted_its_cpu() {
+        // CPU time counted at ticks: every fourth read sees it grow.
+        let reads: Vec<_> = (0..20)
+            .map(|i| (at(7, 1), holder(i / 4 * 4, false)))
+            .collect();
+        let w = watched(&reads);
+        assert_eq!((w.reads, w.still_reads, w.idle_reads), (20, 4, 15));
+        assert!(w.stood_still());
+        assert_eq!(w.innermost.as_deref(), Some("f (a.py:7)"));
+    }
+
+    #[test]
+    fn a_holder_preempted_after_a_read_does_not_stand_still() {
+        // It ran up to the first read; the kernel counted that when it left the CPU, in the first
+        // pair of the run; then nothing.
+        let mut reads = vec![(at(7, 1), holder(0, false))];
+        reads.extend((1..20).map(|_| (at(7, 1), holder(3, false))));
+        let w = watched(&reads);
+        assert_eq!((w.still_reads, w.idle_reads), (0, 19));
+        assert!(!w.stood_still());
+    }
+
+    #[test]
+    fn python_code_moves_its_instruction_or_its_locals() {
+        let reads: Vec<_> = (0..20)
+            .map(|i| (at(7 + i % 2, 1), holder(i, false)))
+            .collect();
+        assert_eq!(watched(&reads).moved_reads(), 19);
+        // The same instruction (the last call stored it), other locals.
+        let reads: Vec<_> = (0..20).map(|i| (at(7, i), holder(i, false))).collect();
+        let w = watched(&reads);
+        assert_eq!((w.still_reads, w.moved_reads()), (0, 19));
+    }
+
+    #[test]
+    fn a_holder_asleep_in_a_syscall_stands_still() {
+        let reads: Vec<_> = (0..10).map(|_| (at(7, 1), holder(0, true))).collect();
+        let w = watched(&reads);
+        assert_eq!(w.still_reads, 9);
+    }
+
+    #[test]
+    fn one_read_or_no_python_frame_says_nothing() {
+        let one = Stillness::new(at(7, 1), 0, holder(0, false));
+        assert_eq!(one.watch(|_| None), None);
+        let mut none = Stillness::new(None, 0, holder(0, false));
+        none.read(None, MS, holder(1, false));
+        assert_eq!(none.watch(|_| None), None);
     }
 }

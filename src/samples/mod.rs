@@ -10,6 +10,7 @@
 //! refuses with the file and the byte offset, never panics, and bounds every length it is given.
 
 mod codec;
+mod hold_frames;
 mod reader;
 mod saver;
 mod wire;
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::infer::intervals::GilState;
+use crate::infer::native_call::FrameWatch;
 use crate::infer::sample::{Sample, SampleContext};
 
 pub use codec::copy_sample;
@@ -37,8 +39,10 @@ pub const MAGIC: [u8; 8] = *b"GILSMPL\n";
 /// Bumped on any change an older reader would misread; readers refuse streams of a newer format
 /// instead of guessing (docs/sample-stream.md, "Versioning").
 /// Format 2 added pace records (the sampler's rate while the target was quiet); format 1 streams
-/// have none and read as samples at the full rate.
-pub const FORMAT_VERSION: u16 = 2;
+/// have none and read as samples at the full rate. Format 3 added hold-frames records (what the
+/// sampler saw of a holder's innermost frame, for the hold's kind); older streams have none, and
+/// their holds are judged without them.
+pub const FORMAT_VERSION: u16 = 3;
 
 /// The largest record payload written or read: far above any real record (a sample of 65536 threads
 /// all changed is under 3 MiB), so a corrupt length is refused before it is allocated or waited for.
@@ -113,14 +117,28 @@ pub enum Item {
         frames: Vec<String>,
         samples: u64,
     },
+    /// What the live sampler saw of a holder's innermost frame over a hold, replayed verbatim.
+    HoldFrames {
+        tid: u32,
+        t_ns: u64,
+        watch: FrameWatch,
+    },
     /// What the sampler writes last (its report). A stream without it was cut off.
     End(serde_json::Value),
 }
 
 impl Item {
-    /// The item that saves a stack the sampler read (`None` for any other record).
+    /// The item that saves a stack or hold-frames record the sampler read (`None` for any other
+    /// record).
     pub fn from_stack(record: &crate::infer::records::Record) -> Option<Item> {
         match record {
+            crate::infer::records::Record::HoldFrames { tid, t_ns, watch } => {
+                Some(Item::HoldFrames {
+                    tid: *tid,
+                    t_ns: *t_ns,
+                    watch: (**watch).clone(),
+                })
+            }
             crate::infer::records::Record::Stack {
                 tid,
                 t_ns,
@@ -171,6 +189,8 @@ mod kind {
     /// The samples after it were taken this many periods (a varint) after the tick before, besides
     /// the first: written when that changes (0 before any), so a stream at the full rate has none.
     pub const PACE: u8 = 5;
+    /// What the sampler saw of a holder's innermost frame over a hold (format 3).
+    pub const HOLD_FRAMES: u8 = 6;
 
     /// The record's name in messages.
     pub fn name(kind: u8) -> &'static str {
@@ -180,6 +200,7 @@ mod kind {
             STACK => "stack",
             END => "end",
             PACE => "pace",
+            HOLD_FRAMES => "hold-frames",
             _ => "unknown",
         }
     }

@@ -200,6 +200,10 @@ impl<R: Read> StreamReader<R> {
                     samples,
                 })
             }
+            kind::HOLD_FRAMES => {
+                let (tid, t_ns, watch) = super::hold_frames::decode(&mut input).map_err(bad)?;
+                Some(Item::HoldFrames { tid, t_ns, watch })
+            }
             kind::END => {
                 let v = serde_json::from_slice(&records.payload).map_err(|e| {
                     records.error(start, format!("the end record is not JSON: {e}"))
@@ -263,7 +267,7 @@ impl<R: Read> Records<R> {
             return Ok(None);
         }
         let k = k[0];
-        if !(kind::HEADER..=kind::PACE).contains(&k) {
+        if !(kind::HEADER..=kind::HOLD_FRAMES).contains(&k) {
             return Err(self.error(
                 start,
                 format!("unknown record kind {k} (garbage, or a damaged file)"),

@@ -202,6 +202,18 @@ fn hand_made_sequences_round_trip() {
             ],
             samples: 12,
         },
+        Item::HoldFrames {
+            tid: 2002,
+            t_ns: 1_000_200_000,
+            watch: crate::infer::native_call::FrameWatch {
+                reads: 40,
+                still_reads: 30,
+                idle_reads: 9,
+                span_ns: 39_000_000,
+                innermost: Some("iterencode (/usr/lib/python3.12/json/encoder.py:258)".into()),
+                callee: None,
+            },
+        },
         Item::Sample(s2),
         Item::Sample(s3.clone()),
         Item::Sample(s4),
@@ -509,6 +521,27 @@ fn item() -> impl Strategy<Value = Item> {
                 frames,
                 samples,
             }),
+        1 => (
+            any::<(u32, u64, u32, u32, u32, u64)>(),
+            proptest::option::of(".{0,12}"),
+            proptest::option::of(".{0,12}"),
+        )
+            .prop_map(
+                |((tid, t_ns, reads, still_reads, idle_reads, span_ns), innermost, callee)| {
+                    Item::HoldFrames {
+                        tid,
+                        t_ns,
+                        watch: crate::infer::native_call::FrameWatch {
+                            reads,
+                            still_reads,
+                            idle_reads,
+                            span_ns,
+                            innermost,
+                            callee,
+                        },
+                    }
+                }
+            ),
     ]
 }
 

@@ -81,6 +81,10 @@ impl StreamWriter {
                 encode_stack(fields, frames, names, &mut self.payload);
                 kind::STACK
             }
+            Item::HoldFrames { tid, t_ns, watch } => {
+                super::hold_frames::encode(*tid, *t_ns, watch, &mut self.payload);
+                kind::HOLD_FRAMES
+            }
             Item::End(v) => {
                 serde_json::to_writer(&mut self.payload, v).expect("a JSON value serializes");
                 kind::END

@@ -240,9 +240,9 @@ pub fn run(
         Update::WaitingForPython { pid, .. } => console.say(format!(
             "the command (pid {pid}) has no Python process yet; waiting for one"
         )),
-        Update::WriteFailed { pid, error } => console.say(format!(
-            "process {pid}: {error}; the recording stops"
-        )),
+        Update::WriteFailed { pid, error } => {
+            console.say(format!("process {pid}: {error}; the recording stops"))
+        }
         Update::Ready | Update::Progress(_) => {}
     };
     let report = record(&opts, stop.clone(), &mut on_update);

@@ -17,8 +17,10 @@ use serde_json::{Map, Value, json};
 use crate::error::{Error, Result};
 use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::{GilState, Interval};
+use crate::infer::native_call::FrameWatch;
 use crate::process::kernel::syscall_name;
 use crate::sample::sampler::{Handoff, LiveSnapshot};
+use crate::trace::native_call::HoldKinds;
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 use crate::trace::stacks::{Frames, PendingStacks};
 use crate::trace::tap::{TappedSlice, TraceTap, hand_live, tapped};
@@ -46,6 +48,8 @@ pub struct ChromeWriter {
     stacks: PendingStacks,
     /// A live watcher of what is written (trace/tap.rs), if any.
     tap: Option<Box<dyn TraceTap>>,
+    /// What decides each hold's kind (trace/native_call.rs).
+    holds: HoldKinds,
 }
 
 /// Nanoseconds as exact decimal microseconds (`123.456`).
@@ -92,6 +96,7 @@ impl ChromeWriter {
             flows: 0,
             stacks: PendingStacks::default(),
             tap: None,
+            holds: HoldKinds::new(),
         };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
@@ -169,7 +174,10 @@ impl ChromeWriter {
             self.pid, interval.tid
         )
         .map_err(|e| self.output_error(e))?;
-        let args = self.stacks.args_for(interval);
+        let mut args = self.stacks.args_for(interval);
+        if interval.state == GilState::Hold {
+            args = self.holds.annotate(interval, args);
+        }
         if self.tap.is_some() {
             let span = (interval.start_ns, interval.end_ns);
             self.tap_slice(name, interval.tid, span, args.as_ref());
@@ -240,8 +248,24 @@ impl ChromeWriter {
         self.stacks.note(tid, t_ns, state, frames, samples);
     }
 
+    /// What the sampler saw of thread `tid`'s innermost frame during a hold, read last at `t_ns`.
+    pub fn note_hold_frames(&mut self, tid: u32, t_ns: u64, watch: FrameWatch) {
+        self.holds.note_frames(tid, t_ns, watch);
+    }
+
+    /// The target's switch interval from now on.
+    pub fn note_switch_interval(&mut self, us: u64) {
+        self.holds.note_interval(us);
+    }
+
+    /// Read native calls' source lines from the target's files (a live recording).
+    pub fn read_sources_of_target(&mut self) {
+        self.holds.read_sources_of(self.pid);
+    }
+
     /// Writes a counter sample on the process's "GIL waiters" track.
     pub fn write_waiters(&mut self, t_ns: u64, count: u32) -> Result<()> {
+        self.holds.note_waiters(t_ns, count);
         self.write_counter("GIL waiters", "take_gil", t_ns, count)
     }
 
@@ -282,6 +306,11 @@ impl ChromeWriter {
         amend: &mut dyn FnMut(&Path) -> Option<(String, Value)>,
     ) -> Result<PathBuf> {
         let pid = self.pid;
+        // What the holds' kinds were judged against (`report` reads it back).
+        other.insert(
+            "switch_interval_us".into(),
+            json!(self.holds.switch_interval_us()),
+        );
         self.write_value(
             &json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": process_name}}),
         )?;

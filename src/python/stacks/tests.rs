@@ -1,0 +1,238 @@
+//! The stack reader over recorded memory: names, lines, replaced code objects, loops, reads per
+//! stack.
+use super::*;
+use crate::process::memory::{ReadError, SnapshotMemory};
+use crate::python::layout::{Flavour, find_shipped};
+use crate::python::objects::TypeObjects;
+use crate::python::test_heap::{BASE, BYTES_TYPE, CODE_TYPE, Heap, STR_TYPE};
+
+/// A 3.9 thread state whose one frame runs a code object named `name`; returns the heap, the
+/// thread state and the code object's address.
+fn one_frame(name: &str) -> (Heap, u64, u64) {
+    let layout = find_shipped("3.9", Flavour::Default, "x86_64")
+        .unwrap()
+        .unwrap();
+    let mut heap = Heap {
+        layout,
+        bytes: Vec::new(),
+    };
+    let function = heap.str(name, true);
+    let file = heap.str("a.py", true);
+    let sval = heap.field("bytes.ob_sval");
+    // co_lnotab: bytes 0-3 on the first line, then one line on.
+    let table = heap.object(BYTES_TYPE, sval + 8);
+    heap.put(table + heap.field("varobject.ob_size"), 2, 8);
+    heap.put(
+        table + sval,
+        u64::from_le_bytes([4, 1, 0, 0, 0, 0, 0, 0]),
+        8,
+    );
+    let code = heap.object(CODE_TYPE, 256);
+    heap.put(code + heap.field("code.co_name"), function, 8);
+    heap.put(code + heap.field("code.co_filename"), file, 8);
+    heap.put(code + heap.field("code.co_firstlineno"), 10, 4);
+    heap.put(code + heap.field("code.co_linetable"), table, 8);
+    let frame = heap.alloc(512);
+    heap.put(frame + heap.field("frame.f_code"), code, 8);
+    heap.put(frame + heap.field("frame.f_lasti"), 6, 4);
+    let tstate = heap.alloc(512);
+    heap.put(tstate + heap.field("tstate.frame"), frame, 8);
+    (heap, tstate, code)
+}
+
+fn reader(layout: &Layout) -> StackReader {
+    reader_of(layout, PyVersion::from_hex(0x0309_00f0))
+}
+
+/// A reader of the test heap's objects for `version`.
+fn reader_of(layout: &Layout, version: PyVersion) -> StackReader {
+    let types = TypeObjects {
+        str: Some(RemoteAddr(STR_TYPE)),
+        code: Some(RemoteAddr(CODE_TYPE)),
+        bytes: Some(RemoteAddr(BYTES_TYPE)),
+        ..TypeObjects::default()
+    };
+    let objects = ObjectReader::new(layout, version, types).unwrap();
+    StackReader::new(layout, version, objects).unwrap()
+}
+
+fn memory(heap: &Heap) -> SnapshotMemory {
+    let mut mem = SnapshotMemory::new();
+    mem.insert(RemoteAddr(BASE), heap.bytes.clone());
+    mem
+}
+
+#[test]
+fn reads_function_file_and_line() {
+    let (heap, tstate, _) = one_frame("prefetch");
+    let mut reader = reader(&heap.layout);
+    let stack = reader
+        .read_stack(&memory(&heap), RemoteAddr(tstate))
+        .unwrap();
+    assert_eq!(stack, ["prefetch (a.py:11)"]);
+}
+
+#[test]
+fn a_code_object_replaced_at_the_same_address_is_read_afresh() {
+    let (mut heap, tstate, code) = one_frame("before");
+    let mut reader = reader(&heap.layout);
+    let tstate = RemoteAddr(tstate);
+    assert_eq!(
+        reader.read_stack(&memory(&heap), tstate).unwrap(),
+        ["before (a.py:11)"]
+    );
+    // The code object is freed and another allocated at its address, named otherwise.
+    let other = heap.str("after", true);
+    let name = heap.field("code.co_name");
+    heap.put(code + name, other, 8);
+    assert_eq!(
+        reader.read_stack(&memory(&heap), tstate).unwrap(),
+        ["after (a.py:11)"]
+    );
+    assert_eq!(reader.stats.code_objects_replaced, 1);
+    assert_eq!(reader.stats.code_objects_read, 2);
+    // Unchanged: served from the cache.
+    reader.read_stack(&memory(&heap), tstate).unwrap();
+    assert_eq!(reader.stats.code_objects_read, 2);
+}
+
+#[test]
+fn a_frame_list_that_loops_ends() {
+    let (mut heap, tstate, _) = one_frame("spin");
+    let at = (tstate + heap.field("tstate.frame") - BASE) as usize;
+    let frame = u64::from_le_bytes(heap.bytes[at..at + 8].try_into().unwrap());
+    let back = heap.field("frame.f_back");
+    heap.put(frame + back, frame, 8);
+    let mut reader = reader(&heap.layout);
+    let stack = reader
+        .read_stack(&memory(&heap), RemoteAddr(tstate))
+        .unwrap();
+    assert_eq!(stack, ["spin (a.py:11)"]);
+}
+
+/// Counts the system calls a reader would make.
+struct Counting {
+    inner: SnapshotMemory,
+    calls: std::cell::Cell<usize>,
+}
+
+impl MemorySource for Counting {
+    fn read_into(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), ReadError> {
+        self.calls.set(self.calls.get() + 1);
+        self.inner.read_into(addr, buf)
+    }
+
+    fn read_each(&self, reads: &mut [(RemoteAddr, &mut [u8])]) -> usize {
+        self.calls.set(self.calls.get() + 1);
+        self.inner.read_each(reads)
+    }
+}
+
+#[test]
+fn a_data_stack_of_frames_is_read_in_one_window_and_their_code_in_one_batch() {
+    let layout = find_shipped("3.12", Flavour::Default, "x86_64")
+        .unwrap()
+        .unwrap();
+    let mut heap = Heap {
+        layout,
+        bytes: Vec::new(),
+    };
+    let file = heap.str("a.py", true);
+    let table = heap.object(BYTES_TYPE, heap.field("bytes.ob_sval") + 8);
+    let codes: Vec<u64> = ["outer", "middle", "inner"]
+        .iter()
+        .map(|name| {
+            let function = heap.str(name, true);
+            let code = heap.object(CODE_TYPE, 512);
+            heap.put(code + heap.field("code.co_qualname"), function, 8);
+            heap.put(code + heap.field("code.co_filename"), file, 8);
+            heap.put(code + heap.field("code.co_firstlineno"), 1, 4);
+            heap.put(code + heap.field("code.co_linetable"), table, 8);
+            code
+        })
+        .collect();
+    // Three frames one after another, callers below callees, as on a thread's data stack.
+    let size = heap
+        .layout
+        .field("iframe")
+        .unwrap()
+        .size
+        .next_multiple_of(16);
+    let stack = heap.alloc(3 * size);
+    for (i, &code) in codes.iter().enumerate() {
+        let frame = stack + i as u64 * size;
+        heap.put(frame + heap.field("iframe.executable"), code, 8);
+        if i > 0 {
+            heap.put(frame + heap.field("iframe.previous"), frame - size, 8);
+        }
+    }
+    let cframe = heap.alloc(64);
+    heap.put(
+        cframe + heap.field("cframe.current_frame"),
+        stack + 2 * size,
+        8,
+    );
+    let tstate = heap.alloc(512);
+    heap.put(tstate + heap.field("tstate.cframe"), cframe, 8);
+
+    let mut reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
+    let mem = Counting {
+        inner: memory(&heap),
+        calls: Default::default(),
+    };
+    let tstate = RemoteAddr(tstate);
+    let names: Vec<String> = reader
+        .read_stack(&mem, tstate)
+        .unwrap()
+        .iter()
+        .map(|line| line.split(' ').next().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["inner", "middle", "outer"]);
+    // Once the code objects are cached: the thread state's two pointers to the innermost
+    // frame, one window for the three frames, one batch for their code objects' headers.
+    mem.calls.set(0);
+    reader.read_stack(&mem, tstate).unwrap();
+    assert_eq!(mem.calls.get(), 4);
+}
+
+#[test]
+fn what_is_not_a_code_object_is_not_shown() {
+    let (mut heap, tstate, code) = one_frame("spin");
+    let ob_type = heap.field("object.ob_type");
+    heap.put(code + ob_type, STR_TYPE, 8);
+    let mut reader = reader(&heap.layout);
+    assert_eq!(
+        reader
+            .read_stack(&memory(&heap), RemoteAddr(tstate))
+            .unwrap(),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_frames_slots_are_digested_with_it_and_its_text_comes_from_the_cached_code() {
+    let (mut heap, tstate, _) = one_frame("prefetch");
+    let mut reader = reader(&heap.layout);
+    let tstate = RemoteAddr(tstate);
+    reader.read_stack(&memory(&heap), tstate).unwrap();
+    let (id, before) = reader
+        .innermost_watched(&memory(&heap), tstate)
+        .unwrap()
+        .unwrap();
+    assert!(before.is_some(), "3.9's layout places f_localsplus");
+    assert_eq!(reader.frame_text(id).as_deref(), Some("prefetch (a.py:11)"));
+    let same = reader.innermost_watched(&memory(&heap), tstate).unwrap();
+    assert_eq!(same, Some((id, before)));
+    // A local changes (a loop variable): the same frame and instruction, other slots.
+    let slots = heap.field("frame.f_localsplus");
+    heap.put(id.frame + slots + 8, 0x5555, 8);
+    let (again, after) = reader
+        .innermost_watched(&memory(&heap), tstate)
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, id);
+    assert_ne!(after, before);
+    // A frame whose code object is not cached has no text.
+    let unknown = FrameId { code: 0x42, ..id };
+    assert_eq!(reader.frame_text(unknown), None);
+}

@@ -1,0 +1,311 @@
+//! The hint a person can act on, from what one process shows: a holder that keeps the GIL while
+//! blocked in a syscall; waiting that is partly for a CPU (busy cores); otherwise the code the
+//! thread that waited most waited for, and what helps for that kind of code — one native call that
+//! keeps the GIL (docs/classification.md), or Python code.
+
+use crate::report::analyze::{Holder, NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
+use crate::report::hold_code::HeldIn;
+use crate::report::text::{busy_cores, ms, pct, place};
+
+/// A holder blocked in a syscall is the hint only when others waited for it at least this share of
+/// the recording: a few milliseconds of it at start-up or exit must not hide threads that waited
+/// most of the time for each other.
+const BLOCKED_HINT_SHARE: f64 = 0.01;
+
+/// A thread that waited under this share of the recording gets no hint.
+const HINTED_WAIT_SHARE: f64 = 0.1;
+
+/// A holder "clearly leads" when its share of the waiting is at least this many times the next
+/// one's; holders within it of the leader are said together, as a tie.
+const LEAD_RATIO: f64 = 1.5;
+
+/// The hint for process `p`; `None` when nothing stands out.
+pub fn hint(p: &ProcessAnswer) -> Option<String> {
+    if let Some((t, b)) = p
+        .threads
+        .iter()
+        .flat_map(|t| t.held_while_blocked.iter().map(move |b| (t, b)))
+        .max_by(|a, b| a.1.others_waited_s.total_cmp(&b.1.others_waited_s))
+        .filter(|(_, b)| {
+            b.others_waited_s > 0.0 && b.others_waited_s >= BLOCKED_HINT_SHARE * p.window_s
+        })
+    {
+        return Some(format!(
+            "{} keeps the GIL while it sleeps in {}: native code (a C extension, a ctypes.PyDLL or \
+             pybind11 call) that does not release the GIL around a blocking call. Release it there \
+             (Py_BEGIN_ALLOW_THREADS, py::gil_scoped_release, ctypes.CDLL instead of PyDLL).",
+            t.name, b.syscall
+        ));
+    }
+    let top = p.threads.first()?;
+    if top.wait_s < HINTED_WAIT_SHARE * p.window_s {
+        return None;
+    }
+    let waited = format!(
+        "{} spends {:.0}% of the recording waiting",
+        top.name,
+        pct(top.wait_s, p.window_s)
+    );
+    let leaders = leaders(top);
+    let code = leading_code(&leaders);
+    if let Some(share) = busy_cores(p) {
+        return Some(format!(
+            "{waited}, much of it with the GIL free ({:.0}% of the waiting seen): the cores are the \
+             queue as much as the GIL. Give the job more cores, or fewer busy threads or processes \
+             per core (fewer loader workers, a smaller torch.set_num_threads){}.",
+            100.0 * share,
+            match leaders.first() {
+                Some(h) if leaders.len() == 1 => format!(
+                    "; the holder it waited for most was {} ({:.0}% of its waiting){}",
+                    h.name,
+                    pct(h.s, top.wait_s),
+                    code.as_ref()
+                        .map(|f| format!(" {}", place(f)))
+                        .unwrap_or_default()
+                ),
+                Some(_) => format!("; its waiting was {}", whom(top, &leaders)),
+                None => String::new(),
+            }
+        ));
+    }
+    if leaders.is_empty() {
+        return None;
+    }
+    let whom = whom(top, &leaders);
+    match code {
+        Some(f) if f.native_call => Some(native_call_hint(p, &waited, &whom, &f)),
+        code => Some(format!(
+            "{waited}, {whom}{}. Python code there keeps the GIL: make it cheaper, move it to \
+             another process (multiprocessing, DataLoader workers), or into native code that \
+             releases the GIL{}.",
+            code.map(|f| format!(", {}", place(&f))).unwrap_or_default(),
+            if p.mean_waiters > 1.0 {
+                format!(
+                    "; with {:.1} threads queueing on average, more threads will not help",
+                    p.mean_waiters
+                )
+            } else {
+                String::new()
+            }
+        )),
+    }
+}
+
+/// One native call that keeps the GIL: how long at a time against the switch interval, and what helps.
+fn native_call_hint(p: &ProcessAnswer, waited: &str, whom: &str, f: &HeldIn) -> String {
+    format!(
+        "{waited}, {whom}, {}: native code that keeps the GIL for up to {} at a time (p99 {}) against \
+         the {} switch interval, because it never reaches the point where the interpreter lets \
+         go. What helps: release the GIL inside it (Py_BEGIN_ALLOW_THREADS, \
+         py::gil_scoped_release, Cython's `with nogil`), call it on smaller pieces, use a library or \
+         an option that releases the GIL, or run it in another process.",
+        place(f),
+        ms(f.longest_ms),
+        ms(f.p99_ms),
+        ms(p.switch_interval_ms),
+    )
+}
+
+/// The holders a thread waited for that lead: the first, and any within `LEAD_RATIO` of it.
+fn leaders(t: &ThreadAnswer) -> Vec<&Holder> {
+    let holders: Vec<&Holder> = t
+        .waited_for
+        .iter()
+        .filter(|h| h.tid != NO_HOLDER_SEEN && h.s > 0.0)
+        .collect();
+    let Some(first) = holders.first() else {
+        return Vec::new();
+    };
+    let lead = first.s;
+    holders
+        .into_iter()
+        .filter(|h| h.s * LEAD_RATIO >= lead)
+        .collect()
+}
+
+/// "mostly for X (N% of its waiting)" when X clearly leads; else "spread over N holders, A–B% each".
+fn whom(t: &ThreadAnswer, leaders: &[&Holder]) -> String {
+    let shares: Vec<f64> = leaders.iter().map(|h| pct(h.s, t.wait_s)).collect();
+    match leaders {
+        [one] => format!("mostly for {} ({:.0}% of its waiting)", one.name, shares[0]),
+        _ => {
+            let (lo, hi) = shares
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+            let (lo, hi) = (lo.round(), hi.round());
+            if lo == hi {
+                format!("spread over {} holders, {lo:.0}% each", leaders.len())
+            } else {
+                format!(
+                    "spread over {} holders, {lo:.0}–{hi:.0}% each",
+                    leaders.len()
+                )
+            }
+        }
+    }
+}
+
+/// The code that kept the leading holders: their places summed, the largest.
+fn leading_code(leaders: &[&Holder]) -> Option<HeldIn> {
+    let mut summed: Vec<HeldIn> = Vec::new();
+    for f in leaders.iter().flat_map(|h| &h.functions) {
+        match summed
+            .iter_mut()
+            .find(|s| s.function == f.function && s.native_call == f.native_call)
+        {
+            Some(s) => {
+                s.s += f.s;
+                s.longest_ms = s.longest_ms.max(f.longest_ms);
+                s.p99_ms = s.p99_ms.max(f.p99_ms);
+            }
+            None => summed.push(f.clone()),
+        }
+    }
+    summed.into_iter().max_by(|a, b| a.s.total_cmp(&b.s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::analyze::Durations;
+    use crate::report::load::CallSite;
+
+    fn held_in(function: &str, s: f64, native: bool) -> HeldIn {
+        HeldIn {
+            function: function.into(),
+            s,
+            native_call: native,
+            longest_ms: if native { 216.0 } else { 5.2 },
+            p99_ms: if native { 180.0 } else { 5.1 },
+            call_site: native.then(|| {
+                Some(CallSite {
+                    file: Some("/srv/torch_train.py".into()),
+                    line: Some(22),
+                    source: Some("batch = torch.tensor(rows)".into()),
+                })
+            }),
+            callee: native.then_some(None),
+        }
+    }
+
+    /// A main thread that waited 60% of a 10 s recording, for holders with these shares of it, each
+    /// holding the GIL in `code`.
+    fn waiting_for(shares: &[f64], code: &[HeldIn]) -> ProcessAnswer {
+        let waited = 6.0;
+        let holders = shares
+            .iter()
+            .enumerate()
+            .map(|(i, share)| Holder {
+                tid: 10 + i as u32,
+                name: format!("loader-{i}"),
+                s: share * waited,
+                functions: code
+                    .iter()
+                    .map(|f| HeldIn {
+                        s: f.s * share * waited,
+                        ..f.clone()
+                    })
+                    .collect(),
+            })
+            .collect();
+        ProcessAnswer {
+            pid: 1,
+            rank: None,
+            host: None,
+            file: "t.json".into(),
+            window_s: 10.0,
+            switch_interval_ms: 5.0,
+            gil_busy_share: 1.0,
+            mean_waiters: 0.8,
+            waiting_with_gil_free_share: None,
+            threads: vec![ThreadAnswer {
+                tid: 1,
+                name: "MainThread".into(),
+                hold_s: 1.0,
+                wait_s: waited,
+                drop_s: 0.0,
+                released_s: 3.0,
+                waits: Durations::default(),
+                holds: Durations::default(),
+                waited_for: holders,
+                hold_functions: Vec::new(),
+                held_while_blocked: Vec::new(),
+            }],
+        }
+    }
+
+    #[test]
+    fn one_native_call_is_said_with_how_long_it_keeps_the_gil_and_what_helps() {
+        let code = [held_in("loader (torch_train.py:22)", 1.0, true)];
+        let said = hint(&waiting_for(&[0.9], &code)).unwrap();
+        assert!(
+            said.starts_with(
+                "MainThread spends 60% of the recording waiting, mostly for loader-0 (90% of its \
+                 waiting), one native call in loader (torch_train.py:22): native code that keeps \
+                 the GIL for up to 216 ms at a time (p99 180 ms) against the 5.0 ms switch interval"
+            ),
+            "{said}"
+        );
+        for help in [
+            "release the GIL inside it",
+            "call it on smaller pieces",
+            "a library or an option that releases the GIL",
+            "another process",
+        ] {
+            assert!(said.contains(help), "{help}: {said}");
+        }
+        assert!(!said.contains("Python code"), "{said}");
+    }
+
+    #[test]
+    fn python_code_keeps_its_advice() {
+        let code = [held_in("parse (p.py:4)", 1.0, false)];
+        let said = hint(&waiting_for(&[0.9], &code)).unwrap();
+        assert!(
+            said.contains(", in parse (p.py:4). Python code there keeps the GIL: make it cheaper"),
+            "{said}"
+        );
+        assert!(!said.contains("native call"), "{said}");
+        // The code that held it most names the kind: mostly Python with a short native call.
+        let mixed = [
+            held_in("parse (p.py:4)", 0.7, false),
+            held_in("loader (torch_train.py:22)", 0.3, true),
+        ];
+        assert!(
+            hint(&waiting_for(&[0.9], &mixed))
+                .unwrap()
+                .contains("Python code there")
+        );
+    }
+
+    #[test]
+    fn holders_that_share_the_waiting_are_said_as_a_tie() {
+        let code = [held_in("spin (w.py:50)", 1.0, false)];
+        let tie = hint(&waiting_for(&[0.26, 0.24, 0.23, 0.20], &code)).unwrap();
+        assert!(
+            tie.contains("spread over 4 holders, 20–26% each, in spin (w.py:50)"),
+            "{tie}"
+        );
+        assert!(!tie.contains("mostly"), "{tie}");
+        let even = hint(&waiting_for(&[0.5, 0.5], &code)).unwrap();
+        assert!(even.contains("spread over 2 holders, 50% each"), "{even}");
+        // Half as much again as the next is a clear lead.
+        let lead = hint(&waiting_for(&[0.45, 0.3], &code)).unwrap();
+        assert!(
+            lead.contains("mostly for loader-0 (45% of its waiting)"),
+            "{lead}"
+        );
+        let close = hint(&waiting_for(&[0.44, 0.3], &code)).unwrap();
+        assert!(
+            close.contains("spread over 2 holders, 30–44% each"),
+            "{close}"
+        );
+    }
+
+    #[test]
+    fn a_thread_that_waited_little_gets_no_hint() {
+        let mut p = waiting_for(&[0.9], &[held_in("f (a.py:1)", 1.0, false)]);
+        p.threads[0].wait_s = 0.9;
+        assert_eq!(hint(&p), None);
+    }
+}

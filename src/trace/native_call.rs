@@ -1,0 +1,292 @@
+//! Each `hold_gil` slice's kind as the writer writes it: Python code or one native call
+//! (infer/native_call.rs), judged from what the sampler saw of the holder's frame during the hold,
+//! the `GIL waiters` track and the switch interval. A native call's args name its call site (file,
+//! line and that line's source, read from the target's own files where this is a live recording)
+//! and its callee where it was read.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde_json::{Value, json};
+
+use crate::infer::intervals::Interval;
+use crate::infer::native_call::{
+    DEFAULT_SWITCH_INTERVAL_US, FrameWatch, HoldEvidence, is_native_call,
+};
+use crate::trace::source::SourceLines;
+
+/// Stretches with waiters kept after they ended: a hold is written when it closes, at most a held-back
+/// stretch (50 ms) and a batch later than its end.
+const KEEP_RUNS_NS: u64 = 1_000_000_000;
+
+/// Frame watches kept per thread while its hold is open (a hold whose frame keeps changing).
+const MAX_WATCHES_PER_THREAD: usize = 64;
+
+/// When some thread waited for the GIL: each run of samples with one waiter or more, from the
+/// sample that first counted one to the one that counted none (open while it lasts).
+#[derive(Default)]
+struct WaiterRuns {
+    runs: VecDeque<(u64, Option<u64>)>,
+}
+
+impl WaiterRuns {
+    fn observe(&mut self, t_ns: u64, count: u32) {
+        match (self.runs.back_mut(), count > 0) {
+            (Some((_, end @ None)), false) => *end = Some(t_ns),
+            (Some((_, None)), true) => {}
+            (_, true) => self.runs.push_back((t_ns, None)),
+            (_, false) => {}
+        }
+        while self
+            .runs
+            .front()
+            .is_some_and(|&(_, end)| end.is_some_and(|e| e + KEEP_RUNS_NS < t_ns))
+        {
+            self.runs.pop_front();
+        }
+    }
+
+    /// How long before `end_ns`, and not before `start_ns`, threads had been waiting without a break.
+    fn waited_until(&self, start_ns: u64, end_ns: u64) -> u64 {
+        self.runs
+            .iter()
+            .rev()
+            .find(|&&(from, to)| from <= end_ns && to.is_none_or(|to| to > end_ns))
+            .map_or(0, |&(from, _)| end_ns - from.max(start_ns))
+    }
+}
+
+/// The writer's view of holds: what decides their kind, and the source lines of call sites.
+pub struct HoldKinds {
+    interval_us: Option<u64>,
+    waiters: WaiterRuns,
+    watches: BTreeMap<u32, Vec<(u64, FrameWatch)>>,
+    sources: Option<SourceLines>,
+}
+
+impl HoldKinds {
+    pub fn new() -> HoldKinds {
+        HoldKinds {
+            interval_us: None,
+            waiters: WaiterRuns::default(),
+            watches: BTreeMap::new(),
+            sources: None,
+        }
+    }
+
+    /// Read call sites' source lines from the files of process `pid` (a live recording; a replay
+    /// does not read them: the pid may be another process by then).
+    pub fn read_sources_of(&mut self, pid: u32) {
+        self.sources = Some(SourceLines::of(pid));
+    }
+
+    /// The switch interval last read from the target.
+    pub fn switch_interval_us(&self) -> Option<u64> {
+        self.interval_us
+    }
+
+    pub fn note_interval(&mut self, us: u64) {
+        self.interval_us = Some(us);
+    }
+
+    pub fn note_waiters(&mut self, t_ns: u64, count: u32) {
+        self.waiters.observe(t_ns, count);
+    }
+
+    pub fn note_frames(&mut self, tid: u32, t_ns: u64, watch: FrameWatch) {
+        let watches = self.watches.entry(tid).or_default();
+        if watches.len() >= MAX_WATCHES_PER_THREAD {
+            watches.remove(0);
+        }
+        watches.push((t_ns, watch));
+    }
+
+    /// The hold `interval`'s `args` (its stacks, where it has them) with its kind added, and for one
+    /// native call its call site and callee.
+    pub fn annotate(&mut self, interval: &Interval, args: Option<Value>) -> Option<Value> {
+        let parts = self.take_watches(interval);
+        let frames = FrameWatch::dominant(parts);
+        let evidence = HoldEvidence {
+            waited_ns: self
+                .waiters
+                .waited_until(interval.start_ns, interval.end_ns),
+            interval_ns: self.interval_us.unwrap_or(DEFAULT_SWITCH_INTERVAL_US) * 1000,
+            frames,
+        };
+        let native = is_native_call(&evidence);
+        if args.is_none() && !native {
+            return None;
+        }
+        let mut args = match args {
+            Some(Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        args.insert("native_call".into(), json!(native));
+        if native {
+            let frames = evidence.frames.unwrap_or_default();
+            // The frame that stood still; without a watch, the stack the hold began in.
+            let innermost = frames
+                .innermost
+                .or_else(|| Some(args.get("stack")?.get(0)?.as_str()?.to_string()));
+            let site = innermost.as_deref().and_then(call_site);
+            args.insert(
+                "call_site".into(),
+                match site {
+                    Some((file, line)) => {
+                        let source = line.and_then(|l| self.sources.as_mut()?.line(file, l));
+                        json!({"file": file, "line": line, "source": source})
+                    }
+                    None => Value::Null,
+                },
+            );
+            args.insert("callee".into(), json!(frames.callee));
+        }
+        Some(Value::Object(args))
+    }
+
+    /// The watches of `interval`'s thread read inside it; drops those it has passed.
+    fn take_watches(&mut self, interval: &Interval) -> Vec<FrameWatch> {
+        let Some(watches) = self.watches.get_mut(&interval.tid) else {
+            return Vec::new();
+        };
+        let upto = watches.partition_point(|(t, _)| *t <= interval.end_ns);
+        let inside = watches
+            .drain(..upto)
+            .filter(|(t, _)| *t >= interval.start_ns)
+            .map(|(_, w)| w)
+            .collect();
+        if watches.is_empty() {
+            self.watches.remove(&interval.tid);
+        }
+        inside
+    }
+}
+
+impl Default for HoldKinds {
+    fn default() -> HoldKinds {
+        HoldKinds::new()
+    }
+}
+
+/// The file and line of a stack's frame text, `function (file:line)` (or `function (file)`). A
+/// function's qualified name has no " (" in it; a path may.
+pub fn call_site(frame: &str) -> Option<(&str, Option<u32>)> {
+    let (_, place) = frame.split_once(" (")?;
+    let place = place.strip_suffix(')')?;
+    Some(match place.rsplit_once(':') {
+        Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => {
+            (file, line.parse().ok())
+        }
+        _ => (place, None),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infer::intervals::GilState;
+
+    const MS: u64 = 1_000_000;
+
+    fn hold(start_ms: u64, end_ms: u64) -> Interval {
+        Interval {
+            tid: 7,
+            state: GilState::Hold,
+            start_ns: start_ms * MS,
+            end_ns: end_ms * MS,
+        }
+    }
+
+    fn still(innermost: &str) -> FrameWatch {
+        FrameWatch {
+            reads: 50,
+            still_reads: 49,
+            idle_reads: 0,
+            span_ns: 50 * MS,
+            innermost: Some(innermost.into()),
+            callee: Some("dumps".into()),
+        }
+    }
+
+    #[test]
+    fn waiting_is_measured_back_from_the_holds_end() {
+        let mut runs = WaiterRuns::default();
+        runs.observe(0, 0);
+        runs.observe(10 * MS, 1);
+        runs.observe(20 * MS, 2);
+        runs.observe(60 * MS, 0);
+        runs.observe(70 * MS, 1);
+        assert_eq!(runs.waited_until(0, 55 * MS), 45 * MS);
+        assert_eq!(runs.waited_until(30 * MS, 55 * MS), 25 * MS);
+        assert_eq!(runs.waited_until(0, 65 * MS), 0, "nobody waited at its end");
+        assert_eq!(
+            runs.waited_until(60 * MS, 90 * MS),
+            20 * MS,
+            "a run still open"
+        );
+        assert_eq!(runs.waited_until(0, 5 * MS), 0);
+    }
+
+    #[test]
+    fn a_hold_that_stood_still_is_a_native_call_with_its_call_site() {
+        let mut kinds = HoldKinds::new();
+        kinds.note_interval(5000);
+        kinds.note_frames(
+            7,
+            40 * MS,
+            still("iterencode (/usr/lib/json/encoder.py:258)"),
+        );
+        let args = json!({"stack": ["iterencode (/usr/lib/json/encoder.py:258)", "main (m.py:1)"]});
+        let out = kinds.annotate(&hold(0, 60), Some(args)).unwrap();
+        assert_eq!(out["native_call"], true);
+        assert_eq!(
+            out["call_site"],
+            json!({"file": "/usr/lib/json/encoder.py", "line": 258, "source": null})
+        );
+        assert_eq!(out["callee"], "dumps");
+        assert_eq!(out["stack"][1], "main (m.py:1)");
+        // The watch was used up: the next hold of the thread has none.
+        assert_eq!(
+            kinds
+                .annotate(&hold(60, 70), Some(json!({"stack": []})))
+                .unwrap()["native_call"],
+            false
+        );
+    }
+
+    #[test]
+    fn without_frames_only_a_long_wait_makes_a_native_call() {
+        let mut kinds = HoldKinds::new();
+        // No interval read: the default 5 ms. A waiter from 10 ms on.
+        kinds.note_waiters(10 * MS, 1);
+        assert_eq!(
+            kinds.annotate(&hold(0, 40), None),
+            None,
+            "30 ms: 6 intervals"
+        );
+        let out = kinds.annotate(&hold(0, 70), None).unwrap();
+        assert_eq!(
+            out,
+            json!({"native_call": true, "call_site": null, "callee": null})
+        );
+        // A watch that is not the thread's, or outside the hold, does not count.
+        kinds.note_waiters(72 * MS, 0);
+        kinds.note_frames(8, 80 * MS, still("f (a.py:1)"));
+        kinds.note_frames(7, 200 * MS, still("f (a.py:1)"));
+        let mut short = hold(75, 80);
+        assert_eq!(kinds.annotate(&short, None), None);
+        short.tid = 8;
+        assert_eq!(kinds.annotate(&short, None).unwrap()["native_call"], true);
+    }
+
+    #[test]
+    fn frame_texts_give_file_and_line() {
+        assert_eq!(call_site("f (a/b.py:12)"), Some(("a/b.py", Some(12))));
+        assert_eq!(
+            call_site("<lambda> (x (1).py:3)"),
+            Some(("x (1).py", Some(3)))
+        );
+        assert_eq!(call_site("f (a.py)"), Some(("a.py", None)));
+        assert_eq!(call_site("C:weird (c:)"), Some(("c:", None)));
+        assert_eq!(call_site("no place"), None);
+    }
+}

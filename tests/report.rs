@@ -143,6 +143,21 @@ fn the_summary_answers_first_and_keeps_the_internals_for_verbose() {
     let verbose = record_for(workload.pid, verbose_dir.path(), "0.5", &["--verbose"]);
     assert!(verbose.contains("Hz achieved"), "{verbose}");
     assert!(verbose.contains("GIL hand-offs"), "{verbose}");
+    // Every share says what it is of: the answer's of the recording (and of a thread's waiting),
+    // the per-thread table's of each thread's own lifetime, late samples of the ticks.
+    assert!(verbose.contains("% of the recording ("), "{verbose}");
+    assert!(
+        verbose.contains(
+            "\"waited N%\" is of the recording, \"for HOLDER N%\" of that thread's waiting"
+        ),
+        "{verbose}"
+    );
+    assert!(
+        verbose
+            .contains("per thread, the share of its own lifetime (its first sample to its last)"),
+        "{verbose}"
+    );
+    assert!(verbose.contains("% of the ticks)"), "{verbose}");
 }
 
 /// Threads that queue for one core find the GIL free while they wait (woken to take it, with no CPU

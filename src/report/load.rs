@@ -124,16 +124,17 @@ impl ProcessTrace {
         (start_ns, end_ns): (i128, i128),
         args: Option<&Map<String, Value>>,
     ) {
-        let label = args
-            .and_then(|args| slice_label(kind, args))
-            .map(|text| self.label(&text));
-        let held = match args {
-            Some(args) if kind == SliceKind::Hold => match held_in(args) {
-                Some(Some(call)) => Held::NativeCall(self.call(call)),
-                Some(None) => Held::PythonCode,
-                None => Held::Unsaid,
-            },
-            _ => Held::Unsaid,
+        let call = args.filter(|_| kind == SliceKind::Hold).and_then(held_in);
+        // One native call is shown where it was called, which its stack may not show first.
+        let label = match &call {
+            Some(Some((_, Some(frame)))) => Some(frame.clone()),
+            _ => args.and_then(|args| slice_label(kind, args)),
+        }
+        .map(|text| self.label(&text));
+        let held = match call {
+            Some(Some((call, _))) => Held::NativeCall(self.call(call)),
+            Some(None) => Held::PythonCode,
+            None => Held::Unsaid,
         };
         self.slices.push(Slice {
             kind,
@@ -351,28 +352,28 @@ fn slice_label(kind: SliceKind, args: &Map<String, Value>) -> Option<String> {
 }
 
 /// A hold's kind from its args: `None` where they do not say, `Some(None)` for Python code,
-/// `Some(Some(call))` for one native call.
-fn held_in(args: &Map<String, Value>) -> Option<Option<NativeCall>> {
+/// `Some(Some((call, frame)))` for one native call, with its call site's frame text
+/// `function (file:line)` where the args name its function.
+fn held_in(args: &Map<String, Value>) -> Option<Option<(NativeCall, Option<String>)>> {
     if !args.get("native_call")?.as_bool()? {
         return Some(None);
     }
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
-    let call_site = args
-        .get("call_site")
-        .filter(|site| site.is_object())
-        .map(|site| CallSite {
-            file: text(site, "file"),
-            line: site
-                .get("line")
-                .and_then(Value::as_u64)
-                .and_then(|l| u32::try_from(l).ok()),
-            source: text(site, "source"),
-        });
+    let site = args.get("call_site").filter(|site| site.is_object());
+    let call_site = site.map(|site| CallSite {
+        file: text(site, "file"),
+        line: site
+            .get("line")
+            .and_then(Value::as_u64)
+            .and_then(|l| u32::try_from(l).ok()),
+        source: text(site, "source"),
+    });
+    let frame = site.and_then(|site| frame_text(site).filter(|_| site.get("function").is_some()));
     let callee = args
         .get("callee")
         .and_then(Value::as_str)
         .map(str::to_string);
-    Some(Some(NativeCall { call_site, callee }))
+    Some(Some((NativeCall { call_site, callee }, frame)))
 }
 
 /// `function (file:line)` of one frame, from an object or a string.
@@ -520,6 +521,36 @@ mod tests {
             Some("f (x.py:1)".into())
         );
         assert_eq!(frame_text(&json!(3)), None);
+    }
+
+    #[test]
+    fn a_native_call_is_labelled_where_it_was_called_and_keeps_its_call_site() {
+        let args = json!({
+            "stack": ["main (/srv/w.py:147)"],
+            "native_call": true,
+            "call_site": {"function": "iterencode", "file": "/usr/lib/json/encoder.py", "line": 258,
+                          "source": "return _iterencode(o, 0)"},
+            "callee": null,
+        });
+        let (call, frame) = held_in(args.as_object().unwrap()).unwrap().unwrap();
+        assert_eq!(frame.as_deref(), Some("iterencode (encoder.py:258)"));
+        assert_eq!(call.callee, None);
+        let site = call.call_site.unwrap();
+        assert_eq!(
+            (site.file.as_deref(), site.line, site.source.as_deref()),
+            (
+                Some("/usr/lib/json/encoder.py"),
+                Some(258),
+                Some("return _iterencode(o, 0)")
+            )
+        );
+        let python = json!({"stack": ["f (a.py:1)"], "native_call": false});
+        assert_eq!(held_in(python.as_object().unwrap()), Some(None));
+        assert_eq!(held_in(json!({"stack": []}).as_object().unwrap()), None);
+        // Judged native without a stack: no call site.
+        let bare = json!({"native_call": true, "call_site": null, "callee": null});
+        let (call, frame) = held_in(bare.as_object().unwrap()).unwrap().unwrap();
+        assert_eq!((call.call_site, frame), (None, None));
     }
 
     #[test]

@@ -131,9 +131,9 @@ impl HoldKinds {
             args.insert(
                 "call_site".into(),
                 match site {
-                    Some((file, line)) => {
+                    Some((function, file, line)) => {
                         let source = line.and_then(|l| self.sources.as_mut()?.line(file, l));
-                        json!({"file": file, "line": line, "source": source})
+                        json!({"function": function, "file": file, "line": line, "source": source})
                     }
                     None => Value::Null,
                 },
@@ -167,16 +167,16 @@ impl Default for HoldKinds {
     }
 }
 
-/// The file and line of a stack's frame text, `function (file:line)` (or `function (file)`). A
-/// function's qualified name has no " (" in it; a path may.
-pub fn call_site(frame: &str) -> Option<(&str, Option<u32>)> {
-    let (_, place) = frame.split_once(" (")?;
+/// The function, file and line of a stack's frame text, `function (file:line)` (or `function
+/// (file)`). A function's qualified name has no " (" in it; a path may.
+pub fn call_site(frame: &str) -> Option<(&str, &str, Option<u32>)> {
+    let (function, place) = frame.split_once(" (")?;
     let place = place.strip_suffix(')')?;
     Some(match place.rsplit_once(':') {
         Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => {
-            (file, line.parse().ok())
+            (function, file, line.parse().ok())
         }
-        _ => (place, None),
+        _ => (function, place, None),
     })
 }
 
@@ -240,7 +240,8 @@ mod tests {
         assert_eq!(out["native_call"], true);
         assert_eq!(
             out["call_site"],
-            json!({"file": "/usr/lib/json/encoder.py", "line": 258, "source": null})
+            json!({"function": "iterencode", "file": "/usr/lib/json/encoder.py", "line": 258,
+                   "source": null})
         );
         assert_eq!(out["callee"], "dumps");
         assert_eq!(out["stack"][1], "main (m.py:1)");
@@ -279,14 +280,14 @@ mod tests {
     }
 
     #[test]
-    fn frame_texts_give_file_and_line() {
-        assert_eq!(call_site("f (a/b.py:12)"), Some(("a/b.py", Some(12))));
+    fn frame_texts_give_function_file_and_line() {
+        assert_eq!(call_site("f (a/b.py:12)"), Some(("f", "a/b.py", Some(12))));
         assert_eq!(
             call_site("<lambda> (x (1).py:3)"),
-            Some(("x (1).py", Some(3)))
+            Some(("<lambda>", "x (1).py", Some(3)))
         );
-        assert_eq!(call_site("f (a.py)"), Some(("a.py", None)));
-        assert_eq!(call_site("C:weird (c:)"), Some(("c:", None)));
+        assert_eq!(call_site("f (a.py)"), Some(("f", "a.py", None)));
+        assert_eq!(call_site("C:weird (c:)"), Some(("C:weird", "c:", None)));
         assert_eq!(call_site("no place"), None);
     }
 }

@@ -76,12 +76,35 @@ fn share(part: f64, whole: f64) -> f64 {
 const BLOCKED_HOLDING_SHARE: f64 = 0.5;
 
 /// How a thread held the GIL over the window: "blocked in SYSCALL" when it kept the GIL asleep in a
-/// syscall for most of its holding (its `held_while_blocked` stretches); `None` where the answer
-/// does not say more.
+/// syscall for most of its holding (its `held_while_blocked` stretches); else "native call" or
+/// "Python code" for the kind of most of its holding (`hold_functions`, report/hold_code.rs);
+/// `None` where the answer does not say.
 fn holding(thread: &ThreadAnswer) -> Option<String> {
-    let blocked = thread.held_while_blocked.first()?;
-    (thread.hold_s > 0.0 && blocked.s >= BLOCKED_HOLDING_SHARE * thread.hold_s)
-        .then(|| format!("blocked in {}", blocked.syscall))
+    if thread.hold_s <= 0.0 {
+        return None;
+    }
+    if let Some(blocked) = thread.held_while_blocked.first()
+        && blocked.s >= BLOCKED_HOLDING_SHARE * thread.hold_s
+    {
+        return Some(format!("blocked in {}", blocked.syscall));
+    }
+    let native: f64 = thread
+        .hold_functions
+        .iter()
+        .filter(|f| f.native_call)
+        .map(|f| f.s)
+        .sum();
+    let python: f64 = thread
+        .hold_functions
+        .iter()
+        .filter(|f| !f.native_call)
+        .map(|f| f.s)
+        .sum();
+    match (native, python) {
+        (n, p) if n + p <= 0.0 => None,
+        (n, p) if n >= p => Some("native call".into()),
+        _ => Some("Python code".into()),
+    }
 }
 
 impl ThreadRow {
@@ -219,7 +242,8 @@ pub fn plain_table(out: &mut String, rows: &[ThreadRow], max_rows: Option<usize>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::analyze::{Blocked, Durations, Holder, Seconds};
+    use crate::report::analyze::{Blocked, Durations, Holder};
+    use crate::report::hold_code::HeldIn;
 
     fn thread(tid: u32, name: &str, wait_s: f64, hold_s: f64) -> ThreadAnswer {
         ThreadAnswer {
@@ -249,6 +273,7 @@ mod tests {
             host: None,
             file: String::new(),
             window_s: 2.0,
+            switch_interval_ms: 5.0,
             gil_busy_share: 0.987,
             mean_waiters: 2.04,
             waiting_with_gil_free_share: None,
@@ -264,9 +289,14 @@ mod tests {
                 tid: 3,
                 name: "logger".into(),
                 s: 1.2,
-                functions: vec![Seconds {
+                functions: vec![HeldIn {
                     function: "emit (log.py:9)".into(),
                     s: 1.0,
+                    native_call: false,
+                    longest_ms: 5.0,
+                    p99_ms: 5.0,
+                    call_site: None,
+                    callee: None,
                 }],
             },
             Holder {
@@ -307,6 +337,30 @@ mod tests {
         assert_eq!(row.holding.as_deref(), Some("blocked in clock_nanosleep"));
         holder.held_while_blocked[0].s = 0.4;
         assert_eq!(ThreadRow::of(&holder, 2.0).holding, None);
+    }
+
+    #[test]
+    fn holding_says_native_call_or_python_code_for_most_of_the_holding() {
+        let held = |native_call, s| HeldIn {
+            function: "f (a.py:1)".into(),
+            s,
+            native_call,
+            longest_ms: 100.0,
+            p99_ms: 90.0,
+            call_site: None,
+            callee: None,
+        };
+        let mut holder = thread(3, "encoder", 0.0, 1.0);
+        holder.hold_functions = vec![held(true, 0.7), held(false, 0.3)];
+        assert_eq!(
+            ThreadRow::of(&holder, 2.0).holding.as_deref(),
+            Some("native call")
+        );
+        holder.hold_functions = vec![held(true, 0.2), held(false, 0.8)];
+        assert_eq!(
+            ThreadRow::of(&holder, 2.0).holding.as_deref(),
+            Some("Python code")
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--secon
                                  [--rate 10khz] [--priority realtime] [--pin] [--release-every N]
                                  [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--floor] [--json out.json]
        scripts/bench_overhead.py --zoo [--python PY] [--reps 7] [--seconds 3] [--pin]
-                                 [--baseline OTHER_GILSAMPLE] [--only NAME,...] [--json out.json]
+                                 [--baseline OTHER_GILSAMPLE] [--with-top] [--only NAME,...] [--json out.json]
 Needs root, a release build (cargo build --release; for --floor and --zoo also --example wake_floor), py-spy
 on PATH, and for the eBPF row bpftrace and a Python built with --enable-shared (giltruth probes its
 libpython): the pyenv builds are. A --zoo run of 5 workloads, 5 observers, 7 rounds of 3 s takes ~15 min.
@@ -143,11 +143,12 @@ def run_alone(args, _):
     return {"ops_per_s": finish_workloads(procs)}
 
 
-def run_gilsample(args, out, binary=BINARY, extra=()):
+def run_gilsample(args, out, binary=BINARY, extra=(), command=("record",), attached=r"recording process"):
     ops, cpu, text, statuses = observe(
-        args, lambda pids: [[binary, "--pid", ",".join(map(str, pids)), "--rate", args.rate, "--priority",
-                             args.priority, "-o", out, "--force"] + list(extra)],
-        r"recording process", attached_lines=args.processes)
+        args, lambda pids: [[binary] + list(command) + ["--pid", ",".join(map(str, pids)), "--rate", args.rate,
+                                                        "--priority", args.priority, "-o", out, "--force"]
+                            + list(extra)],
+        attached, attached_lines=args.processes)
     if any(os.waitstatus_to_exitcode(s) != 0 for s in statuses):
         sys.exit("gilsample failed:\n" + text)
     metas = []
@@ -204,6 +205,10 @@ def zoo_observers(args):
                  ("wake only, no reads", run_wake_floor), ("py-spy --gil --nonblocking", run_pyspy)]
     if args.baseline:
         observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
+    if args.with_top:
+        # `top` in plain mode (no terminal needed), a table a second, saving the trace as record does.
+        observers.append(("gilsample top --lines 5", lambda a, out: run_gilsample(
+            a, out, extra=["--lines", "5"], command=("top",), attached=r"watching process")))
     return observers
 
 
@@ -335,6 +340,8 @@ def main():
                              "(examples/wake_floor.rs)")
     parser.add_argument("--zoo", action="store_true", help="measure the zoo of workload shapes (module docs)")
     parser.add_argument("--only", help="with --zoo: only these workloads (their first word, comma-separated)")
+    parser.add_argument("--with-top", action="store_true",
+                        help="with --zoo: also `gilsample top --lines 5` (what watching live costs beside record)")
     parser.add_argument("--json")
     args = parser.parse_args()
     args.shape, args.processes = None, 1

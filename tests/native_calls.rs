@@ -6,9 +6,7 @@
 #[macro_use]
 mod common;
 
-use std::path::Path;
-
-use common::{Python, Trace, Workload, gilsample, interpreter};
+use common::{Python, Trace, Workload, gilsample, interpreter, report_json};
 use serde_json::Value;
 
 /// Records `scenario` (two holders and a stepper that waits for them) for a second once its threads
@@ -29,24 +27,8 @@ fn record_with(python: &Python, label: &str, scenario: &str) -> (String, Value, 
     let summary = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{label}: {summary}");
     let trace = Trace::load_single(dir.path());
-    let process = report_json(dir.path());
+    let process = report_json(&[dir.path()]).0["processes"][0].clone();
     (summary, process, trace, workload)
-}
-
-fn report_json(dir: &Path) -> Value {
-    let out = gilsample()
-        .arg("report")
-        .arg(dir)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    doc["processes"][0].clone()
 }
 
 /// Where each of `tids` that held the GIL in the recording held it (`hold_functions`, sorted by

@@ -7,23 +7,10 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Trace, Workload, gilsample, interpreter};
+use common::{Trace, Workload, gilsample, interpreter, report_json};
 use serde_json::Value;
 
 const INPUT: i32 = 7;
-
-/// `gilsample report --json` on `inputs`: the document and stderr.
-fn report_json(inputs: &[&Path]) -> (Value, String) {
-    let out = gilsample()
-        .arg("report")
-        .args(inputs)
-        .arg("--json")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
-    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
-}
 
 /// Records `pid` for `seconds` of its own time (the clock starts once attached): the stderr.
 fn record_for(pid: u32, out: &Path, seconds: &str, extra: &[&str]) -> String {

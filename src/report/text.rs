@@ -230,7 +230,11 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
                 .map(|h| format!(" host {h}"))
                 .unwrap_or_default(),
             top.filter(|t| t.wait_s > 0.0)
-                .map(|t| format!(" (most: {} {:.0}%)", t.name, pct(t.wait_s, p.window_s)))
+                .map(|t| format!(
+                    " (most: {} waited {:.0}% of the recording)",
+                    t.name,
+                    pct(t.wait_s, p.window_s)
+                ))
                 .unwrap_or_default()
         );
     }

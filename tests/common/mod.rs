@@ -258,6 +258,19 @@ pub fn run(args: &[&str], out_dir: &Path) -> (ExitStatus, String) {
     )
 }
 
+/// `gilsample report --json` on `inputs`: the document and stderr.
+pub fn report_json(inputs: &[&Path]) -> (Value, String) {
+    let out = gilsample()
+        .arg("report")
+        .args(inputs)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
+}
+
 /// A complete event of a trace.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event {

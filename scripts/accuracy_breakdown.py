@@ -12,7 +12,7 @@ been settled), and the wrong ones are counted by
 
     truth>trace  kernel state  basis  decision at the thread's previous and next sample
 
-per thread, largest classes first. This is how the causes in README "What limits it" were found; a
+per thread, largest classes first. This is how the causes in docs/accuracy.md, "What limits it", were found; a
 rule change that targets one class shows up here as that class shrinking.
 
 Needs what bench_accuracy.py needs (root, bpftrace, pyenv builds with shared libpython, a release

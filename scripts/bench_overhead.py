@@ -215,6 +215,9 @@ def zoo_observers(args):
 def paired_slowdowns(alone_runs, runs):
     """Per round: the alone run's work rate over this observer's. A round's runs are seconds apart, so
     the machine's drift (other tenants of a shared host) cancels in the ratio more than across rounds."""
+    if any(not a["ops_per_s"] for a in alone_runs):
+        sys.exit("the workload did no work in a round run alone: its timed window measured nothing "
+                 "(a setup slower than the window? rerun it by hand with --start-on-stdin)")
     return [a["ops_per_s"] / r["ops_per_s"] if r["ops_per_s"] else float("inf") for a, r in zip(alone_runs, runs)]
 
 

@@ -38,9 +38,9 @@ pub enum Error {
         what: String,
         why: String,
     },
-    /// The process does not exist or exited.
     /// Discovery found nothing to record.
     NothingFound(String),
+    /// The process does not exist or exited.
     ProcessGone {
         pid: u32,
     },
@@ -109,27 +109,6 @@ impl Error {
             Error::Binary { .. } | Error::Io { .. } => exit::FAILURE,
         }
     }
-
-    /// A refused read of `what` (a path, or the memory of) process `pid`, with why on this machine.
-    pub fn permission(pid: u32, what: impl Into<String>) -> Error {
-        Error::Permission {
-            pid,
-            what: what.into(),
-            why: crate::process::access::explain(&crate::process::access::Facts::gather(pid)),
-        }
-    }
-
-    /// Maps an errno from reading a target's memory or /proc entries to the variant that says what it means.
-    pub fn from_target_errno(pid: u32, errno: i32, what: &str) -> Error {
-        match errno {
-            libc::EPERM | libc::EACCES => Error::permission(pid, what),
-            libc::ESRCH | libc::ENOENT => Error::ProcessGone { pid },
-            _ => Error::io(
-                format!("{what} of process {pid}"),
-                io::Error::from_raw_os_error(errno),
-            ),
-        }
-    }
 }
 
 impl fmt::Display for Error {
@@ -168,14 +147,3 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-/// A sample stream that cannot be read is a bad input file (exit 7), like `convert`'s; the offset
-/// goes into the message so a damaged file can be looked at where it broke.
-impl From<crate::samples::StreamError> for Error {
-    fn from(e: crate::samples::StreamError) -> Error {
-        Error::Input {
-            path: e.path,
-            why: format!("byte {}: {}", e.offset, e.why),
-        }
-    }
-}

@@ -4,11 +4,11 @@ use std::fmt::Write;
 
 use crate::error::Result;
 use crate::infer::classify::{Census, ThreadEvidence, classify};
-use crate::process::kernel::KernelState;
+use crate::observed::GilWaitRanges;
+use crate::observed::KernelState;
 use crate::process::kernel::ThreadFiles;
-use crate::process::memory::ReadError;
 use crate::process::tasks::{TidMap, read_namespace_pid};
-use crate::python::attach::{GilReading, GilWaitRanges, LayoutChoice, attach};
+use crate::python::attach::{LayoutChoice, attach};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::ThreadWalker;
 
@@ -58,7 +58,7 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
             w.locked, w.last_holder, w.switch_number
         );
     }
-    let _ = writeln!(out, "GIL waiters:    {}", describe_waiters(&target, read));
+    let _ = writeln!(out, "GIL waiters:    {}", target.describe_waiters(read));
     let _ = writeln!(
         out,
         "GIL mutex:      {}",
@@ -126,7 +126,7 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
 }
 
 /// Who holds the GIL's mutex, as one read found it (`owner`), or why that is not known.
-fn describe_mutex_owner(target: &crate::python::attach::Target, owner: Option<u32>) -> String {
+fn describe_mutex_owner(target: &crate::python::target::Target, owner: Option<u32>) -> String {
     match (&target.waiter_counts, owner) {
         (Err(why), _) => format!("not read: {why}"),
         (Ok(at), owner) => {
@@ -141,34 +141,6 @@ fn describe_mutex_owner(target: &crate::python::attach::Target, owner: Option<u3
             };
             format!("{state}; glibc pthread_mutex_t at {place}")
         }
-    }
-}
-
-/// The waiter counts' source, with what they read now, or why there are none.
-pub fn describe_waiter_counts(target: &crate::python::attach::Target) -> String {
-    // The sampler's own read (GIL words and counts at once), so what this says is what it sees.
-    let read = target.read_gil(target.waiter_counts.as_ref().ok());
-    describe_waiters(target, read)
-}
-
-/// The waiter counts' source, with what `read` found, or why there are none.
-fn describe_waiters(
-    target: &crate::python::attach::Target,
-    read: std::result::Result<GilReading, ReadError>,
-) -> String {
-    match &target.waiter_counts {
-        Ok(at) => {
-            let (major, minor) = at.glibc;
-            match read.map(|reading| reading.waiters) {
-                Ok(Some(w)) => format!(
-                    "counted by glibc {major}.{minor} (now {} in take_gil's wait, {} in drop_gil's)",
-                    w.take, w.drop
-                ),
-                Ok(None) => format!("counted by glibc {major}.{minor} (invalid now)"),
-                Err(e) => format!("counted by glibc {major}.{minor} (unreadable now: {e:?})"),
-            }
-        }
-        Err(why) => format!("not counted: {why}"),
     }
 }
 
@@ -207,7 +179,7 @@ pub fn describe_kernel_state(kernel: Option<KernelState>, ranges: &GilWaitRanges
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::kernel::SYS_FUTEX;
+    use crate::observed::SYS_FUTEX;
 
     fn ranges() -> GilWaitRanges {
         GilWaitRanges {

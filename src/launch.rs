@@ -14,7 +14,8 @@ use nix::unistd::Pid;
 
 use crate::discover::descendants;
 use crate::error::{Error, Result};
-use crate::python::attach::{LayoutChoice, Located, Target, locate};
+use crate::python::attach::{LayoutChoice, Located, locate};
+use crate::python::target::Target;
 use crate::sample::clock::monotonic_ns;
 
 /// How long launch mode waits for the interpreter to start before giving up.

@@ -1,12 +1,12 @@
 //! gilsample: per-thread GIL wait/hold/release timelines of running CPython processes, sampled from
-//! outside without BPF. See README.md for the design; each module's header says what it owns.
+//! outside without BPF. docs/ARCHITECTURE.md describes the design (its modules, layers and
+//! threads); each module's header says what it owns.
 
 // The trace metadata is one `json!` literal with more keys than serde_json's macro expands by default.
 #![recursion_limit = "256"]
 
 pub mod addr;
 pub mod cli;
-pub mod cli_values;
 pub mod control;
 pub mod convert;
 pub mod decimal;
@@ -16,6 +16,7 @@ pub mod infer;
 pub mod info;
 pub mod launch;
 pub mod merge;
+pub mod observed;
 pub mod process;
 pub mod python;
 pub mod record;

@@ -1,5 +1,7 @@
 //! The gilsample command: parses arguments, runs the job, prints, and exits with a documented status.
-//! The only module that prints or exits.
+//! The only module that exits, and the only one that prints but two commands that print as they go:
+//! `top/` draws its view on the terminal, and `replay.rs` prints its warnings and the summary of the
+//! trace it wrote, the same summary as `record`'s (summary.rs), since nothing else runs meanwhile.
 
 use std::io::IsTerminal;
 use std::path::Path;

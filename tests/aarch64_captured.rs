@@ -9,9 +9,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use gilsample::addr::RemoteAddr;
+use gilsample::observed::KernelState;
+use gilsample::observed::Waiters;
 use gilsample::process::glibc::{CondvarLayout, pthread_mutex_size, wrefs_offset};
-use gilsample::process::kernel::{KernelState, parse_syscall};
-use gilsample::python::attach::{WaiterCounts, Waiters};
+use gilsample::process::kernel::parse_syscall;
+use gilsample::python::gil_span::WaiterCounts;
 use gilsample::python::layout::{Flavour, Layout, SHIPPED, find_shipped};
 
 /// aarch64's `futex` syscall number (x86_64's is 202): what an arm64 /proc syscall line carries.

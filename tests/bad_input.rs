@@ -5,12 +5,7 @@ mod common;
 use std::process::{Command, Stdio};
 
 use common::{Workload, gilsample, interpreter, pyenv_root};
-
-const USAGE: i32 = 2;
-const PERMISSION: i32 = 3;
-const UNSUPPORTED: i32 = 4;
-const NO_SUCH_PROCESS: i32 = 5;
-const OUTPUT: i32 = 6;
+use gilsample::error::exit::{NO_SUCH_PROCESS, OUTPUT, PERMISSION, UNSUPPORTED, USAGE};
 
 /// Runs gilsample with `args` and returns (exit code, stderr).
 fn refuse(args: &[&str]) -> (i32, String) {

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use clap::CommandFactory;
 use common::{Trace, Workload, gilsample, interpreter};
 use gilsample::cli::Cli;
+use gilsample::error::exit::{NO_SUCH_PROCESS, OK, USAGE};
 
 /// stdout and stderr of a gilsample run that must end with `code`.
 fn run_expecting(args: &[&str], code: i32) -> (String, String) {
@@ -28,7 +29,7 @@ fn run_expecting(args: &[&str], code: i32) -> (String, String) {
 }
 
 fn help(args: &[&str]) -> String {
-    run_expecting(args, 0).0
+    run_expecting(args, OK).0
 }
 
 /// The part of `text` from the line `heading:` to the next heading (a line ending in `:` at the
@@ -210,19 +211,19 @@ fn a_command_without_dashes_is_shown_with_them() {
             "put it after --: gilsample -d 5 -- python3 'my script.py'",
         ),
     ] {
-        let (_, stderr) = run_expecting(args, 2);
+        let (_, stderr) = run_expecting(args, USAGE);
         assert!(stderr.contains("unexpected argument 'python3'"), "{stderr}");
         assert!(stderr.contains(tip), "{args:?}: {stderr}");
     }
     // An unknown option is not a command.
-    let (_, stderr) = run_expecting(&["record", "--bogus"], 2);
+    let (_, stderr) = run_expecting(&["record", "--bogus"], USAGE);
     assert!(!stderr.contains("put it after --"), "{stderr}");
 }
 
 #[test]
 fn a_bare_gilsample_that_finds_no_npu_process_says_so_and_shows_the_common_commands() {
     // No NPU on this machine: the reference's default finds nothing.
-    let (_, stderr) = run_expecting(&[], 5);
+    let (_, stderr) = run_expecting(&[], NO_SUCH_PROCESS);
     assert!(
         stderr.contains("no Python process with an Ascend NPU (/dev/davinciN) open was found"),
         "{stderr}"
@@ -238,9 +239,9 @@ fn a_bare_gilsample_that_finds_no_npu_process_says_so_and_shows_the_common_comma
         "{stderr}"
     );
     // The same with `record` and no target, and not for an explicit --pid that is missing.
-    let (_, stderr) = run_expecting(&["record"], 5);
+    let (_, stderr) = run_expecting(&["record"], NO_SUCH_PROCESS);
     assert!(stderr.contains("The most common commands"), "{stderr}");
-    let (_, stderr) = run_expecting(&["record", "--pid", "4194305"], 5);
+    let (_, stderr) = run_expecting(&["record", "--pid", "4194305"], NO_SUCH_PROCESS);
     assert!(!stderr.contains("The most common commands"), "{stderr}");
 }
 

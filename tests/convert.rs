@@ -5,8 +5,7 @@ mod common;
 use std::path::Path;
 
 use common::{Trace, gilsample};
-
-const INPUT: i32 = 7;
+use gilsample::error::exit::INPUT;
 
 fn convert(input: &Path, output: &Path) -> (i32, String) {
     let out = gilsample()

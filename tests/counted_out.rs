@@ -21,7 +21,7 @@ use gilsample::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_out
 use gilsample::infer::engine::Engine;
 use gilsample::infer::intervals::GilState;
 use gilsample::infer::sample::{Sample, SampleContext};
-use gilsample::process::kernel::KernelState;
+use gilsample::observed::KernelState;
 use gilsample::sample::sampler::{CHECK_COUNTED_OUT, IDLE_AFTER_NS};
 
 /// A 1 s recording of a sleeper that naps 50 ms and then has to wait for two spinners' GIL, a

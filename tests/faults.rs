@@ -13,6 +13,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use common::{Trace, Workload, interpreter, run, start_recording};
+use gilsample::error::exit::{INTERRUPTED, OK, OUTPUT};
 
 fn signal(child: &Child, sig: Signal) {
     kill(Pid::from_raw(child.id() as i32), sig).unwrap();
@@ -87,12 +88,15 @@ fn second_ctrl_c_exits_at_once_without_a_corrupt_file() {
     signal(&child, Signal::SIGINT);
     signal(&child, Signal::SIGINT);
     let code = child.wait().unwrap().code();
-    assert!(matches!(code, Some(0) | Some(130)), "exit {code:?}");
+    assert!(
+        matches!(code, Some(OK) | Some(INTERRUPTED)),
+        "exit {code:?}"
+    );
     let final_path = dir.path().join(format!("GIL_{}_rank_0.json", workload.pid));
     if final_path.exists() {
         Trace::load(&final_path); // complete and valid, or absent: never half-written
     } else {
-        assert_eq!(code, Some(130));
+        assert_eq!(code, Some(INTERRUPTED));
     }
 }
 
@@ -282,7 +286,7 @@ fn full_disk_is_an_error_that_says_where_the_data_is() {
         &["--pid", &workload.pid.to_string(), "--duration", "30"],
         disk.0.path(),
     );
-    assert_eq!(status.code(), Some(6), "{stderr}");
+    assert_eq!(status.code(), Some(OUTPUT), "{stderr}");
     let partial = partial_files(disk.0.path());
     assert_eq!(partial.len(), 1, "the partial data was removed: {stderr}");
     assert!(
@@ -315,7 +319,7 @@ fn full_disk_is_said_while_the_command_runs_with_the_answer_for_what_was_written
         "{seen}"
     );
     launched.stdin.write_all(b"\n").unwrap();
-    assert_eq!(launched.recording.wait().unwrap().code(), Some(6));
+    assert_eq!(launched.recording.wait().unwrap().code(), Some(OUTPUT));
 }
 
 #[test]
@@ -326,6 +330,6 @@ fn read_only_output_is_refused_with_exit_6() {
         &["--pid", &workload.pid.to_string(), "--duration", "0.2"],
         disk.0.path(),
     );
-    assert_eq!(status.code(), Some(6), "{stderr}");
+    assert_eq!(status.code(), Some(OUTPUT), "{stderr}");
     assert!(stderr.contains("Read-only"), "{stderr}");
 }

@@ -393,7 +393,7 @@ fn sample_stream_header() -> gilsample::samples::StreamHeader {
 
 fn valid_sample_stream() -> Vec<u8> {
     use gilsample::infer::sample::{GilFlagsReading, Sample, ThreadSample};
-    use gilsample::process::kernel::{KernelState, SchedStat};
+    use gilsample::observed::{KernelState, SchedStat};
     use gilsample::samples::{Item, StreamWriter};
     let mut writer = StreamWriter::new(sample_stream_header());
     let mut out = Vec::new();

@@ -17,9 +17,7 @@ use common::{
     LaunchedRecording, Trace, gilsample, interpreter, pyenv_root, read_until, ready_pid,
     stop_once_recording,
 };
-
-const OUTPUT: i32 = 6;
-const UNSUPPORTED: i32 = 4;
+use gilsample::error::exit::{NO_SUCH_PROCESS, OUTPUT, UNSUPPORTED, USAGE};
 
 /// Processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
@@ -257,7 +255,7 @@ fn one_file_for_what_may_be_several_processes_is_refused_before_launching() {
         .unwrap();
     assert_eq!(
         out.status.code(),
-        Some(2),
+        Some(USAGE),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -431,5 +429,5 @@ fn a_launcher_that_started_no_python_before_the_duration_is_said_and_waited_for_
     );
     std::fs::write(&fifo, "go\n").unwrap();
     // The error's status, once the command ended by itself (it was not stopped).
-    assert_eq!(recording.wait().unwrap().code(), Some(5));
+    assert_eq!(recording.wait().unwrap().code(), Some(NO_SUCH_PROCESS));
 }

@@ -509,3 +509,52 @@ fn idle_threads_are_read_less_often_without_losing_the_busy_ones() {
         );
     }
 }
+
+/// Every key a recording writes into `otherData` is in docs/ARCHITECTURE.md's table of them, and
+/// every key the table names is written: the table is what an engineer reads to know what a key
+/// means.
+#[test]
+fn every_metadata_key_is_in_the_architecture_table() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pid = workload.pid.to_string();
+    let (status, stderr) = run(&["--pid", &pid, "--duration", "0.3"], dir.path());
+    assert!(status.success(), "{stderr}");
+    let trace = Trace::load_single(dir.path());
+    let written: Vec<String> = trace.value["otherData"]
+        .as_object()
+        .expect("otherData is an object")
+        .keys()
+        .cloned()
+        .collect();
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md"),
+    )
+    .unwrap();
+    let table = doc
+        .split("## The trace file's metadata")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/ARCHITECTURE.md has a section \"The trace file's metadata\"");
+    let documented: Vec<String> = table
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .flat_map(|line| {
+            let first_cell = line.split('|').nth(1).unwrap_or("");
+            first_cell
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let missing: Vec<&String> = written.iter().filter(|k| !documented.contains(k)).collect();
+    let stale: Vec<&String> = documented.iter().filter(|k| !written.contains(k)).collect();
+    assert!(written.len() > 20, "the recording wrote only {written:?}");
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "written but not in the table: {missing:?}; in the table but not written: {stale:?}"
+    );
+}

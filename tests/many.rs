@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
 use common::{Trace, Workload, gilsample, interpreter, ready_pid, sid_root};
+use gilsample::error::exit::NO_SUCH_PROCESS;
 
 /// Discovery sees every process on the machine: the device tests must not see each other's nodes.
 static DEVICES: Mutex<()> = Mutex::new(());
@@ -96,7 +97,7 @@ fn all_gpu_finds_nothing_then_a_new_gpu_user() {
         .unwrap();
     assert_eq!(
         none.status.code(),
-        Some(5),
+        Some(NO_SUCH_PROCESS),
         "{}",
         String::from_utf8_lossy(&none.stderr)
     );

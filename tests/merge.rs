@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use common::gilsample;
-
-const USAGE: i32 = 2;
-const INPUT: i32 = 7;
+use gilsample::error::exit::{INPUT, USAGE};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -10,8 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{Workload, interpreter};
-
-const PERMISSION: i32 = 3;
+use gilsample::error::exit::PERMISSION;
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

@@ -8,9 +8,8 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{Trace, Workload, gilsample, interpreter, report_json};
+use gilsample::error::exit::{INPUT, OK};
 use serde_json::Value;
-
-const INPUT: i32 = 7;
 
 /// Records `pid` for `seconds` of its own time (the clock starts once attached): the stderr.
 fn record_for(pid: u32, out: &Path, seconds: &str, extra: &[&str]) -> String {
@@ -420,7 +419,7 @@ fn interrupted_recordings_partial_files_are_read_and_the_unreadable_named() {
     let complete = tempfile::tempdir().unwrap();
     std::fs::write(complete.path().join(&partial_name), &bytes).unwrap();
     let (code, stdout, stderr) = report_text(complete.path());
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(OK), "{stderr}");
     assert!(stderr.contains("complete: read whole"), "{stderr}");
     let shown = complete.path().join(&partial_name).display().to_string();
     assert!(
@@ -432,7 +431,7 @@ fn interrupted_recordings_partial_files_are_read_and_the_unreadable_named() {
     let cut = tempfile::tempdir().unwrap();
     std::fs::write(cut.path().join(&partial_name), &bytes[..bytes.len() / 2]).unwrap();
     let (code, stdout, stderr) = report_text(cut.path());
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(OK), "{stderr}");
     assert!(
         stderr.contains("read up to its last complete event"),
         "{stderr}"

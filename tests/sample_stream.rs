@@ -10,8 +10,8 @@ use gilsample::addr::RemoteAddr;
 use gilsample::error::{Error, exit};
 use gilsample::infer::intervals::GilState;
 use gilsample::infer::sample::{Sample, SampleContext, ThreadSample};
-use gilsample::process::kernel::KernelState;
-use gilsample::python::attach::GilWaitRanges;
+use gilsample::observed::GilWaitRanges;
+use gilsample::observed::KernelState;
 use gilsample::samples::{
     FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, StreamError, StreamHeader, StreamReader,
     StreamWriter,

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{Trace, Workload, gilsample, interpreter};
+use gilsample::error::exit::{OK, USAGE};
 
 /// Looks at the screen up to this many times, `POLL` apart: a minute, for a loaded machine.
 const ATTEMPTS: usize = 600;
@@ -385,7 +386,7 @@ fn without_a_terminal_top_refuses_and_says_what_works() {
     let python = interpreter("3.12");
     let workload = Workload::start(&python, &["contention", "--threads", "2"]);
     let (stdout, stderr, code, dir) = piped(&["--pid", &workload.pid.to_string()]);
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(USAGE), "{stderr}");
     assert!(stdout.is_empty());
     assert!(stderr.contains("not a terminal"), "{stderr}");
     assert!(
@@ -399,7 +400,7 @@ fn without_a_terminal_top_refuses_and_says_what_works() {
         (&["--interval", "0"], "from 100ms to 1h"),
     ] {
         let (_, stderr, code, _) = piped(args);
-        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(code, Some(USAGE), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
@@ -417,7 +418,7 @@ fn top_once_prints_one_plain_table(label: &str) {
     let workload = Workload::start(&python, &["contention", "--threads", "3"]);
     let pid = workload.pid.to_string();
     let (stdout, stderr, code, dir) = piped(&["--once", "--pid", &pid]);
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(OK), "{stderr}");
     assert!(!stdout.contains('\x1b'), "escape codes in\n{stdout}");
     assert_eq!(stdout.matches("THREAD ").count(), 1, "{stdout}");
     assert!(
@@ -464,7 +465,7 @@ fn top_once_follows_subprocesses_and_stops_what_it_launched() {
         python.workload
     );
     let (stdout, stderr, code, _) = piped(&["--once", "--subprocesses", "--", "sh", "-c", &script]);
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(OK), "{stderr}");
     assert!(
         stderr.contains("not Python: watching the Python processes it starts"),
         "{stderr}"
@@ -523,7 +524,7 @@ fn top_lines_prints_a_table_every_interval_until_stopped() {
     )
     .unwrap();
     let status = top.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(status.code(), Some(OK));
     let spans: Vec<&str> = tables
         .iter()
         .map(|t| t[0].split(", ").nth(1).unwrap().split(':').next().unwrap())
@@ -560,7 +561,7 @@ fn top_with_o_saves_the_trace() {
         "-o",
         trace_path.to_str().unwrap(),
     ]);
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(OK), "{stderr}");
     assert!(
         stderr.contains(&format!("trace: {}", trace_path.display())),
         "{stderr}"

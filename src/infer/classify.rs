@@ -10,8 +10,8 @@
 //! `settle_stretch`) or released (10).
 
 use crate::infer::intervals::GilState;
-use crate::process::kernel::{KernelState, SchedStat};
-use crate::python::attach::{GilWaitRanges, Waiters};
+use crate::observed::{GilWaitRanges, Waiters};
+use crate::observed::{KernelState, SchedStat};
 
 /// What the sampler knows about one thread at one sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,7 +218,7 @@ pub fn settle_in_hindsight(before: GilState, next: GilState, handoffs: u64) -> O
 /// at once (the scheduler skips its clock update then). So both departures were sleeps. After letting
 /// the GIL go, the only sleep that ends `drop_gil` is its wait for the hand-off; a second sleep comes
 /// after it, and a thread woken from that and waiting for a CPU again is in `take_gil`. Measured on
-/// per-sample dumps against the truth (CPython 3.9–3.13, README "What limits it"): of the samples
+/// per-sample dumps against the truth (CPython 3.9–3.13; docs/accuracy.md, "What limits it"): of the samples
 /// this decides, `fastswitch` 8,018 in `take_gil` and 1 not; `mixed` and `contention` 482 and 2.
 pub fn woke_twice_since_holding(at_hold: SchedStat, now: SchedStat) -> bool {
     now.timeslices >= at_hold.timeslices.saturating_add(2)
@@ -231,7 +231,7 @@ pub fn woke_twice_since_holding(at_hold: SchedStat, now: SchedStat) -> bool {
 /// another thread takes it (a sleep), and that loop asks for the GIL again at once: in `take_gil`
 /// it sleeps until the GIL comes back. Both wake-ups, and a preemption between them, are arrivals;
 /// a thread preempted and resumed inside `drop_gil` gets that many only by losing its CPU over and
-/// over. Measured on per-sample dumps against the truth (CPython 3.12, README, rule 9):
+/// over. Measured on per-sample dumps against the truth (CPython 3.12; docs/classification.md, rule 9):
 /// `contention` 520 samples in `take_gil` and 12 not, `fastswitch` 82 and 12, `mixed` 85 and 0;
 /// on `dispatch`, whose holds are too short to be asked, 3,094 such samples were released, which
 /// the hold's length keeps out.
@@ -275,7 +275,7 @@ pub fn settle_stretch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::kernel::SYS_FUTEX;
+    use crate::observed::SYS_FUTEX;
 
     const GIL: GilWaitRanges = GilWaitRanges {
         take: [Some((1032, 1080)), Some((1080, 1120))],

@@ -21,7 +21,7 @@
 
 use crate::infer::classify::inside;
 use crate::infer::sample::ThreadSample;
-use crate::python::attach::{GilWaitRanges, Waiters};
+use crate::observed::{GilWaitRanges, Waiters};
 
 /// The threads among `threads` that the kernel shows asleep in each GIL wait: on `gil.cond`
 /// (`take_gil`) and on `gil.switch_cond` (`drop_gil`), the two condition variables glibc counts.
@@ -70,7 +70,7 @@ pub fn unread_are_outside_the_gil(
 mod tests {
     use super::*;
     use crate::addr::RemoteAddr;
-    use crate::process::kernel::KernelState;
+    use crate::observed::KernelState;
 
     const COND: u64 = 0x1000;
     const SWITCH: u64 = 0x2000;

@@ -14,8 +14,8 @@ use crate::infer::records::{Handoff, LiveSnapshot, Record};
 use crate::infer::rules::{Decision, DecisionCounts};
 use crate::infer::sample::{Sample, SampleContext, Wants};
 use crate::infer::thread::{MAX_STRETCH_NS, Stretch, ThreadInference};
-use crate::process::kernel::KernelState;
-use crate::python::attach::Waiters;
+use crate::observed::KernelState;
+use crate::observed::Waiters;
 
 /// What inference counted over a recording.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

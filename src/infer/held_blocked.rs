@@ -11,7 +11,7 @@
 //! next sample (or still holds the GIL in it), and is kept.
 
 use crate::infer::intervals::TimelineParams;
-use crate::process::kernel::{KernelState, SYS_FUTEX};
+use crate::observed::{KernelState, SYS_FUTEX};
 
 /// One finished stretch: the holder `tid` asleep in syscall `nr` from `start_ns` to `end_ns`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,8 +16,8 @@
 use crate::infer::intervals::{GilState, TimelineParams};
 use crate::infer::records::Record;
 use crate::infer::sample::Sample;
-use crate::process::kernel::KernelState;
-use crate::python::runtime::GilWord;
+use crate::observed::GilWord;
+use crate::observed::KernelState;
 
 /// Quiet samples in a row before ticks are skipped (5 ms at 10 kHz): a target whose threads change
 /// every few ticks keeps the full rate, and the one change a slow tick may place late comes at most

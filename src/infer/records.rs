@@ -3,7 +3,11 @@
 use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::{GilState, Interval};
 use crate::infer::native_call::FrameWatch;
-use crate::trace::stacks::Frames;
+use std::sync::Arc;
+
+/// A stack as read: `function (file:line)` lines, innermost first. Shared, because one reading stands
+/// for many samples and goes to both the trace and the report.
+pub type Frames = Arc<Vec<String>>;
 
 /// A hand-off of the GIL seen by the sampler: `from_tid` held it at `last_held_ns`, `to_tid` at
 /// `taken_ns`, the next sample that saw a holder.

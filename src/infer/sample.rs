@@ -9,9 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::addr::RemoteAddr;
-use crate::process::kernel::{KernelState, SchedStat};
-use crate::python::attach::{GilWaitRanges, Waiters};
-use crate::python::runtime::GilWord;
+use crate::observed::GilWord;
+use crate::observed::{GilWaitRanges, Waiters};
+use crate::observed::{KernelState, SchedStat};
 
 /// One tick of one target.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use crate::infer::held_blocked::HeldWhileBlocked;
 use crate::infer::intervals::{GilState, ThreadTimeline, TimelineParams};
 use crate::infer::records::Record;
 use crate::infer::rules::{Decision, DecisionCounts};
-use crate::process::kernel::SchedStat;
+use crate::observed::SchedStat;
 
 /// A stretch still undecided after this long is settled with what is known; a thread waiting for a CPU
 /// that long is rare, and holding samples back longer would delay the trace.

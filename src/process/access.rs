@@ -12,6 +12,8 @@
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::error::Error;
+
 /// CAP_SYS_PTRACE's bit in the capability masks of /proc/PID/status.
 const CAP_SYS_PTRACE: u32 = 19;
 const YAMA_SCOPE: &str = "/proc/sys/kernel/yama/ptrace_scope";
@@ -328,6 +330,28 @@ pub fn explain(facts: &Facts) -> String {
     let _ = write!(out, " To fix: {}.", fixes.join("; or "));
     out.push_str(" gilsample never stops the target, and needs no BPF privileges.");
     out
+}
+
+/// A refused read of `what` (a path, or the memory of) process `pid`, with why on this machine.
+pub fn permission_error(pid: u32, what: impl Into<String>) -> Error {
+    Error::Permission {
+        pid,
+        what: what.into(),
+        why: explain(&Facts::gather(pid)),
+    }
+}
+
+/// Maps an errno from reading a target's memory or /proc entries to the error that says what it
+/// means (refused: with why, from the checks above; gone; or plain I/O).
+pub fn target_errno_error(pid: u32, errno: i32, what: &str) -> Error {
+    match errno {
+        libc::EPERM | libc::EACCES => permission_error(pid, what),
+        libc::ESRCH | libc::ENOENT => Error::ProcessGone { pid },
+        _ => Error::io(
+            format!("{what} of process {pid}"),
+            std::io::Error::from_raw_os_error(errno),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -8,44 +8,9 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use crate::observed::{KernelState, SchedStat};
 use crate::process::memory::ReadError;
 use crate::process::syscalls::{Syscall, count};
-
-/// The `futex` syscall number of the architecture gilsample is built for (202 on x86_64, 98 on
-/// aarch64), from libc's per-architecture table rather than a hard-coded x86_64 constant.
-pub const SYS_FUTEX: i64 = libc::SYS_futex;
-
-/// A syscall's name on the architecture gilsample runs on (`read`, `ioctl`, `clock_nanosleep`), or
-/// `syscall N` for a number the table does not know.
-pub fn syscall_name(nr: i64) -> String {
-    usize::try_from(nr)
-        .ok()
-        .and_then(syscalls::Sysno::new)
-        .map(|s| s.name().to_string())
-        .unwrap_or_else(|| format!("syscall {nr}"))
-}
-
-/// One reading of a thread's syscall file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelState {
-    /// On a CPU or runnable (waiting for one): the kernel does not distinguish the two here.
-    Running,
-    /// Blocked inside syscall `nr`; `arg0` and `arg1` are its first two arguments (for futex: the
-    /// address and the operation).
-    InSyscall { nr: i64, arg0: u64, arg1: u64 },
-    /// Stopped or blocked outside a syscall (e.g. SIGSTOP, a page fault).
-    Blocked,
-}
-
-impl KernelState {
-    /// The futex address this thread sleeps on, if it sleeps in futex.
-    pub fn futex_addr(&self) -> Option<u64> {
-        match *self {
-            KernelState::InSyscall { nr, arg0, .. } if nr == SYS_FUTEX => Some(arg0),
-            _ => None,
-        }
-    }
-}
 
 /// Parses the text of `/proc/PID/task/TID/syscall`: `running`, `-1 SP PC`, or `NR A0 A1 A2 A3 A4 A5 SP PC`.
 pub fn parse_syscall(text: &[u8]) -> Option<KernelState> {
@@ -65,17 +30,6 @@ pub fn parse_syscall(text: &[u8]) -> Option<KernelState> {
 
 fn parse_hex(field: &str) -> Option<u64> {
     u64::from_str_radix(field.strip_prefix("0x")?, 16).ok()
-}
-
-/// What `schedstat` says: nanoseconds on a CPU, nanoseconds waiting on a run queue, and how many times
-/// the thread got a CPU. The kernel adds to the first when the thread leaves a CPU and at scheduler
-/// ticks, and to the other two when a waiting thread gets a CPU, so after a thread has run again all
-/// are exact for the time before. All three read 0 where the kernel keeps no such statistics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SchedStat {
-    pub cpu_ns: u64,
-    pub run_queue_ns: u64,
-    pub timeslices: u64,
 }
 
 pub fn parse_schedstat(text: &[u8]) -> Option<SchedStat> {
@@ -156,8 +110,8 @@ impl ThreadFiles {
     /// not yet run) and `last` stands. A schedstat read is cheaper than a syscall-file read, which
     /// takes the runqueue lock of the thread's CPU; but a thread that runs between most samples would
     /// pay for both, so the proof is tried only for a thread found in the same wait
-    /// `SAME_BEFORE_PROVING` times in a row, and for as long as it keeps holding (README "Tuning the
-    /// sampler's own cost").
+    /// `SAME_BEFORE_PROVING` times in a row, and for as long as it keeps holding (docs/cost.md, "What
+    /// keeps the sampler cheap").
     pub fn read_state_since(
         &self,
         last: Option<KernelState>,
@@ -218,6 +172,7 @@ fn io_to_read_error(e: std::io::Error) -> ReadError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observed::SYS_FUTEX;
 
     #[test]
     fn parses_running() {

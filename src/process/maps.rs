@@ -36,11 +36,13 @@ impl Mapping {
 
 pub fn proc_error(pid: u32, err: ProcError, what: &str) -> Error {
     match err {
-        ProcError::PermissionDenied(_) => Error::permission(pid, what),
+        ProcError::PermissionDenied(_) => crate::process::access::permission_error(pid, what),
         ProcError::NotFound(_) => Error::ProcessGone { pid },
-        ProcError::Io(e, _) => {
-            Error::from_target_errno(pid, e.raw_os_error().unwrap_or(libc::EIO), what)
-        }
+        ProcError::Io(e, _) => crate::process::access::target_errno_error(
+            pid,
+            e.raw_os_error().unwrap_or(libc::EIO),
+            what,
+        ),
         other => Error::io(
             format!("{what} of process {pid}"),
             std::io::Error::other(other.to_string()),

@@ -12,7 +12,7 @@ use crate::process::maps::proc_error;
 pub fn read_tids(pid: u32, out: &mut HashSet<u32>) -> Result<()> {
     out.clear();
     let dir = fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| {
-        crate::error::Error::from_target_errno(
+        crate::process::access::target_errno_error(
             pid,
             e.raw_os_error().unwrap_or(libc::EIO),
             &format!("/proc/{pid}/task"),
@@ -90,7 +90,7 @@ pub struct TidMap {
 impl TidMap {
     pub fn new(pid: u32) -> Result<TidMap> {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| {
-            crate::error::Error::from_target_errno(
+            crate::process::access::target_errno_error(
                 pid,
                 e.raw_os_error().unwrap_or(libc::EIO),
                 &format!("/proc/{pid}/status"),

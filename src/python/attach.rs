@@ -3,85 +3,30 @@
 //!
 //! Nothing is written to the target and it is never stopped; "attach" only means reading.
 //!
-//! This module is the sequence and the `Target` it ends with; each step has its own module:
-//! `find_binary` (which mapped file is the interpreter), `layout_choice` (where its layout comes
-//! from), `validate` (whether the live process agrees with that layout) and `gil_span` (reading the
-//! GIL's words and waiter counts, which the sampler does on every tick). The names other modules use
-//! are re-exported here, so `crate::python::attach::{Target, GilReading, ...}` stays the one path.
+//! This module is the sequence, ending with a `Target` (python/target.rs, which holds every read of
+//! it); each step has its own module: `find_binary` (which mapped file is the interpreter),
+//! `layout_choice` (where its layout comes from), `validate` (whether the live process agrees with
+//! that layout) and `gil_span` (where the GIL's words and waiter counts lie).
 
 use std::cell::OnceCell;
 
-use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
 use crate::process::maps::read_file_mappings;
-use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
+use crate::process::memory::{MemorySource, ProcessMemory};
 use crate::process::tasks::TidMap;
 use crate::python::find_binary::find_interpreter;
-use crate::python::gil_span::find_waiter_counts;
+use crate::python::gil_span::{GIL_SPAN_MAX, WaiterCounts};
 use crate::python::layout::{Flavour, Layout};
 use crate::python::layout_choice::{LayoutRequest, choose_layout, flavour_of};
-use crate::python::objects::ObjectReader;
-use crate::python::runtime::{
-    GilWordFields, ThreadRef, ThreadWalker, TidSource, WalkError, find_gil, find_tid_source,
+use crate::python::runtime::{GilWordFields, find_gil, find_tid_source};
+use crate::python::target::Target;
+use crate::python::validate::{
+    check_gil_enabled, check_is_user_process, read_error, validate, walk_error,
 };
-use crate::python::validate::{check_gil_enabled, check_is_user_process, validate};
 use crate::python::version::PyVersion;
 
 pub use crate::python::find_binary::Binary;
-pub use crate::python::gil_span::{GilReading, GilWaitRanges, WaiterCounts, Waiters};
 pub use crate::python::layout_choice::{LayoutChoice, LayoutSource, detect_flavour};
-
-/// A target ready to be sampled: everything the sampler needs, checked against the live process.
-pub struct Target {
-    pub pid: u32,
-    pub binary: Binary,
-    pub version: PyVersion,
-    pub flavour: Flavour,
-    pub layout: Layout,
-    pub layout_source: LayoutSource,
-    pub runtime: RemoteAddr,
-    pub gil: RemoteAddr,
-    pub gil_word: GilWordFields,
-    pub tids: TidSource,
-    pub memory: ProcessMemory,
-    /// Where the GIL's condition variables count their waiters, or why they cannot be read.
-    pub waiter_counts: std::result::Result<WaiterCounts, String>,
-}
-
-impl Target {
-    /// A reader of the target's Python objects (thread names), or why its layout cannot give one.
-    pub fn object_reader(&self) -> std::result::Result<ObjectReader, String> {
-        ObjectReader::new(&self.layout, self.version, self.binary.types)
-    }
-
-    /// The target's thread states, walked with `walker` (which keeps what it needs between walks).
-    pub fn walk_threads(
-        &self,
-        walker: &mut ThreadWalker,
-        out: &mut Vec<ThreadRef>,
-    ) -> std::result::Result<(), WalkError> {
-        walker.walk(&self.memory, &self.layout, self.runtime, self.tids, out)
-    }
-
-    /// Whether the target still maps the same interpreter file where it did at attach time; false
-    /// after an exec. Reads /proc/PID/maps, so it is for the rare check after persistent faults.
-    pub fn still_mapped(&self) -> Result<bool> {
-        let runtime = self.binary.runtime_symbol.0;
-        // The mapping that holds `_PyRuntime` is the file's writable data; the same file mapped anywhere
-        // in the same place means the same interpreter (an exec of the same non-PIE binary re-creates
-        // it there, and reading on is then right).
-        let base = self
-            .binary
-            .mapping
-            .start
-            .wrapping_sub(self.binary.mapping.offset);
-        Ok(read_file_mappings(self.pid)?.iter().any(|m| {
-            m.same_file(&self.binary.mapping)
-                && m.start.wrapping_sub(m.offset) == base
-                && runtime >= base
-        }))
-    }
-}
 
 /// A Python binary found in a target, with its layout: everything about the target that does not
 /// depend on the interpreter having started.
@@ -178,31 +123,25 @@ impl Located {
     }
 }
 
-pub(crate) fn read_error(pid: u32, e: ReadError, what: &str) -> Error {
-    match e {
-        ReadError::Permission => Error::permission(pid, what),
-        ReadError::Gone => Error::ProcessGone { pid },
-        ReadError::Fault => Error::LayoutInvalid {
-            pid,
-            why: format!("{what}: unreadable address"),
-        },
-        ReadError::Other(errno) => Error::from_target_errno(pid, errno, what),
+/// Locates the waiter counts of the target's GIL and reads them once to check them.
+pub(crate) fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, String> {
+    let condvar = crate::process::glibc::detect(target.pid)?;
+    let counts = WaiterCounts::locate(&target.layout, target.binary.arch, target.gil, condvar)?;
+    let first = (target.gil.0 + target.gil_word.start).min(counts.take_wrefs.0);
+    let last = (target.gil.0 + target.gil_word.end).max(counts.span_end());
+    if last - first > GIL_SPAN_MAX as u64 {
+        return Err(format!(
+            "the GIL's words and its waiter counts lie {} bytes apart, more than one read of {GIL_SPAN_MAX}",
+            last - first
+        ));
     }
-}
-
-pub(crate) fn walk_error(pid: u32, e: WalkError) -> Error {
-    match e {
-        WalkError::Read(ReadError::Fault) => Error::LayoutInvalid {
-            pid,
-            why: "a pointer in the runtime leads to unmapped memory".into(),
-        },
-        WalkError::Read(e) => read_error(pid, e, "the memory (process_vm_readv)"),
-        WalkError::NotInitialized => Error::NotReady {
-            pid,
-            why: "_PyRuntime has no interpreter or thread yet".into(),
-        },
-        WalkError::Corrupt(why) => Error::LayoutInvalid { pid, why },
-    }
+    target.read_waiters(&counts).map_err(|e| {
+        format!(
+            "glibc {}.{}'s waiter count in the GIL reads as invalid ({e:?})",
+            condvar.release.0, condvar.release.1
+        )
+    })?;
+    Ok(counts)
 }
 
 #[cfg(test)]

@@ -1,91 +1,15 @@
-//! Reading the GIL as the sampler does on every tick: its words (locked, last holder, switch number)
-//! and, where the C library is glibc, how many threads wait on its condition variables and which
-//! thread owns its mutex, all in one read of the GIL structure; and the address ranges of the GIL's
-//! condition variables and mutexes, which name a futex wait as a GIL wait.
+//! Where the GIL's words lie besides those CPython names: where glibc counts the threads waiting on
+//! its condition variables and keeps its mutex's owner, and how one read of the GIL structure
+//! (`Target::read_gil`, python/target.rs) decodes into a `GilReading`.
 //!
-//! Kept apart because this is the hot path: each tick's read is one bounded read and a decode, with
-//! no allocation. Where the counts lie is worked out once, at attach (`find_waiter_counts`, which
-//! also refuses counts that do not fit in that one read).
+//! Kept apart because the decode is the hot path's: each tick's read is one bounded read and a decode,
+//! with no allocation. Where the counts lie is worked out once, at attach (`find_waiter_counts` in
+//! python/attach.rs, which also refuses counts that do not fit in that one read).
 
 use crate::addr::RemoteAddr;
-use crate::process::memory::{MemorySource, ReadError};
-use crate::python::attach::Target;
+use crate::observed::{GilWord, Waiters};
+use crate::process::memory::ReadError;
 use crate::python::layout::Layout;
-use crate::python::runtime::GilWord;
-
-impl Target {
-    /// Reads the GIL words in one read.
-    pub fn read_gil_word(&self) -> std::result::Result<GilWord, ReadError> {
-        self.read_gil(None).map(|reading| reading.word)
-    }
-
-    /// Reads the GIL words and, where `counts` is given, the waiter counts and the mutex's owner at the
-    /// same moment, in one read of the GIL structure that holds them all: a read costs the same for
-    /// 24 bytes as for 200 (a syscall each), and the sampler does this on every tick.
-    pub fn read_gil(
-        &self,
-        counts: Option<&WaiterCounts>,
-    ) -> std::result::Result<GilReading, ReadError> {
-        self.read_gil_watching(counts, None)
-            .map(|(reading, _)| reading)
-    }
-
-    /// `read_gil`, and in the same system call the pointer at `watch` (the sampler watches the
-    /// thread list's head there): `None` for it where that word alone could not be read.
-    pub fn read_gil_watching(
-        &self,
-        counts: Option<&WaiterCounts>,
-        watch: Option<RemoteAddr>,
-    ) -> std::result::Result<(GilReading, Option<u64>), ReadError> {
-        let (word_start, word_end) = (
-            self.gil.0 + self.gil_word.start,
-            self.gil.0 + self.gil_word.end,
-        );
-        let (start, end) = match counts {
-            Some(at) => (word_start.min(at.take_wrefs.0), word_end.max(at.span_end())),
-            None => (word_start, word_end),
-        };
-        let mut buf = [0u8; GIL_SPAN_MAX];
-        let mut watched = [0u8; 8];
-        let (span, watched) = self.read_span(start, end, &mut buf, watch, &mut watched)?;
-        let word_bytes = &span[(word_start - start) as usize..(word_end - start) as usize];
-        let word = self.gil_word.decode(word_bytes)?;
-        let counted = counts.map(|at| &span[(at.take_wrefs.0 - start) as usize..]);
-        let reading = GilReading {
-            word,
-            waiters: counts
-                .zip(counted)
-                .and_then(|(at, bytes)| at.decode(bytes).ok()),
-            mutex_owner: counts
-                .zip(counted)
-                .and_then(|(at, bytes)| at.decode_mutex_owner(bytes)),
-            mutex_contended: counts
-                .zip(counted)
-                .and_then(|(at, bytes)| at.decode_mutex_contended(bytes)),
-        };
-        Ok((reading, watched))
-    }
-
-    /// The byte ranges of the GIL's condition variables and mutexes: a thread sleeping in futex on an
-    /// address inside one of these is waiting for (`take`) or handing off (`drop`) the GIL.
-    pub fn gil_wait_ranges(&self) -> GilWaitRanges {
-        let range = |name: &str| {
-            self.layout
-                .field(name)
-                .map(|f| (self.gil.0 + f.offset, self.gil.0 + f.offset + f.size))
-        };
-        GilWaitRanges {
-            take: [range("gil.cond"), range("gil.mutex")],
-            drop: [range("gil.switch_cond"), range("gil.switch_mutex")],
-            // glibc's `__g_signals[2]` follows `__wrefs` in every layout that has it.
-            cond_waiter_words: self
-                .waiter_counts
-                .as_ref()
-                .ok()
-                .map(|c| (c.take_wrefs.0 + 4, c.take_wrefs.0 + 12)),
-        }
-    }
-}
 
 /// Where glibc counts the threads waiting on the GIL's two condition variables (process/glibc.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,16 +39,9 @@ pub struct GilReading {
     pub mutex_contended: Option<bool>,
 }
 
-/// How many threads are inside each GIL wait, including those woken and not yet run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Waiters {
-    pub take: u32,
-    pub drop: u32,
-}
-
 /// Bounds one read of the GIL structure (about 200 bytes in every CPython layout): a layout whose
 /// fields lie further apart reads as a fault rather than as a larger read.
-const GIL_SPAN_MAX: usize = 512;
+pub(crate) const GIL_SPAN_MAX: usize = 512;
 
 impl WaiterCounts {
     /// Where glibc (`condvar`) counts the waiters of a GIL at `gil`, laid out as `layout` on `arch`
@@ -167,7 +84,7 @@ impl WaiterCounts {
     }
 
     /// The end of the bytes that hold both counts and the mutex's owner, which start at `take_wrefs`.
-    fn span_end(&self) -> u64 {
+    pub(crate) fn span_end(&self) -> u64 {
         let counts_end = self.drop_wrefs.map_or(self.take_wrefs.0, |d| d.0) + 4;
         let owner_end = self
             .mutex_lock
@@ -219,96 +136,11 @@ impl WaiterCounts {
     }
 }
 
-impl Target {
-    /// Reads both waiter counts in one read.
-    pub fn read_waiters(&self, at: &WaiterCounts) -> std::result::Result<Waiters, ReadError> {
-        let mut buf = [0u8; GIL_SPAN_MAX];
-        let (span, _) =
-            self.read_span(at.take_wrefs.0, at.span_end(), &mut buf, None, &mut [0; 8])?;
-        at.decode(span)
-    }
-
-    /// Target bytes `start..end`, one read into `buf`; a span longer than the buffer is refused as
-    /// a fault (its length comes from the layout's and the C library's offsets, not the target).
-    /// With `watch`, the word there is read in the same system call (`read_each`).
-    fn read_span<'b>(
-        &self,
-        start: u64,
-        end: u64,
-        buf: &'b mut [u8; GIL_SPAN_MAX],
-        watch: Option<RemoteAddr>,
-        watched: &mut [u8; 8],
-    ) -> std::result::Result<(&'b [u8], Option<u64>), ReadError> {
-        let span = buf
-            .get_mut(..end.saturating_sub(start) as usize)
-            .ok_or(ReadError::Fault)?;
-        let Some(watch) = watch else {
-            self.memory.read_into(RemoteAddr(start), span)?;
-            return Ok((span, None));
-        };
-        let mut reads = [
-            (RemoteAddr(start), &mut span[..]),
-            (watch, &mut watched[..]),
-        ];
-        match self.memory.read_each(&mut reads) {
-            2 => Ok((span, Some(u64::from_ne_bytes(*watched)))),
-            1 => Ok((span, None)),
-            // Read alone again for the reason (the target gone, permission lost, a fault).
-            _ => {
-                self.memory.read_into(RemoteAddr(start), span)?;
-                Ok((span, None))
-            }
-        }
-    }
-}
-
 /// The native-endian 32-bit word at byte `offset` of `span`, if the span holds all of it.
 fn u32_at(span: &[u8], offset: u64) -> Option<u32> {
     let start = usize::try_from(offset).ok()?;
     let raw = span.get(start..start.checked_add(4)?)?;
     Some(u32::from_ne_bytes(raw.try_into().ok()?))
-}
-
-/// Locates the waiter counts of the target's GIL and reads them once to check them.
-pub(crate) fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, String> {
-    let condvar = crate::process::glibc::detect(target.pid)?;
-    let counts = WaiterCounts::locate(&target.layout, target.binary.arch, target.gil, condvar)?;
-    let first = (target.gil.0 + target.gil_word.start).min(counts.take_wrefs.0);
-    let last = (target.gil.0 + target.gil_word.end).max(counts.span_end());
-    if last - first > GIL_SPAN_MAX as u64 {
-        return Err(format!(
-            "the GIL's words and its waiter counts lie {} bytes apart, more than one read of {GIL_SPAN_MAX}",
-            last - first
-        ));
-    }
-    target.read_waiters(&counts).map_err(|e| {
-        format!(
-            "glibc {}.{}'s waiter count in the GIL reads as invalid ({e:?})",
-            condvar.release.0, condvar.release.1
-        )
-    })?;
-    Ok(counts)
-}
-
-/// Address ranges `[start, end)` inside the GIL struct.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct GilWaitRanges {
-    pub take: [Option<(u64, u64)>; 2],
-    pub drop: [Option<(u64, u64)>; 2],
-    /// The words of `gil.cond` its waiters sleep on (glibc's `__g_signals`), where the C library is
-    /// known: a thread asleep on another word of it is signalling it.
-    pub cond_waiter_words: Option<(u64, u64)>,
-}
-
-impl GilWaitRanges {
-    /// Whether a futex address belongs to any of the GIL's condition variables or mutexes.
-    pub fn contains(&self, addr: u64) -> bool {
-        self.take
-            .iter()
-            .chain(&self.drop)
-            .flatten()
-            .any(|&(start, end)| addr >= start && addr < end)
-    }
 }
 
 #[cfg(test)]

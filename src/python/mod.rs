@@ -13,6 +13,7 @@ pub mod names;
 pub mod objects;
 pub mod runtime;
 pub mod stacks;
+pub mod target;
 #[cfg(test)]
 pub(crate) mod test_heap;
 pub mod validate;

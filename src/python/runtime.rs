@@ -7,6 +7,7 @@
 use std::collections::HashSet;
 
 use crate::addr::RemoteAddr;
+use crate::observed::GilWord;
 use crate::process::memory::{MemorySource, ReadError};
 use crate::python::layout::Layout;
 use crate::symbols::dwarf::FieldInfo;
@@ -52,18 +53,6 @@ pub struct ThreadRef {
     /// The id as the target's PID namespace numbers it, which is what its C library records (a
     /// mutex's owner).
     pub their_tid: u32,
-}
-
-/// The GIL as one sample sees it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GilWord {
-    pub locked: bool,
-    /// `last_holder`: the thread state that took the GIL last; the holder only while `locked`.
-    pub last_holder: RemoteAddr,
-    /// Counts hand-offs since start; its change between two samples is how many the sampler missed.
-    pub switch_number: u64,
-    /// The switch interval (`sys.setswitchinterval`) in µs, where the layout has it.
-    pub interval_us: Option<u64>,
 }
 
 /// Where `last_holder`, `locked`, `switch_number` and `interval` lie in the GIL struct, looked up in

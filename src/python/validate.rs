@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 use crate::process::maps::proc_error;
 use crate::process::memory::{MemorySource, ReadError};
 use crate::process::tasks::TidMap;
-use crate::python::attach::{Target, read_error, walk_error};
 use crate::python::layout::Flavour;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
+use crate::python::target::Target;
 
 /// A free-threaded build may run with the GIL disabled; then there is nothing to record, and saying so
 /// beats writing an empty trace.
@@ -157,4 +157,31 @@ pub(crate) fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
         pid,
         why: last_problem,
     })
+}
+
+pub(crate) fn read_error(pid: u32, e: ReadError, what: &str) -> Error {
+    match e {
+        ReadError::Permission => crate::process::access::permission_error(pid, what),
+        ReadError::Gone => Error::ProcessGone { pid },
+        ReadError::Fault => Error::LayoutInvalid {
+            pid,
+            why: format!("{what}: unreadable address"),
+        },
+        ReadError::Other(errno) => crate::process::access::target_errno_error(pid, errno, what),
+    }
+}
+
+pub(crate) fn walk_error(pid: u32, e: WalkError) -> Error {
+    match e {
+        WalkError::Read(ReadError::Fault) => Error::LayoutInvalid {
+            pid,
+            why: "a pointer in the runtime leads to unmapped memory".into(),
+        },
+        WalkError::Read(e) => read_error(pid, e, "the memory (process_vm_readv)"),
+        WalkError::NotInitialized => Error::NotReady {
+            pid,
+            why: "_PyRuntime has no interpreter or thread yet".into(),
+        },
+        WalkError::Corrupt(why) => Error::LayoutInvalid { pid, why },
+    }
 }

@@ -8,13 +8,14 @@
 
 mod checks;
 mod outcome;
+pub mod recorded_process;
 mod save;
 pub mod target;
 pub mod watch;
 
 use checks::{check_outputs, processes_of};
 pub use outcome::{Progress, RecordReport, TargetReport, Update};
-pub use target::host_name;
+pub use recorded_process::host_name;
 use target::record_one;
 pub use watch::Watch;
 
@@ -30,7 +31,8 @@ use crate::error::{Error, Result};
 use crate::launch::{Launch, Launched, Stopped, exe_of, wait_for_interpreter};
 use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::read_rank;
-use crate::python::attach::{LayoutChoice, Target, locate};
+use crate::python::attach::{LayoutChoice, locate};
+use crate::python::target::Target;
 use crate::sample::affinity::pin_own_threads;
 use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sample::priority::Priority;

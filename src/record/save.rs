@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::infer::records::Record;
 use crate::infer::sample::Sample;
-use crate::python::attach::Target;
-use crate::record::target::RecordedProcess;
-use crate::sample::sampler::{Record, SampleLog, SamplerConfig, SamplerReport, sample_context};
+use crate::python::target::Target;
+use crate::record::recorded_process::RecordedProcess;
+use crate::sample::sampler::{SampleLog, SamplerConfig, SamplerReport, sample_context};
 use crate::samples::{Item, SampleSaver, StreamHeader, copy_sample};
 use crate::trace::output::check_not_exists;
 

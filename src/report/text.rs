@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::report::analyze::{Holder, NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
-use crate::report::hold_code::{HeldIn, NO_STACK};
+use crate::report::phrases::{ms, pct, place};
 
 /// At most this many threads per process are listed; the rest are counted.
 pub const MAX_THREADS_SHOWN: usize = 10;
@@ -14,14 +14,6 @@ const MAX_HOLDERS_SHOWN: usize = 3;
 const MAX_FUNCTIONS_SHOWN: usize = 2;
 /// A thread whose waits are under this share of the window is not worth a line.
 const NOTABLE_WAIT_SHARE: f64 = 0.01;
-
-pub(crate) fn pct(part: f64, whole: f64) -> f64 {
-    if whole > 0.0 {
-        100.0 * part / whole
-    } else {
-        0.0
-    }
-}
 
 /// `1,267`
 fn thousands(n: u64) -> String {
@@ -34,16 +26,6 @@ fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-pub(crate) fn ms(v: f64) -> String {
-    if v >= 10.0 {
-        format!("{v:.0} ms")
-    } else if v >= 1.0 {
-        format!("{v:.1} ms")
-    } else {
-        format!("{v:.2} ms")
-    }
 }
 
 /// The headline of one process.
@@ -119,25 +101,6 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
     }
 }
 
-/// Where a hold was, in words: `in FUNCTION (FILE:LINE)` for Python code, `one native call to
-/// CALLEE in FUNCTION (FILE:LINE)` for a native call.
-pub(crate) fn place(f: &HeldIn) -> String {
-    if !f.native_call {
-        return format!("in {}", f.function);
-    }
-    let callee = f
-        .callee
-        .clone()
-        .flatten()
-        .map(|c| format!(" to {c}"))
-        .unwrap_or_default();
-    if f.function == NO_STACK {
-        format!("one native call{callee} (no stack in the trace)")
-    } else {
-        format!("one native call{callee} in {}", f.function)
-    }
-}
-
 /// Held-while-blocked lines are printed from this many seconds (held or waited) on: below they read
 /// "0.00 s".
 const BLOCKED_SHOWN_S: f64 = 0.005;
@@ -177,7 +140,7 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
             t.name, b.syscall, b.s, b.others_waited_s
         );
     }
-    if let Some(share) = busy_cores(p) {
+    if let Some(share) = crate::report::hint::busy_cores(p) {
         let _ = writeln!(
             out,
             "  busy cores: at {:.0}% of the waiting seen, the GIL was free: the waiter, woken to take \
@@ -190,17 +153,6 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
     if let Some(hint) = crate::report::hint::hint(p) {
         let _ = writeln!(out, "  hint: {hint}");
     }
-}
-
-/// From this share of the waiting found with the GIL free, the cores are called busy. Measured
-/// (docs/accuracy.md, "Busy cores"): 46-58% on `dispatch` with every core busy, at most 4.5% on the
-/// other benchmark workloads, whose GIL is rarely free while a thread waits.
-const BUSY_CORES_SHARE: f64 = 0.2;
-
-/// The share of the waiting found with the GIL free, where it says the cores were busy.
-pub(crate) fn busy_cores(p: &ProcessAnswer) -> Option<f64> {
-    p.waiting_with_gil_free_share
-        .filter(|&share| share >= BUSY_CORES_SHARE)
 }
 
 /// Total wait of a process: what ranks processes against each other.
@@ -252,7 +204,7 @@ mod tests {
     use super::*;
 
     use crate::report::analyze::{Blocked, Durations};
-    use crate::report::hint::hint;
+    use crate::report::hint::{BUSY_CORES_SHARE, hint};
 
     fn thread(tid: u32, name: &str, wait_s: f64, blocked: Option<f64>) -> ThreadAnswer {
         ThreadAnswer {

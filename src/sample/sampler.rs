@@ -18,13 +18,16 @@ use crate::infer::classify::asleep_elsewhere;
 use crate::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside_the_gil};
 use crate::infer::engine::Engine;
 use crate::infer::sample::{Sample, SampleContext, ThreadSample, Wants};
-use crate::process::kernel::{KernelReading, KernelState, SleepProof, ThreadFiles};
+use crate::observed::KernelState;
+use crate::observed::{GilWaitRanges, Waiters};
+use crate::process::kernel::{KernelReading, SleepProof, ThreadFiles};
 use crate::process::memory::ReadError;
 use crate::process::syscalls::counted;
 use crate::process::tasks::TidMap;
-use crate::python::attach::{GilReading, GilWaitRanges, Target, WaiterCounts, Waiters};
+use crate::python::gil_span::{GilReading, WaiterCounts};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
+use crate::python::target::Target;
 use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sample::dodge::CpuDodge;
 use crate::sample::gil_flags::GilFlags;
@@ -32,7 +35,7 @@ use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
 pub use crate::sample::report::{EndReason, SamplerReport};
 use crate::sample::stack_watch::StackWatch;
 
-pub use crate::infer::records::{Handoff, LiveSnapshot, Record};
+use crate::infer::records::{LiveSnapshot, Record};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {

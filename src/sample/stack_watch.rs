@@ -15,15 +15,14 @@ use std::sync::Arc;
 use crate::addr::RemoteAddr;
 use crate::infer::intervals::GilState;
 use crate::infer::native_call::FrameWatch;
+use crate::infer::records::{Frames, Record};
 use crate::infer::sample::ThreadSample;
-use crate::process::kernel::KernelState;
-use crate::python::attach::Target;
+use crate::observed::KernelState;
 use crate::python::stacks::{FrameId, StackReader, StackStats};
-use crate::sample::sampler::Record;
-use crate::trace::stacks::Frames;
+use crate::python::target::Target;
 
 /// Samples of a hold between checks of the holder's innermost frame: at 10 kHz a check per
-/// millisecond, a tenth of a read per sample (scripts/bench_sampler.py, README).
+/// millisecond, a tenth of a read per sample (scripts/bench_sampler.py; docs/cost.md, "Names and stacks").
 pub const CHECK_EVERY: u32 = 10;
 
 /// What the recording's metadata says about stacks.

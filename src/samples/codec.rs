@@ -17,8 +17,8 @@
 use crate::addr::RemoteAddr;
 use crate::infer::intervals::GilState;
 use crate::infer::sample::{GilFlagsReading, Sample, ThreadSample};
-use crate::process::kernel::{KernelState, SchedStat};
-use crate::python::attach::Waiters;
+use crate::observed::Waiters;
+use crate::observed::{KernelState, SchedStat};
 
 use super::wire::{Bad, Input, put_delta, put_varint, unzigzag, zigzag};
 use super::{MAX_FRAMES, MAX_THREADS};

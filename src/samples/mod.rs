@@ -74,7 +74,7 @@ pub struct StreamHeader {
     /// The clock of every time in the stream: "CLOCK_MONOTONIC".
     pub clock: String,
     pub context: SampleContext,
-    /// What the trace says about the process (record/target.rs, `RecordedProcess`), so a replay
+    /// What the trace says about the process (record/recorded_process.rs, `RecordedProcess`), so a replay
     /// describes the same process.
     #[serde(default)]
     pub process: serde_json::Value,
@@ -175,6 +175,17 @@ impl fmt::Display for StreamError {
             self.offset,
             self.why
         )
+    }
+}
+
+/// A sample stream that cannot be read is a bad input file (exit 7), like `convert`'s; the offset
+/// goes into the message so a damaged file can be looked at where it broke.
+impl From<StreamError> for crate::error::Error {
+    fn from(e: StreamError) -> crate::error::Error {
+        crate::error::Error::Input {
+            path: e.path,
+            why: format!("byte {}: {}", e.offset, e.why),
+        }
     }
 }
 

@@ -8,7 +8,6 @@
 //! thread that spawned it); the view runs on a thread of its own and stops the recording when it
 //! is quit. The stop flag (Ctrl+C, SIGTERM, SIGHUP) ends the view as well.
 
-pub mod args;
 pub mod live;
 mod screen;
 pub mod table;
@@ -24,11 +23,11 @@ use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{self, Event};
 
+use crate::cli::top::TopArgs;
 use crate::error::{Error, Result};
 use crate::infer::thread::MAX_STRETCH_NS;
 use crate::record::{RecordOptions, RecordReport, Update, Watch, record};
 use crate::report::analyze::ProcessAnswer;
-use args::TopArgs;
 use live::{Described, Live, Span};
 use screen::{Picture, ProcessLine};
 use table::SortBy;

@@ -2,6 +2,7 @@
 //! when complete, and the output naming rules users know from the reference tool.
 
 pub mod chrome;
+pub mod micros;
 pub mod native_call;
 pub mod output;
 pub mod source;

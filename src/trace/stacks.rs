@@ -8,14 +8,12 @@
 //! number of samples it was seen at (most first).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use crate::infer::intervals::{GilState, Interval};
 
-/// A stack as read: `function (file:line)` lines, innermost first.
-pub type Frames = Arc<Vec<String>>;
+pub use crate::infer::records::Frames;
 
 /// One stack reading: at a sample, in a state, seen over `samples` samples.
 #[derive(Clone, Debug)]
@@ -115,6 +113,8 @@ fn args_of(state: GilState, mut inside: Vec<Seen>) -> Option<Value> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     fn frames(lines: &[&str]) -> Frames {

@@ -8,8 +8,8 @@
 use serde_json::{Value, json};
 
 use crate::infer::records::LiveSnapshot;
-use crate::process::kernel::syscall_name;
-use crate::trace::chrome::span_micros;
+use crate::observed::syscall_name;
+use crate::trace::micros::span_micros;
 use crate::trace::stacks::PendingStacks;
 
 /// One slice, as a reader of the file gets it: its event name (`take_gil`, `hold_gil`, `drop_gil`,

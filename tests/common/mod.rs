@@ -9,30 +9,16 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 
 use serde_json::Value;
 
-/// The interpreters every live test runs under. A missing one fails the suite: a green run must mean
+/// The interpreters every live test runs under, the one list of them: invokes `$tests!` with
+/// `module => label` for each (and the extra ones given), so a live test file names them in one
+/// place, and `EXPECTED` below is the same list. A missing one fails the suite: a green run must mean
 /// every one of them was tested. `sid-*` run inside the Debian sid root that scripts/make-sid-root.sh
 /// makes (static, non-PIE, stripped, with detached DWARF from the -dbg packages; `d` = debug build).
-pub const EXPECTED: &[&str] = &[
-    "3.7",
-    "3.8",
-    "3.9",
-    "3.10",
-    "3.11",
-    "3.12",
-    "3.13",
-    "debian-3.11",
-    "sid-3.13",
-    "sid-3.14",
-    "sid-3.15",
-    "sid-3.14d",
-];
-
-/// Invokes `$tests!` with `module => label` for every interpreter in `EXPECTED` (and the extra ones
-/// given), so a live test file names the interpreters in one place. Needs `#[macro_use] mod common;`.
+/// Needs `#[macro_use] mod common;`.
 #[allow(unused_macros)]
 macro_rules! every_expected_interpreter {
     ($tests:ident $(, $extra:ident => $label:expr)* $(,)?) => {
-        $tests!(
+        $tests! {
             py37 => "3.7",
             py38 => "3.8",
             py39 => "3.9",
@@ -46,9 +32,19 @@ macro_rules! every_expected_interpreter {
             sid315 => "sid-3.15",
             sid314d => "sid-3.14d",
             $($extra => $label,)*
-        );
+        }
     };
 }
+
+/// The labels of a list of `module => label` pairs.
+macro_rules! labels_of {
+    ($($module:ident => $label:expr,)*) => {
+        &[$($label),*]
+    };
+}
+
+/// Every interpreter's label, in `every_expected_interpreter!`'s order.
+pub const EXPECTED: &[&str] = every_expected_interpreter!(labels_of);
 
 pub fn pyenv_root() -> PathBuf {
     if let Some(root) = std::env::var_os("PYENV_ROOT") {

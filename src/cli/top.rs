@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::cli::{DurationArg, RecordArgs, parse_duration};
+use crate::cli::record::RecordArgs;
+use crate::cli::values::{DurationArg, parse_duration};
 
 pub const TOP_EXAMPLES: &str = "Keys: q or Ctrl+C quits; s sorts by wait or by hold; t shows the last interval or \
 everything since the start; p pauses; left and right arrows go from process to process; up and down \

@@ -1,0 +1,80 @@
+//! What a trace says about the process it is of besides what the sampler measured (its ids, host,
+//! interpreter, the options it was recorded with), taken from the live target when recording, saved
+//! in a sample stream's header and read back from it by `replay`, so a replayed trace describes the
+//! same process.
+
+use serde::{Deserialize, Serialize};
+
+use crate::process::tasks::{read_cmdline, read_namespace_pid};
+use crate::python::target::Target;
+use crate::record::RecordOptions;
+use crate::sample::clock::monotonic_to_wall_offset_ns;
+use crate::trace::chrome::TraceClock;
+
+/// The name of the machine gilsample runs on (its UTS namespace's: a pod's or container's own name
+/// where it has one), which tells the nodes of a multi-node job apart.
+pub fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// What a trace says about the process it is of besides what the sampler measured: taken from the
+/// live target when recording, saved in a sample stream's header, and read back from it by `replay`,
+/// so a replayed trace describes the same process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordedProcess {
+    pub pid: u32,
+    pub namespace_pid: Option<u32>,
+    pub rank: u32,
+    pub host: Option<String>,
+    pub command_line: String,
+    pub python_version: String,
+    pub python_flavour: String,
+    pub python_binary: String,
+    pub arch: String,
+    pub layout_source: String,
+    pub gil_waiter_counts: String,
+    pub rate_requested_hz: f64,
+    /// The trace's clock: CLOCK_REALTIME or CLOCK_MONOTONIC.
+    pub clock: String,
+    pub stacks: bool,
+    pub cpus: Option<Vec<usize>>,
+    pub handoff_arrows: bool,
+    pub monotonic_to_trace_offset_ns: i64,
+    pub monotonic_to_wall_offset_ns: i64,
+}
+
+impl RecordedProcess {
+    pub fn of(target: &Target, rank: u32, opts: &RecordOptions, offset_ns: i64) -> RecordedProcess {
+        RecordedProcess {
+            pid: target.pid,
+            namespace_pid: read_namespace_pid(target.pid),
+            rank,
+            host: host_name(),
+            // Read before sampling: a target that exits first (a launched command) has none at the end.
+            command_line: read_cmdline(target.pid).unwrap_or_default(),
+            python_version: target.version.to_string(),
+            python_flavour: target.flavour.to_string(),
+            python_binary: target.binary.mapped_path.display().to_string(),
+            arch: target.binary.arch.to_string(),
+            layout_source: target.layout_source.to_string(),
+            gil_waiter_counts: if opts.waiter_counts {
+                target.describe_waiter_counts()
+            } else {
+                "not counted: --no-waiter-counts".to_string()
+            },
+            rate_requested_hz: opts.rate_hz,
+            clock: match opts.clock {
+                TraceClock::Wall => "CLOCK_REALTIME",
+                TraceClock::Monotonic => "CLOCK_MONOTONIC",
+            }
+            .to_string(),
+            stacks: opts.stacks,
+            cpus: opts.cpus.clone(),
+            handoff_arrows: opts.handoff_arrows,
+            monotonic_to_trace_offset_ns: offset_ns,
+            monotonic_to_wall_offset_ns: monotonic_to_wall_offset_ns(),
+        }
+    }
+}

@@ -23,7 +23,7 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod sample;
-pub mod samples;
+pub mod stream;
 pub mod signals;
 pub mod summary;
 pub mod symbols;

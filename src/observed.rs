@@ -1,7 +1,7 @@
 //! What one read of a target found, as plain data: the GIL's words, its waiter counts and the
 //! address ranges that name a futex wait as a GIL wait, and what the kernel said of a thread. No I/O
 //! here: the readers (`process/`, `python/`) fill these in, and inference (`infer/`), the saved
-//! stream (`samples/`) and replay take them, so inference depends on this module and not on the
+//! stream (`stream/`) and replay take them, so inference depends on this module and not on the
 //! readers.
 
 use crate::addr::RemoteAddr;

@@ -1,4 +1,4 @@
-//! `gilsample replay`: inference rerun on a saved sample stream (samples/), written as the trace the
+//! `gilsample replay`: inference rerun on a saved sample stream (stream/), written as the trace the
 //! recording wrote. Inference is pure (infer/engine.rs) and the stream holds every reading it used,
 //! so the slices are the live run's; a rule changed since gives the trace the new rule gives.
 
@@ -19,7 +19,7 @@ use crate::record::target::{Pace, write_trace};
 use crate::record::{RecordReport, TargetReport};
 use crate::sample::priority::Scheduling;
 use crate::sample::sampler::{EndReason, SamplerReport};
-use crate::samples::{Item, StreamReader};
+use crate::stream::{Item, StreamReader};
 use crate::summary::{answers, format_summary};
 use crate::trace::chrome::ChromeWriter;
 

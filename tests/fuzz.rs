@@ -375,8 +375,8 @@ proptest! {
 // The sample stream reader (`replay`'s input): random bytes after a valid preamble and header, and
 // mutations of a valid stream, are read or refused, and reading ends: every item consumes a byte.
 
-fn sample_stream_header() -> gilsample::samples::StreamHeader {
-    gilsample::samples::StreamHeader::new(
+fn sample_stream_header() -> gilsample::stream::StreamHeader {
+    gilsample::stream::StreamHeader::new(
         1,
         "3.12.3",
         "3.12-x86_64",
@@ -394,7 +394,7 @@ fn sample_stream_header() -> gilsample::samples::StreamHeader {
 fn valid_sample_stream() -> Vec<u8> {
     use gilsample::infer::sample::{GilFlagsReading, Sample, ThreadSample};
     use gilsample::observed::{KernelState, SchedStat};
-    use gilsample::samples::{Item, StreamWriter};
+    use gilsample::stream::{Item, StreamWriter};
     let mut writer = StreamWriter::new(sample_stream_header());
     let mut out = Vec::new();
     for i in 0..12u64 {
@@ -475,9 +475,9 @@ fn valid_sample_stream() -> Vec<u8> {
 }
 
 /// Reads `bytes` to the end or the first refusal; more items than bytes would mean a loop.
-fn read_sample_stream(bytes: &[u8]) -> Result<usize, gilsample::samples::StreamError> {
+fn read_sample_stream(bytes: &[u8]) -> Result<usize, gilsample::stream::StreamError> {
     let mut reader =
-        gilsample::samples::StreamReader::new(std::io::Cursor::new(bytes), "fuzzed.gss")?;
+        gilsample::stream::StreamReader::new(std::io::Cursor::new(bytes), "fuzzed.gss")?;
     let mut n = 0;
     while reader.next()?.is_some() {
         n += 1;
@@ -504,7 +504,7 @@ proptest! {
     ) {
         // Random records after a valid header.
         let mut bytes = Vec::new();
-        gilsample::samples::StreamWriter::new(sample_stream_header()).start(&mut bytes);
+        gilsample::stream::StreamWriter::new(sample_stream_header()).start(&mut bytes);
         bytes.extend_from_slice(&tail);
         if let Err(e) = read_sample_stream(&bytes) {
             prop_assert!(e.to_string().starts_with("fuzzed.gss: byte "), "{}", e);

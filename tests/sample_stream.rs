@@ -12,7 +12,7 @@ use gilsample::infer::intervals::GilState;
 use gilsample::infer::sample::{Sample, SampleContext, ThreadSample};
 use gilsample::observed::GilWaitRanges;
 use gilsample::observed::KernelState;
-use gilsample::samples::{
+use gilsample::stream::{
     FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, StreamError, StreamHeader, StreamReader,
     StreamWriter,
 };
@@ -512,7 +512,7 @@ fn the_saver_allocates_per_chunk_not_per_sample() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.gss");
     let items = churning(200_000);
-    let mut saver = gilsample::samples::SampleSaver::create(&path, header()).unwrap();
+    let mut saver = gilsample::stream::SampleSaver::create(&path, header()).unwrap();
     let before = allocations();
     for item in &items {
         saver.push(item);

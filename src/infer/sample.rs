@@ -4,7 +4,7 @@
 //! (infer/engine.rs) turns the stream of samples into intervals and never reads memory or /proc. A
 //! reading that inference wants only for some threads (schedstat, 3.15's GIL flags) is asked for with
 //! a `Wants` value before the tick is read. Because a sample holds everything inference uses, a saved
-//! stream (samples/) replays into the very trace the live run wrote.
+//! stream (stream/) replays into the very trace the live run wrote.
 
 use serde::{Deserialize, Serialize};
 

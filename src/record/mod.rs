@@ -78,7 +78,7 @@ pub struct RecordOptions {
     pub stacks: bool,
     /// Move a real-time sampler off the GIL holder's CPU (sample/dodge.rs; off only to measure it).
     pub cpu_dodge: bool,
-    /// Also save every sample, for `gilsample replay` (samples/).
+    /// Also save every sample, for `gilsample replay` (stream/).
     pub save_samples: Option<PathBuf>,
     /// A live view of the recording (`gilsample top`): watch.rs. `None`: none.
     pub watch: Option<Watch>,

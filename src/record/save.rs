@@ -1,4 +1,4 @@
-//! `--save-samples`: the sample stream of a recording (samples/), for `gilsample replay`.
+//! `--save-samples`: the sample stream of a recording (stream/), for `gilsample replay`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +8,7 @@ use crate::infer::sample::Sample;
 use crate::python::target::Target;
 use crate::record::recorded_process::RecordedProcess;
 use crate::sample::sampler::{SampleLog, SamplerConfig, SamplerReport, sample_context};
-use crate::samples::{Item, SampleSaver, StreamHeader, copy_sample};
+use crate::stream::{Item, SampleSaver, StreamHeader, copy_sample};
 use crate::trace::output::check_not_exists;
 
 /// The saver as the sampler's log: samples and stacks go into the stream as they are read.

@@ -76,7 +76,7 @@ pub struct LiveCounters {
     pub done: AtomicBool,
 }
 
-/// Where the samples and the stacks read go besides inference (`--save-samples`, samples/).
+/// Where the samples and the stacks read go besides inference (`--save-samples`, stream/).
 pub trait SampleLog {
     fn sample(&mut self, sample: &Sample);
     fn stack(&mut self, stack: &Record);

@@ -481,11 +481,11 @@ pub fn saved_samples(
     gilsample::infer::sample::SampleContext,
     Vec<gilsample::infer::sample::Sample>,
 ) {
-    let mut reader = gilsample::samples::StreamReader::open(path).unwrap();
+    let mut reader = gilsample::stream::StreamReader::open(path).unwrap();
     let context = reader.header().context.clone();
     let mut samples = Vec::new();
     while let Some(item) = reader.next().unwrap() {
-        if let gilsample::samples::Item::Sample(s) = item {
+        if let gilsample::stream::Item::Sample(s) = item {
             samples.push(s);
         }
     }

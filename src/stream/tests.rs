@@ -153,7 +153,7 @@ fn hand_made_sequences_round_trip() {
     });
     s3.mutex_owner = None;
     s3.all_kernel_read = false;
-    s3.skipped_periods = crate::samples::MAX_SKIPPED_PERIODS;
+    s3.skipped_periods = crate::stream::MAX_SKIPPED_PERIODS;
     s3.threads = vec![
         s2.threads[2],
         ThreadSample {
@@ -489,7 +489,7 @@ fn sample() -> impl Strategy<Value = Sample> {
                     // Mostly the full rate, sometimes the quiet one, now and then anything.
                     skipped_periods: match switch % 7 {
                         0 | 1 => 4,
-                        2 => (read_ns % u64::from(crate::samples::MAX_SKIPPED_PERIODS)) as u32,
+                        2 => (read_ns % u64::from(crate::stream::MAX_SKIPPED_PERIODS)) as u32,
                         _ => 0,
                     },
                     threads,

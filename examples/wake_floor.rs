@@ -12,8 +12,8 @@ use std::path::Path;
 
 use clap::ValueEnum;
 use gilsample::cli::parse_rate;
-use gilsample::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
-use gilsample::sample::priority::{Priority, apply_to_current_thread};
+use gilsample::sampler::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
+use gilsample::sampler::priority::{Priority, apply_to_current_thread};
 
 /// Whether the target still runs is looked at this often, in wake-ups.
 const LOOK_EVERY: u64 = 1000;

@@ -16,7 +16,7 @@ use crate::discover::descendants;
 use crate::error::{Error, Result};
 use crate::python::attach::{LayoutChoice, Located, locate};
 use crate::python::target::Target;
-use crate::sample::clock::monotonic_ns;
+use crate::sampler::clock::monotonic_ns;
 
 /// How long launch mode waits for the interpreter to start before giving up.
 pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);

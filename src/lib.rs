@@ -22,7 +22,7 @@ pub mod python;
 pub mod record;
 pub mod replay;
 pub mod report;
-pub mod sample;
+pub mod sampler;
 pub mod stream;
 pub mod signals;
 pub mod summary;

@@ -28,7 +28,7 @@ use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, RecordReport, Targets, Update, record};
-use gilsample::sample::priority::{Priority, realtime_allowed, realtime_refused_warning};
+use gilsample::sampler::priority::{Priority, realtime_allowed, realtime_refused_warning};
 use gilsample::signals::{SessionState, SignalStep, watch_signals};
 use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};

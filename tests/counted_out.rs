@@ -22,7 +22,7 @@ use gilsample::infer::engine::Engine;
 use gilsample::infer::intervals::GilState;
 use gilsample::infer::sample::{Sample, SampleContext};
 use gilsample::observed::KernelState;
-use gilsample::sample::sampler::{CHECK_COUNTED_OUT, IDLE_AFTER_NS};
+use gilsample::sampler::tick_loop::{CHECK_COUNTED_OUT, IDLE_AFTER_NS};
 
 /// A 1 s recording of a sleeper that naps 50 ms and then has to wait for two spinners' GIL, a
 /// hasher, and four threads idle throughout.
@@ -49,7 +49,7 @@ fn record(label: &str) -> (SampleContext, Vec<Sample>) {
 }
 
 /// What the sampler knows of one thread: its last reading and since when it has slept in that
-/// same non-GIL wait (sample/sampler.rs, `read_tracked`).
+/// same non-GIL wait (sampler/tick_loop.rs, `read_tracked`).
 #[derive(Clone, Copy)]
 struct View {
     kernel: Option<KernelState>,

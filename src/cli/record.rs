@@ -9,7 +9,7 @@ use crate::cli::values::{
     CpuList, DurationArg, PidList, Rate, parse_cpus, parse_duration, parse_pids, parse_rate,
 };
 use crate::python::attach::LayoutChoice;
-use crate::sample::priority::Priority;
+use crate::sampler::priority::Priority;
 use crate::trace::chrome::TraceClock;
 
 const HELP_TARGETS: &str = "What to record";

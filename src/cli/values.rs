@@ -12,7 +12,7 @@ pub const MIN_RATE_HZ: f64 = 1.0;
 pub struct CpuList(pub Vec<usize>);
 
 pub fn parse_cpus(text: &str) -> Result<CpuList, String> {
-    crate::sample::affinity::parse_cpu_list(text).map(CpuList)
+    crate::sampler::affinity::parse_cpu_list(text).map(CpuList)
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -5,7 +5,7 @@
 
 use crate::infer::classify::{Basis, Census, ThreadEvidence, census, classify};
 use crate::infer::counted_out::asleep_in_waits;
-use crate::infer::gil_flags::{FlagDecider, FlagStats};
+use crate::infer::gil_flag_rule::{FlagDecider, FlagStats};
 use crate::infer::handoff_age::{HandoffAge, may_have_lasted};
 use crate::infer::held_blocked::blocking_syscall;
 use crate::infer::intervals::{GilState, TimelineParams};
@@ -39,7 +39,7 @@ pub struct InferenceCounts {
 }
 
 /// One thread's outcome at the last sample, where it was decided then (a thread in a held-back
-/// stretch is not): what the sampler needs to read stacks (sample/stack_watch.rs).
+/// stretch is not): what the sampler needs to read stacks (sampler/stack_watch.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decided {
     pub index: usize,

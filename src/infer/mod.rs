@@ -4,7 +4,7 @@
 pub mod classify;
 pub mod counted_out;
 pub mod engine;
-pub mod gil_flags;
+pub mod gil_flag_rule;
 pub mod handoff_age;
 pub mod held_blocked;
 pub mod intervals;

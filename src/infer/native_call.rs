@@ -1,6 +1,6 @@
 //! Whether one hold of the GIL ran Python code or was one native call (docs/classification.md,
 //! "Holds: Python code or one native call"). Pure: the evidence comes from the holder's innermost
-//! frame as the sampler watched it during the hold (sample/stack_watch.rs), the waiters seen
+//! frame as the sampler watched it during the hold (sampler/stack_watch.rs), the waiters seen
 //! meanwhile and the switch interval read from the target's `_PyRuntime`.
 //!
 //! Python code is asked to let the GIL go once a waiter has waited one switch interval, and it does

@@ -27,7 +27,7 @@ pub enum Record {
     /// The GIL went from one thread to another between two samples.
     Handoff(Handoff),
     /// A Python stack read at `t_ns` while the thread was in `state`, standing for `samples` samples
-    /// (sample/stack_watch.rs); the trace puts it into the args of the slice that covers `t_ns`.
+    /// (sampler/stack_watch.rs); the trace puts it into the args of the slice that covers `t_ns`.
     Stack {
         tid: u32,
         t_ns: u64,
@@ -36,7 +36,7 @@ pub enum Record {
         samples: u64,
     },
     /// What the sampler saw of a holder's innermost frame over a hold, or over the part of one in
-    /// which that frame did not change (sample/stack_watch.rs); `t_ns` is its last read, inside the
+    /// which that frame did not change (sampler/stack_watch.rs); `t_ns` is its last read, inside the
     /// hold. The trace judges the hold's kind from it (infer/native_call.rs).
     HoldFrames {
         tid: u32,

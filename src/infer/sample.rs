@@ -1,6 +1,6 @@
 //! The seam between sampling and inference: what one tick read of a target, as plain data.
 //!
-//! The sampler (sample/sampler.rs) does the reading and builds one `Sample` per tick; inference
+//! The sampler (sampler/tick_loop.rs) does the reading and builds one `Sample` per tick; inference
 //! (infer/engine.rs) turns the stream of samples into intervals and never reads memory or /proc. A
 //! reading that inference wants only for some threads (schedstat, 3.15's GIL flags) is asked for with
 //! a `Wants` value before the tick is read. Because a sample holds everything inference uses, a saved
@@ -30,7 +30,7 @@ pub struct Sample {
     /// The tid (the target's namespace) that owns the GIL's mutex, where the layout places it.
     pub mutex_owner: Option<u32>,
     /// No thread's kernel state was carried over from an earlier tick (idle threads are read only
-    /// every few ticks; sample/sampler.rs).
+    /// every few ticks; sampler/tick_loop.rs).
     pub all_kernel_read: bool,
     /// Periods the sampler let pass without a tick before this one because the target was quiet
     /// (`Wants::skip_periods`): 0 at the full rate. The timeline's gap rule allows for them.

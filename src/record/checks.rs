@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::process::tasks::thread_group_of;
 use crate::record::{RecordOptions, Update};
-use crate::sample::affinity::check_usable;
+use crate::sampler::affinity::check_usable;
 use crate::trace::output::{OutputSpec, check_not_exists};
 
 /// Refuses, before anything starts, what would fail later: an existing file named by `-o` or the

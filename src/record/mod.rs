@@ -33,10 +33,10 @@ use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::read_rank;
 use crate::python::attach::{LayoutChoice, locate};
 use crate::python::target::Target;
-use crate::sample::affinity::pin_own_threads;
-use crate::sample::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
-use crate::sample::priority::Priority;
-use crate::sample::sampler::{LiveCounters, SamplerConfig};
+use crate::sampler::affinity::pin_own_threads;
+use crate::sampler::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
+use crate::sampler::priority::Priority;
+use crate::sampler::tick_loop::{LiveCounters, SamplerConfig};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
 use crate::trace::output::OutputSpec;
 
@@ -74,9 +74,9 @@ pub struct RecordOptions {
     pub waiter_counts: bool,
     /// Draw each hand-off of the GIL as an arrow between the two threads' tracks.
     pub handoff_arrows: bool,
-    /// Read the Python stacks of waiters and holders (sample/stack_watch.rs).
+    /// Read the Python stacks of waiters and holders (sampler/stack_watch.rs).
     pub stacks: bool,
-    /// Move a real-time sampler off the GIL holder's CPU (sample/dodge.rs; off only to measure it).
+    /// Move a real-time sampler off the GIL holder's CPU (sampler/dodge.rs; off only to measure it).
     pub cpu_dodge: bool,
     /// Also save every sample, for `gilsample replay` (stream/).
     pub save_samples: Option<PathBuf>,

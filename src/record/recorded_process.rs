@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::process::tasks::{read_cmdline, read_namespace_pid};
 use crate::python::target::Target;
 use crate::record::RecordOptions;
-use crate::sample::clock::monotonic_to_wall_offset_ns;
+use crate::sampler::clock::monotonic_to_wall_offset_ns;
 use crate::trace::chrome::TraceClock;
 
 /// The name of the machine gilsample runs on (its UTS namespace's: a pod's or container's own name

@@ -7,7 +7,7 @@ use crate::infer::records::Record;
 use crate::infer::sample::Sample;
 use crate::python::target::Target;
 use crate::record::recorded_process::RecordedProcess;
-use crate::sample::sampler::{SampleLog, SamplerConfig, SamplerReport, sample_context};
+use crate::sampler::tick_loop::{SampleLog, SamplerConfig, SamplerReport, sample_context};
 use crate::stream::{Item, SampleSaver, StreamHeader, copy_sample};
 use crate::trace::output::check_not_exists;
 

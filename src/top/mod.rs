@@ -129,7 +129,7 @@ fn temporary_dir() -> Result<PathBuf> {
         let dir = base.join(format!(
             "gilsample-top-{}-{}-{attempt}",
             std::process::id(),
-            crate::sample::clock::monotonic_ns()
+            crate::sampler::clock::monotonic_ns()
         ));
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => return Ok(dir),

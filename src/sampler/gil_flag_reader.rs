@@ -1,6 +1,6 @@
 //! Reading CPython 3.15's own per-thread GIL flags, `PyThreadState.holds_gil` and `gil_requested`
 //! (both in `_Py_DebugOffsets.thread_state` and in the DWARF); what they decide is inference's
-//! (infer/gil_flags.rs).
+//! (infer/gil_flag_rule.rs).
 //!
 //! They are read only for a running thread while another holds the GIL: the only threads the rules
 //! infer for rather than read. One read per thread per sample everywhere would be the sampler's
@@ -15,21 +15,21 @@ use crate::python::layout::Layout;
 use crate::symbols::dwarf::FieldInfo;
 
 /// Where the two flags lie in a thread state, so that one read fetches both.
-pub struct GilFlags {
+pub struct GilFlagReader {
     holds: FieldInfo,
     requested: FieldInfo,
     start: u64,
     len: usize,
 }
 
-impl GilFlags {
+impl GilFlagReader {
     /// `None` where the layout lacks either flag or they lie too far apart for one small read.
-    pub fn new(layout: &Layout) -> Option<GilFlags> {
+    pub fn new(layout: &Layout) -> Option<GilFlagReader> {
         let holds = layout.field("tstate.holds_gil")?;
         let requested = layout.field("tstate.gil_requested")?;
         let start = holds.offset.min(requested.offset);
         let end = (holds.offset + holds.size).max(requested.offset + requested.size);
-        (end - start <= 16).then_some(GilFlags {
+        (end - start <= 16).then_some(GilFlagReader {
             holds,
             requested,
             start,
@@ -39,7 +39,7 @@ impl GilFlags {
 
     /// Whether inference can use the flags of a thread: always when checking direct decisions;
     /// otherwise only for a running thread while another thread holds the GIL, the only place the
-    /// rules infer (infer/gil_flags.rs).
+    /// rules infer (infer/gil_flag_rule.rs).
     pub fn wanted(check_direct: bool, runs: bool, locked: bool, holds: bool) -> bool {
         check_direct || (runs && locked && !holds)
     }
@@ -75,11 +75,11 @@ mod tests {
     use crate::python::layout::{Flavour, find_shipped};
 
     /// A 3.15 thread state with the given flag words.
-    fn tstate(holds: u32, requested: u32) -> (GilFlags, SnapshotMemory, RemoteAddr) {
+    fn tstate(holds: u32, requested: u32) -> (GilFlagReader, SnapshotMemory, RemoteAddr) {
         let layout = find_shipped("3.15", Flavour::Default, "x86_64")
             .unwrap()
             .unwrap();
-        let flags = GilFlags::new(&layout).expect("3.15 has both flags");
+        let flags = GilFlagReader::new(&layout).expect("3.15 has both flags");
         let addr = RemoteAddr(0x10_0000);
         let mut bytes = vec![0u8; 512];
         for (field, value) in [
@@ -111,11 +111,11 @@ mod tests {
 
     #[test]
     fn flags_are_wanted_only_where_the_rules_infer() {
-        assert!(GilFlags::wanted(false, true, true, false));
-        assert!(!GilFlags::wanted(false, true, true, true));
-        assert!(!GilFlags::wanted(false, true, false, false));
-        assert!(!GilFlags::wanted(false, false, true, false));
-        assert!(GilFlags::wanted(true, false, false, true));
+        assert!(GilFlagReader::wanted(false, true, true, false));
+        assert!(!GilFlagReader::wanted(false, true, true, true));
+        assert!(!GilFlagReader::wanted(false, true, false, false));
+        assert!(!GilFlagReader::wanted(false, false, true, false));
+        assert!(GilFlagReader::wanted(true, false, false, true));
     }
 
     #[test]
@@ -124,7 +124,7 @@ mod tests {
             let layout = find_shipped(version, Flavour::Default, "x86_64")
                 .unwrap()
                 .unwrap();
-            assert_eq!(GilFlags::new(&layout).is_some(), has, "{version}");
+            assert_eq!(GilFlagReader::new(&layout).is_some(), has, "{version}");
         }
     }
 }

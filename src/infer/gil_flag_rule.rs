@@ -1,6 +1,6 @@
 //! What CPython 3.15's own per-thread GIL flags (`holds_gil`, `gil_requested`) decide: a thread
 //! that has asked for the GIL and does not hold it is inside `take_gil`, with no inference. The
-//! sampler reads them (sample/gil_flags.rs) only where this can use them; see there for why.
+//! sampler reads them (sampler/gil_flag_reader.rs) only where this can use them; see there for why.
 
 use crate::infer::classify::Basis;
 use crate::infer::intervals::GilState;

@@ -4,8 +4,8 @@
 pub mod affinity;
 pub mod clock;
 pub mod dodge;
-pub mod gil_flags;
+pub mod gil_flag_reader;
 pub mod priority;
 pub mod report;
-pub mod sampler;
+pub mod tick_loop;
 pub mod stack_watch;

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::infer::engine::InferenceCounts;
 use crate::process::syscalls::SyscallCounts;
 use crate::python::names::NameStats;
-use crate::sample::priority::Scheduling;
-use crate::sample::stack_watch::StackReport;
+use crate::sampler::priority::Scheduling;
+use crate::sampler::stack_watch::StackReport;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EndReason {

@@ -28,12 +28,12 @@ use crate::python::gil_span::{GilReading, WaiterCounts};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
 use crate::python::target::Target;
-use crate::sample::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
-use crate::sample::dodge::CpuDodge;
-use crate::sample::gil_flags::GilFlags;
-use crate::sample::priority::{Priority, Scheduling, apply_to_current_thread};
-pub use crate::sample::report::{EndReason, SamplerReport};
-use crate::sample::stack_watch::StackWatch;
+use crate::sampler::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
+use crate::sampler::dodge::CpuDodge;
+use crate::sampler::gil_flag_reader::GilFlagReader;
+use crate::sampler::priority::{Priority, Scheduling, apply_to_current_thread};
+pub use crate::sampler::report::{EndReason, SamplerReport};
+use crate::sampler::stack_watch::StackWatch;
 
 use crate::infer::records::{LiveSnapshot, Record};
 
@@ -124,7 +124,7 @@ pub fn sample_context(target: &Target, config: &SamplerConfig) -> SampleContext 
         period_ns: config.period_ns,
         ranges: target.gil_wait_ranges(),
         waiter_counts: config.waiter_counts && target.waiter_counts.is_ok(),
-        gil_flags: GilFlags::new(&target.layout).is_some(),
+        gil_flags: GilFlagReader::new(&target.layout).is_some(),
         check_gil_flags: std::env::var_os("GILSAMPLE_CHECK_GIL_FLAGS").is_some(),
     }
 }
@@ -139,7 +139,7 @@ struct Loop<'a> {
     walker: ThreadWalker,
     namer: ThreadNamer,
     stacks: Option<StackWatch>,
-    gil_flags: Option<GilFlags>,
+    gil_flags: Option<GilFlagReader>,
     engine: Engine,
     report: SamplerReport,
 }
@@ -166,7 +166,7 @@ pub fn run_sampler(
         walker: ThreadWalker::default(),
         namer: ThreadNamer::new(target.object_reader()),
         stacks: None,
-        gil_flags: GilFlags::new(&target.layout),
+        gil_flags: GilFlagReader::new(&target.layout),
         engine: Engine::new(sample_context(target, config)),
         report: SamplerReport::new(start, apply_to_current_thread(config.priority)),
     };
@@ -511,7 +511,7 @@ impl Loop<'_> {
                 seen.schedstat = tracked.files.read_schedstat();
             }
             if let Some(flags) = &self.gil_flags
-                && GilFlags::wanted(check_gil_flags, seen.runs(), locked, holds)
+                && GilFlagReader::wanted(check_gil_flags, seen.runs(), locked, holds)
             {
                 seen.gil_flags = flags.read(&self.target.memory, seen.tstate);
             }

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::cli::ReplayArgs;
 use crate::error::{Error, Result};
 use crate::infer::engine::Engine;
-use crate::infer::records::Record;
+use crate::infer::findings::Finding;
 use crate::infer::sample::Sample;
 use crate::record::recorded_process::RecordedProcess;
 use crate::record::target::{Pace, write_trace};
@@ -95,11 +95,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
 fn replay(
     reader: &mut StreamReader<BufReader<File>>,
     engine: &mut Engine,
-    sink: &mut dyn FnMut(Record),
+    sink: &mut dyn FnMut(Finding),
     writer_failed: &AtomicBool,
     mut explain: Option<&mut Explainer>,
 ) -> (SamplerReport, Option<Error>) {
-    let mut settled: Vec<Record> = Vec::with_capacity(256);
+    let mut settled: Vec<Finding> = Vec::with_capacity(256);
     let mut saved: Option<SamplerReport> = None;
     let mut samples = 0u64;
     let mut first: Option<u64> = None;
@@ -139,7 +139,7 @@ fn replay(
                 samples,
             } => {
                 let frames = frames.into();
-                sink(Record::Stack {
+                sink(Finding::Stack {
                     tid,
                     t_ns,
                     state,
@@ -147,7 +147,7 @@ fn replay(
                     samples,
                 })
             }
-            Item::HoldFrames { tid, t_ns, watch } => sink(Record::HoldFrames {
+            Item::HoldFrames { tid, t_ns, watch } => sink(Finding::HoldFrames {
                 tid,
                 t_ns,
                 watch: Box::new(watch),

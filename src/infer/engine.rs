@@ -1,5 +1,5 @@
 //! Inference over a stream of samples: each `Sample` (infer/sample.rs) in, the intervals, hand-offs,
-//! held-while-blocked stretches and waiter counts it settles out, as `Record`s. Pure: it never reads
+//! held-while-blocked stretches and waiter counts it settles out, as `Finding`s. Pure: it never reads
 //! memory, /proc or a clock, so a saved stream replays into the same records as the live run, and
 //! every rule can be run on recorded samples (docs/classification.md has the rules).
 
@@ -10,7 +10,7 @@ use crate::infer::handoff_age::{HandoffAge, may_have_lasted};
 use crate::infer::held_blocked::blocking_syscall;
 use crate::infer::intervals::{GilState, TimelineParams};
 use crate::infer::quiet::{QuietWatch, params_for};
-use crate::infer::records::{Handoff, LiveSnapshot, Record};
+use crate::infer::findings::{Handoff, LiveSnapshot, Finding};
 use crate::infer::rules::{Decision, DecisionCounts};
 use crate::infer::sample::{Sample, SampleContext, Wants};
 use crate::infer::thread::{MAX_STRETCH_NS, Stretch, ThreadInference};
@@ -70,7 +70,7 @@ pub struct Engine {
     /// place in take/drop, e.g. one asleep on the GIL's mutex).
     last_hold: Option<(u32, u64)>,
     waiters: Option<u32>,
-    /// The switch interval last passed on (`Record::SwitchInterval`).
+    /// The switch interval last passed on (`Finding::SwitchInterval`).
     switch_interval_us: Option<u64>,
     first_switch: Option<u64>,
     handoff_age: HandoffAge,
@@ -188,14 +188,14 @@ impl Engine {
     }
 
     /// One sample in; what it settles goes to `sink`.
-    pub fn step(&mut self, sample: &Sample, sink: &mut dyn FnMut(Record)) {
+    pub fn step(&mut self, sample: &Sample, sink: &mut dyn FnMut(Finding)) {
         self.follow_threads(sample, sink);
         let word = sample.word;
         // Before this sample's intervals: the trace judges the holds they close against it.
         if word.interval_us.is_some() && word.interval_us != self.switch_interval_us {
             self.switch_interval_us = word.interval_us;
             let us = word.interval_us.unwrap_or_default();
-            sink(Record::SwitchInterval {
+            sink(Finding::SwitchInterval {
                 t_ns: sample.t_ns,
                 us,
             });
@@ -262,7 +262,7 @@ impl Engine {
                 t,
                 (state == GilState::Hold, asleep_in),
                 &params,
-                &mut |s| sink(Record::HeldWhileBlocked(s)),
+                &mut |s| sink(Finding::HeldWhileBlocked(s)),
             );
             thread.take_sleep_slices = match (state, basis) {
                 (GilState::Take, Basis::Direct) => seen.slices_before_sleep,
@@ -321,7 +321,7 @@ impl Engine {
                 if let Some((from_tid, last_held_ns)) = self.last_hold
                     && from_tid != thread.tid
                 {
-                    sink(Record::Handoff(Handoff {
+                    sink(Finding::Handoff(Handoff {
                         from_tid,
                         to_tid: thread.tid,
                         last_held_ns,
@@ -338,7 +338,7 @@ impl Engine {
             });
             thread
                 .timeline
-                .observe(t, state, &params, &mut |iv| sink(Record::Interval(iv)));
+                .observe(t, state, &params, &mut |iv| sink(Finding::Interval(iv)));
             taking += u32::from(state == GilState::Take);
         }
         self.counts.thread_samples += self.threads.len() as u64;
@@ -355,7 +355,7 @@ impl Engine {
             .observe(sample, self.ctx.period_ns, states, pending, sink);
         if self.waiters != Some(taking) {
             self.waiters = Some(taking);
-            sink(Record::Waiters {
+            sink(Finding::Waiters {
                 t_ns: t,
                 count: taking,
             });
@@ -373,7 +373,7 @@ impl Engine {
     /// What is still open at the last sample, as far as it was seen: each thread's interval and
     /// held-while-blocked stretch, ended as `finish` would end them now (a held-back stretch is not
     /// in it: it is decided within `MAX_STRETCH_NS`). For a live view (`gilsample top`, through
-    /// `Record::Live`); the trace gets these later, closed, with the same starts.
+    /// `Finding::Live`); the trace gets these later, closed, with the same starts.
     pub fn open_so_far(&self, out: &mut LiveSnapshot) {
         for thread in &self.threads {
             out.open.extend(thread.timeline.open_so_far(&self.params));
@@ -383,7 +383,7 @@ impl Engine {
     }
 
     /// The recording ended: every thread's held-back stretch is decided and its interval closed.
-    pub fn finish(&mut self, sink: &mut dyn FnMut(Record)) {
+    pub fn finish(&mut self, sink: &mut dyn FnMut(Finding)) {
         let params = self.params;
         for thread in &mut self.threads {
             thread.close(None, &params, &mut self.counts.decisions, sink);
@@ -402,7 +402,7 @@ impl Engine {
 
     /// Matches the tracked threads to the sample's: threads no longer in it are gone (closed at the
     /// sample's read time, when the sampler's walk saw them missing), new ones begin.
-    fn follow_threads(&mut self, sample: &Sample, sink: &mut dyn FnMut(Record)) {
+    fn follow_threads(&mut self, sample: &Sample, sink: &mut dyn FnMut(Finding)) {
         if !self.has_the_threads_of(sample) {
             let params = self.params;
             let counts = &mut self.counts.decisions;

@@ -10,7 +10,7 @@ pub mod held_blocked;
 pub mod intervals;
 pub mod native_call;
 pub mod quiet;
-pub mod records;
+pub mod findings;
 pub mod rules;
 pub mod sample;
 pub mod stats;

@@ -14,7 +14,7 @@
 //! first change: at most one slow period off, once per quiet stretch (docs/cost.md, "Adaptive rate").
 
 use crate::infer::intervals::{GilState, TimelineParams};
-use crate::infer::records::Record;
+use crate::infer::findings::Finding;
 use crate::infer::sample::Sample;
 use crate::observed::GilWord;
 use crate::observed::KernelState;
@@ -75,14 +75,14 @@ impl QuietWatch {
         period_ns: u64,
         states: impl Iterator<Item = Option<GilState>>,
         pending: bool,
-        sink: &mut dyn FnMut(Record),
+        sink: &mut dyn FnMut(Finding),
     ) {
         if self.last_skip != Some(sample.skipped_periods) {
             let t_ns = match self.last_skip {
                 Some(_) => self.last_t_ns,
                 None => sample.t_ns,
             };
-            sink(Record::Rate {
+            sink(Finding::Rate {
                 t_ns,
                 hz: rate_hz(period_ns, sample.skipped_periods),
             });
@@ -175,7 +175,7 @@ mod tests {
     fn quiet_long_enough_skips_and_the_first_change_brings_the_full_rate_back() {
         let mut watch = QuietWatch::default();
         let mut rates = Vec::new();
-        let mut sink = |r: Record| rates.push(r);
+        let mut sink = |r: Finding| rates.push(r);
         let hold = || std::iter::once(Some(GilState::Hold));
         let mut t = 0;
         for _ in 0..=QUIET_AFTER {
@@ -201,12 +201,12 @@ mod tests {
         assert_eq!(
             rates,
             vec![
-                Record::Rate {
+                Finding::Rate {
                     t_ns: PERIOD,
                     hz: 10_000
                 },
-                Record::Rate { t_ns: t, hz: 2_000 },
-                Record::Rate {
+                Finding::Rate { t_ns: t, hz: 2_000 },
+                Finding::Rate {
                     t_ns: t + 5 * PERIOD,
                     hz: 10_000
                 },
@@ -219,7 +219,7 @@ mod tests {
     fn a_waiter_a_held_back_stretch_or_a_kernel_change_is_not_quiet() {
         let run = |states: &[Option<GilState>], pending: bool, second: KernelState| {
             let mut watch = QuietWatch::default();
-            let mut sink = |_: Record| {};
+            let mut sink = |_: Finding| {};
             for i in 0..=u64::from(QUIET_AFTER) {
                 let kernel = if i == u64::from(QUIET_AFTER) {
                     second

@@ -8,7 +8,7 @@ use crate::infer::classify::{
 };
 use crate::infer::held_blocked::HeldWhileBlocked;
 use crate::infer::intervals::{GilState, ThreadTimeline, TimelineParams};
-use crate::infer::records::Record;
+use crate::infer::findings::Finding;
 use crate::infer::rules::{Decision, DecisionCounts};
 use crate::observed::SchedStat;
 
@@ -98,12 +98,12 @@ impl ThreadInference {
         next: Option<(GilState, u64)>,
         params: &TimelineParams,
         counts: &mut DecisionCounts,
-        sink: &mut dyn FnMut(Record),
+        sink: &mut dyn FnMut(Finding),
     ) {
         let Some(mut stretch) = self.pending.take() else {
             return;
         };
-        let emit = &mut |iv| sink(Record::Interval(iv));
+        let emit = &mut |iv| sink(Finding::Interval(iv));
         if let Some(state) =
             next.and_then(|(next, handoffs)| settle_in_hindsight(stretch.before, next, handoffs))
         {
@@ -170,13 +170,13 @@ impl ThreadInference {
         at: Option<u64>,
         params: &TimelineParams,
         counts: &mut DecisionCounts,
-        sink: &mut dyn FnMut(Record),
+        sink: &mut dyn FnMut(Finding),
     ) {
         self.settle(None, None, params, counts, sink);
         self.timeline
-            .close(at, params, &mut |iv| sink(Record::Interval(iv)));
+            .close(at, params, &mut |iv| sink(Finding::Interval(iv)));
         self.blocked.close(self.tid, at, params, &mut |s| {
-            sink(Record::HeldWhileBlocked(s))
+            sink(Finding::HeldWhileBlocked(s))
         });
     }
 }
@@ -210,7 +210,7 @@ mod tests {
         let mut counts = DecisionCounts::default();
         let mut intervals = Vec::new();
         let mut sink = |record| {
-            if let Record::Interval(iv) = record {
+            if let Finding::Interval(iv) = record {
                 intervals.push(iv)
             }
         };
@@ -219,7 +219,7 @@ mod tests {
         thread
             .timeline
             .observe(1_000_000, GilState::Hold, &params, &mut |iv| {
-                sink(Record::Interval(iv))
+                sink(Finding::Interval(iv))
             });
         thread.pending = Some(Stretch {
             before: GilState::Hold,
@@ -243,11 +243,11 @@ mod tests {
         thread
             .timeline
             .observe(1_400_000, GilState::Take, &params, &mut |iv| {
-                sink(Record::Interval(iv))
+                sink(Finding::Interval(iv))
             });
         thread
             .timeline
-            .close(None, &params, &mut |iv| sink(Record::Interval(iv)));
+            .close(None, &params, &mut |iv| sink(Finding::Interval(iv)));
         let at = |t: u64| {
             intervals
                 .iter()

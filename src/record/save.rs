@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::infer::records::Record;
+use crate::infer::findings::Finding;
 use crate::infer::sample::Sample;
 use crate::python::target::Target;
 use crate::record::recorded_process::RecordedProcess;
@@ -26,7 +26,7 @@ impl SampleLog for Saving {
         self.saver.push(&self.item);
     }
 
-    fn stack(&mut self, stack: &Record) {
+    fn stack(&mut self, stack: &Finding) {
         if let Some(item) = Item::from_stack(stack) {
             self.saver.push(&item);
         }

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
 use crate::infer::quiet;
-use crate::infer::records::Record;
+use crate::infer::findings::Finding;
 use crate::infer::stats::Totals;
 use crate::python::target::Target;
 use crate::record::recorded_process::RecordedProcess;
@@ -83,8 +83,8 @@ pub enum Pace {
 const BATCHES_IN_FLIGHT: usize = 8;
 
 enum Sender {
-    Unbounded(mpsc::Sender<Vec<Record>>),
-    Bounded(mpsc::SyncSender<Vec<Record>>),
+    Unbounded(mpsc::Sender<Vec<Finding>>),
+    Bounded(mpsc::SyncSender<Vec<Finding>>),
 }
 
 /// Writes one process's trace from what `produce` sends to its sink (a live sampler, or a replay of
@@ -94,7 +94,7 @@ pub fn write_trace(
     process: &RecordedProcess,
     mut writer: ChromeWriter,
     (force, pace): (bool, Pace),
-    produce: impl FnOnce(&mut dyn FnMut(Record), &AtomicBool) -> SamplerReport,
+    produce: impl FnOnce(&mut dyn FnMut(Finding), &AtomicBool) -> SamplerReport,
 ) -> Result<TargetReport> {
     let handoff_arrows = process.handoff_arrows;
     let partial = writer.partial_path().to_path_buf();
@@ -107,11 +107,11 @@ pub fn write_trace(
     // waits for the writer instead of piling batches up in memory.
     let (tx, rx) = match pace {
         Pace::Live => {
-            let (tx, rx) = mpsc::channel::<Vec<Record>>();
+            let (tx, rx) = mpsc::channel::<Vec<Finding>>();
             (Sender::Unbounded(tx), rx)
         }
         Pace::AsFastAsTheWriter => {
-            let (tx, rx) = mpsc::sync_channel::<Vec<Record>>(BATCHES_IN_FLIGHT);
+            let (tx, rx) = mpsc::sync_channel::<Vec<Finding>>(BATCHES_IN_FLIGHT);
             (Sender::Bounded(tx), rx)
         }
     };
@@ -120,16 +120,16 @@ pub fn write_trace(
             let mut totals = Totals::default();
             let mut write = |record| -> Result<()> {
                 match record {
-                    Record::Interval(interval) => {
+                    Finding::Interval(interval) => {
                         totals.add(&interval);
                         writer.write_interval(&interval)
                     }
-                    Record::Waiters { t_ns, count } => writer.write_waiters(t_ns, count),
-                    Record::Rate { t_ns, hz } => writer.write_rate(t_ns, hz),
-                    Record::HeldWhileBlocked(stretch) => writer.write_held_while_blocked(&stretch),
-                    Record::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff),
-                    Record::Handoff(_) => Ok(()),
-                    Record::Stack {
+                    Finding::Waiters { t_ns, count } => writer.write_waiters(t_ns, count),
+                    Finding::Rate { t_ns, hz } => writer.write_rate(t_ns, hz),
+                    Finding::HeldWhileBlocked(stretch) => writer.write_held_while_blocked(&stretch),
+                    Finding::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff),
+                    Finding::Handoff(_) => Ok(()),
+                    Finding::Stack {
                         tid,
                         t_ns,
                         state,
@@ -139,15 +139,15 @@ pub fn write_trace(
                         writer.note_stack(tid, t_ns, state, frames, samples);
                         Ok(())
                     }
-                    Record::Live(snapshot) => {
+                    Finding::Live(snapshot) => {
                         writer.tap_live(&snapshot);
                         Ok(())
                     }
-                    Record::HoldFrames { tid, t_ns, watch } => {
+                    Finding::HoldFrames { tid, t_ns, watch } => {
                         writer.note_hold_frames(tid, t_ns, *watch);
                         Ok(())
                     }
-                    Record::SwitchInterval { us, .. } => {
+                    Finding::SwitchInterval { us, .. } => {
                         writer.note_switch_interval(us);
                         Ok(())
                     }
@@ -288,7 +288,7 @@ fn unfinished(
 /// releases/s (scripts/bench_overhead.py; docs/cost.md, "What keeps the sampler cheap").
 struct Batch<'a> {
     tx: Sender,
-    records: Vec<Record>,
+    records: Vec<Finding>,
     first_ns: u64,
     writer_failed: &'a AtomicBool,
 }
@@ -308,7 +308,7 @@ impl<'a> Batch<'a> {
         }
     }
 
-    fn push(&mut self, record: Record) {
+    fn push(&mut self, record: Finding) {
         // The records' own sample times, not a clock read per record (records of different threads
         // come slightly out of order; the age only needs to be roughly right).
         let at = record.time_ns();
@@ -316,7 +316,7 @@ impl<'a> Batch<'a> {
             self.first_ns = at;
         }
         // A live view's snapshot is sent at once: it is what that view is waiting for.
-        let live = matches!(record, Record::Live(_));
+        let live = matches!(record, Finding::Live(_));
         self.records.push(record);
         if live
             || self.records.len() >= Self::MAX_RECORDS

@@ -13,7 +13,7 @@ pub type TapFor = dyn Fn(u32, u32) -> Box<dyn TraceTap> + Send + Sync;
 
 #[derive(Clone)]
 pub struct Watch {
-    /// How often each sampler sends a `Record::Live` (SamplerConfig::live_every_ns).
+    /// How often each sampler sends a `Finding::Live` (SamplerConfig::live_every_ns).
     pub every: Duration,
     pub tap_for: Arc<TapFor>,
 }

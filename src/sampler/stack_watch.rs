@@ -7,7 +7,7 @@
 //!   (another frame, or another code object in it). Each stack is reported with the number of
 //!   samples it stood for, so a hold that moved between functions says where its time went.
 //!
-//! Stacks go downstream as `Record::Stack`; trace/stacks.rs puts them into the slices' args.
+//! Stacks go downstream as `Finding::Stack`; trace/stacks.rs puts them into the slices' args.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::addr::RemoteAddr;
 use crate::infer::intervals::GilState;
 use crate::infer::native_call::FrameWatch;
-use crate::infer::records::{Frames, Record};
+use crate::infer::findings::{Frames, Finding};
 use crate::infer::sample::ThreadSample;
 use crate::observed::KernelState;
 use crate::python::stacks::{FrameId, StackReader, StackStats};
@@ -219,7 +219,7 @@ impl StackWatch {
         previous: Option<GilState>,
         state: GilState,
         t: u64,
-        sink: &mut dyn FnMut(Record),
+        sink: &mut dyn FnMut(Finding),
     ) {
         let (tid, tstate) = (seen.tid, seen.tstate);
         if state != GilState::Hold
@@ -281,7 +281,7 @@ impl StackWatch {
         tstate: RemoteAddr,
         t: u64,
         holder: Holder,
-        sink: &mut dyn FnMut(Record),
+        sink: &mut dyn FnMut(Finding),
     ) {
         // A stack that does not decode is watched as empty (and not shown), so that a holder whose
         // memory keeps changing under the reads is not read again at every sample.
@@ -314,12 +314,12 @@ impl StackWatch {
     /// The end of a hold, or of its part in one frame: what its frame's reads found, with the frame's
     /// text at the instruction that stood still longest (its line from the code object read for
     /// the stack: no read of the target).
-    fn end(&mut self, tid: u32, hold: &Hold, sink: &mut dyn FnMut(Record)) {
+    fn end(&mut self, tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
         let shown = hold.frames.first().cloned();
         let reader = &mut self.reader;
         let watch = hold.still.watch(|at| reader.frame_text(at).or(shown));
         if let Some(watch) = watch {
-            sink(Record::HoldFrames {
+            sink(Finding::HoldFrames {
                 tid,
                 t_ns: hold.still.last_ns,
                 watch: Box::new(watch),
@@ -339,7 +339,7 @@ fn key(frame: Option<FrameId>) -> Option<(u64, u64)> {
     frame.map(|f| (f.frame, f.code))
 }
 
-fn flush(tid: u32, hold: &Hold, sink: &mut dyn FnMut(Record)) {
+fn flush(tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
     if hold.unreported > 0 && !hold.frames.is_empty() {
         sink(stack(
             tid,
@@ -351,8 +351,8 @@ fn flush(tid: u32, hold: &Hold, sink: &mut dyn FnMut(Record)) {
     }
 }
 
-fn stack(tid: u32, t_ns: u64, state: GilState, frames: Frames, samples: u64) -> Record {
-    Record::Stack {
+fn stack(tid: u32, t_ns: u64, state: GilState, frames: Frames, samples: u64) -> Finding {
+    Finding::Stack {
         tid,
         t_ns,
         state,

@@ -35,7 +35,7 @@ use crate::sampler::priority::{Priority, Scheduling, apply_to_current_thread};
 pub use crate::sampler::report::{EndReason, SamplerReport};
 use crate::sampler::stack_watch::StackWatch;
 
-use crate::infer::records::{LiveSnapshot, Record};
+use crate::infer::findings::{LiveSnapshot, Finding};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
@@ -56,7 +56,7 @@ pub struct SamplerConfig {
     pub dodge_holder: bool,
     /// Read the Python stacks of waiters and holders (stack_watch.rs).
     pub stacks: bool,
-    /// For a live view (`gilsample top`): send a `Record::Live` this often, what is still open and
+    /// For a live view (`gilsample top`): send a `Finding::Live` this often, what is still open and
     /// the threads' names. `None` (recording alone): never.
     pub live_every_ns: Option<u64>,
 }
@@ -79,7 +79,7 @@ pub struct LiveCounters {
 /// Where the samples and the stacks read go besides inference (`--save-samples`, stream/).
 pub trait SampleLog {
     fn sample(&mut self, sample: &Sample);
-    fn stack(&mut self, stack: &Record);
+    fn stack(&mut self, stack: &Finding);
     /// Saving failed (the disk is full): the recording stops.
     fn failed(&self) -> bool;
 }
@@ -151,7 +151,7 @@ pub fn run_sampler(
     config: &SamplerConfig,
     stop: &dyn Fn() -> bool,
     live: &LiveCounters,
-    sink: &mut dyn FnMut(Record),
+    sink: &mut dyn FnMut(Finding),
     mut log: Option<&mut dyn SampleLog>,
 ) -> SamplerReport {
     let start = monotonic_ns();
@@ -202,7 +202,7 @@ impl Loop<'_> {
         config: &SamplerConfig,
         stop: &dyn Fn() -> bool,
         live: &LiveCounters,
-        sink: &mut dyn FnMut(Record),
+        sink: &mut dyn FnMut(Finding),
         log: &mut Option<&mut dyn SampleLog>,
     ) -> EndReason {
         let period = config.period_ns;
@@ -230,7 +230,7 @@ impl Loop<'_> {
         let mut skipping = 0u32;
         // The thread list's head at the last tick, and whether it moved since the last walk.
         let (mut thread_list_head, mut walk_now) = (None, false);
-        let mut settled: Vec<Record> = Vec::with_capacity(256);
+        let mut settled: Vec<Finding> = Vec::with_capacity(256);
         let mut next_live_ns = 0u64;
         loop {
             if stop() || log.as_ref().is_some_and(|l| l.failed()) {
@@ -358,7 +358,7 @@ impl Loop<'_> {
                 && sample.t_ns >= next_live_ns
             {
                 next_live_ns = sample.t_ns + every;
-                sink(Record::Live(Box::new(self.live_snapshot(sample.t_ns))));
+                sink(Finding::Live(Box::new(self.live_snapshot(sample.t_ns))));
             }
             self.engine.wants(&mut wants);
             skipping = if config.adaptive_rate {

@@ -130,16 +130,16 @@ pub enum Item {
 impl Item {
     /// The item that saves a stack or hold-frames record the sampler read (`None` for any other
     /// record).
-    pub fn from_stack(record: &crate::infer::records::Record) -> Option<Item> {
+    pub fn from_stack(record: &crate::infer::findings::Finding) -> Option<Item> {
         match record {
-            crate::infer::records::Record::HoldFrames { tid, t_ns, watch } => {
+            crate::infer::findings::Finding::HoldFrames { tid, t_ns, watch } => {
                 Some(Item::HoldFrames {
                     tid: *tid,
                     t_ns: *t_ns,
                     watch: (**watch).clone(),
                 })
             }
-            crate::infer::records::Record::Stack {
+            crate::infer::findings::Finding::Stack {
                 tid,
                 t_ns,
                 state,
@@ -191,7 +191,7 @@ impl From<StreamError> for crate::error::Error {
 
 impl std::error::Error for StreamError {}
 
-/// Record kinds: the first byte of every record.
+/// Finding kinds: the first byte of every record.
 mod kind {
     pub const HEADER: u8 = 1;
     pub const SAMPLE: u8 = 2;

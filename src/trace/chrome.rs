@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::{GilState, Interval};
 use crate::infer::native_call::FrameWatch;
-use crate::infer::records::{Handoff, LiveSnapshot};
+use crate::infer::findings::{Handoff, LiveSnapshot};
 use crate::observed::syscall_name;
 use crate::trace::micros::{span_micros, whole_micros};
 use crate::trace::native_call::HoldKinds;
@@ -95,7 +95,7 @@ impl ChromeWriter {
         &self.final_path
     }
 
-    /// Hands every slice written from now on, and each `Record::Live`, to `tap` (trace/tap.rs).
+    /// Hands every slice written from now on, and each `Finding::Live`, to `tap` (trace/tap.rs).
     pub fn set_tap(&mut self, tap: Box<dyn TraceTap>) {
         self.tap = Some(tap);
     }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::infer::intervals::{GilState, Interval};
 
-pub use crate::infer::records::Frames;
+pub use crate::infer::findings::Frames;
 
 /// One stack reading: at a sample, in a state, seen over `samples` samples.
 #[derive(Clone, Debug)]

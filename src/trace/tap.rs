@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use crate::infer::records::LiveSnapshot;
+use crate::infer::findings::LiveSnapshot;
 use crate::observed::syscall_name;
 use crate::trace::micros::span_micros;
 use crate::trace::stacks::PendingStacks;

@@ -1,4 +1,6 @@
-//! What inference hands downstream (the trace writer), in time order per thread.
+//! What inference finds and hands downstream (the trace writer), in time order per thread: a
+//! `Finding` (an interval, a hand-off, a stack, ...), not to be confused with the saved stream's
+//! records (stream/).
 
 use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::{GilState, Interval};
@@ -20,7 +22,7 @@ pub struct Handoff {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Record {
+pub enum Finding {
     Interval(Interval),
     /// The holder slept in a syscall while holding the GIL (infer/held_blocked.rs).
     HeldWhileBlocked(BlockedStretch),
@@ -64,7 +66,7 @@ pub enum Record {
     Live(Box<LiveSnapshot>),
 }
 
-/// What a live view needs at one sample besides the closed records: boxed in `Record::Live`, so
+/// What a live view needs at one sample besides the closed records: boxed in `Finding::Live`, so
 /// that every other record stays as small as it was.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveSnapshot {
@@ -79,18 +81,18 @@ pub struct LiveSnapshot {
     pub names: Vec<(u32, String)>,
 }
 
-impl Record {
+impl Finding {
     /// When it happened: an interval's end, a count's change.
     pub fn time_ns(&self) -> u64 {
         match self {
-            Record::Interval(interval) => interval.end_ns,
-            Record::HeldWhileBlocked(stretch) => stretch.end_ns,
-            Record::Handoff(handoff) => handoff.taken_ns,
-            Record::Waiters { t_ns, .. } | Record::Rate { t_ns, .. } => *t_ns,
-            Record::Stack { t_ns, .. }
-            | Record::HoldFrames { t_ns, .. }
-            | Record::SwitchInterval { t_ns, .. } => *t_ns,
-            Record::Live(snapshot) => snapshot.t_ns,
+            Finding::Interval(interval) => interval.end_ns,
+            Finding::HeldWhileBlocked(stretch) => stretch.end_ns,
+            Finding::Handoff(handoff) => handoff.taken_ns,
+            Finding::Waiters { t_ns, .. } | Finding::Rate { t_ns, .. } => *t_ns,
+            Finding::Stack { t_ns, .. }
+            | Finding::HoldFrames { t_ns, .. }
+            | Finding::SwitchInterval { t_ns, .. } => *t_ns,
+            Finding::Live(snapshot) => snapshot.t_ns,
         }
     }
 }
@@ -103,6 +105,6 @@ mod tests {
     fn a_live_snapshot_does_not_make_every_record_bigger() {
         // The largest other variant: a held-while-blocked stretch (or a stack), 32 bytes and a tag.
         assert!(std::mem::size_of::<BlockedStretch>() <= 32);
-        assert_eq!(std::mem::size_of::<Record>(), 40);
+        assert_eq!(std::mem::size_of::<Finding>(), 40);
     }
 }

@@ -13,7 +13,7 @@ use gilsample::observed::KernelState;
 use gilsample::observed::Waiters;
 use gilsample::process::glibc::{CondvarLayout, pthread_mutex_size, wrefs_offset};
 use gilsample::process::kernel::parse_syscall;
-use gilsample::python::gil_span::WaiterCounts;
+use gilsample::python::gil_span::WaiterCountAddrs;
 use gilsample::python::layout::{Flavour, Layout, SHIPPED, find_shipped};
 
 /// aarch64's `futex` syscall number (x86_64's is 202): what an arm64 /proc syscall line carries.
@@ -76,7 +76,7 @@ impl Capture {
     }
 
     /// Where the counts and the mutex are, for the glibc release `info` named.
-    fn waiter_counts(&self) -> WaiterCounts {
+    fn waiter_counts(&self) -> WaiterCountAddrs {
         let waiters = self.info_line("GIL waiters:");
         let release = waiters
             .strip_prefix("counted by glibc ")
@@ -88,11 +88,11 @@ impl Capture {
             release,
             wrefs_offset: wrefs_offset(release).unwrap(),
         };
-        WaiterCounts::locate(&self.layout(), "aarch64", RemoteAddr(self.gil), condvar).unwrap()
+        WaiterCountAddrs::locate(&self.layout(), "aarch64", RemoteAddr(self.gil), condvar).unwrap()
     }
 
     /// The captured bytes from `take_wrefs` on, which is what the decoders read.
-    fn counted_span(&self, counts: &WaiterCounts) -> &[u8] {
+    fn counted_span(&self, counts: &WaiterCountAddrs) -> &[u8] {
         &self.bytes[(counts.take_wrefs.0 - self.gil) as usize..]
     }
 

@@ -5,12 +5,12 @@
 
 use crate::infer::classify::{Basis, Census, ThreadEvidence, census, classify};
 use crate::infer::counted_out::asleep_in_waits;
+use crate::infer::findings::{Finding, Handoff, LiveSnapshot};
 use crate::infer::gil_flag_rule::{FlagDecider, FlagStats};
 use crate::infer::handoff_age::{HandoffAge, may_have_lasted};
 use crate::infer::held_blocked::blocking_syscall;
 use crate::infer::intervals::{GilState, TimelineParams};
 use crate::infer::quiet::{QuietWatch, params_for};
-use crate::infer::findings::{Handoff, LiveSnapshot, Finding};
 use crate::infer::rules::{Decision, DecisionCounts};
 use crate::infer::sample::{Sample, SampleContext, Wants};
 use crate::infer::thread::{MAX_STRETCH_NS, Stretch, ThreadInference};

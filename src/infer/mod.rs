@@ -4,13 +4,13 @@
 pub mod classify;
 pub mod counted_out;
 pub mod engine;
+pub mod findings;
 pub mod gil_flag_rule;
 pub mod handoff_age;
 pub mod held_blocked;
 pub mod intervals;
 pub mod native_call;
 pub mod quiet;
-pub mod findings;
 pub mod rules;
 pub mod sample;
 pub mod stats;

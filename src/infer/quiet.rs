@@ -13,8 +13,8 @@
 //! tick, is seen there, and ends the quiet. What the slower ticks cost is the placement of that
 //! first change: at most one slow period off, once per quiet stretch (docs/cost.md, "Adaptive rate").
 
-use crate::infer::intervals::{GilState, TimelineParams};
 use crate::infer::findings::Finding;
+use crate::infer::intervals::{GilState, TimelineParams};
 use crate::infer::sample::Sample;
 use crate::observed::GilWord;
 use crate::observed::KernelState;

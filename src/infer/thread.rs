@@ -6,9 +6,9 @@ use crate::infer::classify::{
     Arrival, back_in_take_after_a_switch_request, settle_in_hindsight, settle_stretch,
     woke_twice_since_holding,
 };
+use crate::infer::findings::Finding;
 use crate::infer::held_blocked::HeldWhileBlocked;
 use crate::infer::intervals::{GilState, ThreadTimeline, TimelineParams};
-use crate::infer::findings::Finding;
 use crate::infer::rules::{Decision, DecisionCounts};
 use crate::observed::SchedStat;
 

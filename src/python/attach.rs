@@ -15,7 +15,7 @@ use crate::process::maps::read_file_mappings;
 use crate::process::memory::{MemorySource, ProcessMemory};
 use crate::process::tasks::TidMap;
 use crate::python::find_binary::find_interpreter;
-use crate::python::gil_span::{GIL_SPAN_MAX, WaiterCounts};
+use crate::python::gil_span::{GIL_SPAN_MAX, WaiterCountAddrs};
 use crate::python::layout::{Flavour, Layout};
 use crate::python::layout_choice::{LayoutRequest, choose_layout, flavour_of};
 use crate::python::runtime::{GilWordFields, find_gil, find_tid_source};
@@ -124,9 +124,9 @@ impl Located {
 }
 
 /// Locates the waiter counts of the target's GIL and reads them once to check them.
-pub(crate) fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCounts, String> {
+pub(crate) fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCountAddrs, String> {
     let condvar = crate::process::glibc::detect(target.pid)?;
-    let counts = WaiterCounts::locate(&target.layout, target.binary.arch, target.gil, condvar)?;
+    let counts = WaiterCountAddrs::locate(&target.layout, target.binary.arch, target.gil, condvar)?;
     let first = (target.gil.0 + target.gil_word.start).min(counts.take_wrefs.0);
     let last = (target.gil.0 + target.gil_word.end).max(counts.span_end());
     if last - first > GIL_SPAN_MAX as u64 {

@@ -13,7 +13,7 @@ use crate::python::layout::Layout;
 
 /// Where glibc counts the threads waiting on the GIL's two condition variables (process/glibc.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WaiterCounts {
+pub struct WaiterCountAddrs {
     pub glibc: (u32, u32),
     /// `gil.cond`'s `__wrefs`: threads in `take_gil`'s wait.
     pub take_wrefs: RemoteAddr,
@@ -43,7 +43,7 @@ pub struct GilReading {
 /// fields lie further apart reads as a fault rather than as a larger read.
 pub(crate) const GIL_SPAN_MAX: usize = 512;
 
-impl WaiterCounts {
+impl WaiterCountAddrs {
     /// Where glibc (`condvar`) counts the waiters of a GIL at `gil`, laid out as `layout` on `arch`
     /// (the target binary's ELF machine, which sets the size of glibc's mutex).
     pub fn locate(
@@ -51,7 +51,7 @@ impl WaiterCounts {
         arch: &str,
         gil: RemoteAddr,
         condvar: crate::process::glibc::CondvarLayout,
-    ) -> std::result::Result<WaiterCounts, String> {
+    ) -> std::result::Result<WaiterCountAddrs, String> {
         use crate::process::glibc::{PTHREAD_COND_SIZE, pthread_mutex_size};
         let wrefs = |name: &str| -> std::result::Result<Option<RemoteAddr>, String> {
             let Some(field) = layout.field(name) else {
@@ -75,7 +75,7 @@ impl WaiterCounts {
             .filter(|f| Some(f.size) == pthread_mutex_size(arch))
             .map(|f| RemoteAddr(gil.0 + f.offset))
             .filter(|m| m.0 > take_wrefs.0 && m.0 + 12 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
-        Ok(WaiterCounts {
+        Ok(WaiterCountAddrs {
             glibc: condvar.release,
             take_wrefs,
             drop_wrefs,
@@ -152,8 +152,8 @@ mod tests {
     const COND: u64 = 0x1000;
     const MUTEX: u64 = COND + 48;
 
-    fn counts() -> WaiterCounts {
-        WaiterCounts {
+    fn counts() -> WaiterCountAddrs {
+        WaiterCountAddrs {
             glibc: (2, 36),
             take_wrefs: RemoteAddr(COND + 36),
             drop_wrefs: Some(RemoteAddr(COND + 88 + 36)),
@@ -161,7 +161,7 @@ mod tests {
         }
     }
 
-    fn put(span: &mut [u8], counts: &WaiterCounts, addr: u64, value: u32) {
+    fn put(span: &mut [u8], counts: &WaiterCountAddrs, addr: u64, value: u32) {
         let at = (addr - counts.take_wrefs.0) as usize;
         span[at..at + 4].copy_from_slice(&value.to_ne_bytes());
     }
@@ -185,12 +185,12 @@ mod tests {
 
     #[test]
     fn the_span_reaches_the_owner_without_a_switch_cond() {
-        let counts = WaiterCounts {
+        let counts = WaiterCountAddrs {
             drop_wrefs: None,
             ..counts()
         };
         assert_eq!(counts.span_end(), MUTEX + 12);
-        let unlocated = WaiterCounts {
+        let unlocated = WaiterCountAddrs {
             mutex_lock: None,
             ..counts
         };

@@ -10,7 +10,7 @@ use crate::observed::{GilWord, Waiters};
 use crate::process::maps::read_file_mappings;
 use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
 use crate::python::find_binary::Binary;
-use crate::python::gil_span::{GIL_SPAN_MAX, GilReading, WaiterCounts};
+use crate::python::gil_span::{GIL_SPAN_MAX, GilReading, WaiterCountAddrs};
 use crate::python::layout::{Flavour, Layout};
 use crate::python::layout_choice::LayoutSource;
 use crate::python::objects::ObjectReader;
@@ -31,7 +31,7 @@ pub struct Target {
     pub tids: TidSource,
     pub memory: ProcessMemory,
     /// Where the GIL's condition variables count their waiters, or why they cannot be read.
-    pub waiter_counts: std::result::Result<WaiterCounts, String>,
+    pub waiter_counts: std::result::Result<WaiterCountAddrs, String>,
 }
 
 impl Target {
@@ -80,7 +80,7 @@ impl Target {
     /// 24 bytes as for 200 (a syscall each), and the sampler does this on every tick.
     pub fn read_gil(
         &self,
-        counts: Option<&WaiterCounts>,
+        counts: Option<&WaiterCountAddrs>,
     ) -> std::result::Result<GilReading, ReadError> {
         self.read_gil_watching(counts, None)
             .map(|(reading, _)| reading)
@@ -90,7 +90,7 @@ impl Target {
     /// thread list's head there): `None` for it where that word alone could not be read.
     pub fn read_gil_watching(
         &self,
-        counts: Option<&WaiterCounts>,
+        counts: Option<&WaiterCountAddrs>,
         watch: Option<RemoteAddr>,
     ) -> std::result::Result<(GilReading, Option<u64>), ReadError> {
         let (word_start, word_end) = (
@@ -145,7 +145,7 @@ impl Target {
 
 impl Target {
     /// Reads both waiter counts in one read.
-    pub fn read_waiters(&self, at: &WaiterCounts) -> std::result::Result<Waiters, ReadError> {
+    pub fn read_waiters(&self, at: &WaiterCountAddrs) -> std::result::Result<Waiters, ReadError> {
         let mut buf = [0u8; GIL_SPAN_MAX];
         let (span, _) =
             self.read_span(at.take_wrefs.0, at.span_end(), &mut buf, None, &mut [0; 8])?;

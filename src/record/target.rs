@@ -9,15 +9,17 @@ use std::thread;
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
-use crate::infer::quiet;
 use crate::infer::findings::Finding;
+use crate::infer::quiet;
 use crate::infer::stats::Totals;
 use crate::python::target::Target;
 use crate::record::recorded_process::RecordedProcess;
 use crate::record::save::{samples_path, save_samples_to};
 use crate::record::{RecordOptions, TargetReport};
 use crate::report::analyze::{ProcessAnswer, analyze};
-use crate::sampler::tick_loop::{LiveCounters, SampleLog, SamplerConfig, SamplerReport, run_sampler};
+use crate::sampler::tick_loop::{
+    LiveCounters, SampleLog, SamplerConfig, SamplerReport, run_sampler,
+};
 use crate::trace::chrome::ChromeWriter;
 
 /// The largest trace whose answer is computed when its recording ends (1 GiB: about 512 MiB of

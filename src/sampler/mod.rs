@@ -7,5 +7,5 @@ pub mod dodge;
 pub mod gil_flag_reader;
 pub mod priority;
 pub mod report;
-pub mod tick_loop;
 pub mod stack_watch;
+pub mod tick_loop;

@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::addr::RemoteAddr;
+use crate::infer::findings::{Finding, Frames};
 use crate::infer::intervals::GilState;
 use crate::infer::native_call::FrameWatch;
-use crate::infer::findings::{Frames, Finding};
 use crate::infer::sample::ThreadSample;
 use crate::observed::KernelState;
 use crate::python::stacks::{FrameId, StackReader, StackStats};

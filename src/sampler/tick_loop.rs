@@ -24,7 +24,7 @@ use crate::process::kernel::{KernelReading, SleepProof, ThreadFiles};
 use crate::process::memory::ReadError;
 use crate::process::syscalls::counted;
 use crate::process::tasks::TidMap;
-use crate::python::gil_span::{GilReading, WaiterCounts};
+use crate::python::gil_span::{GilReading, WaiterCountAddrs};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
 use crate::python::target::Target;
@@ -35,7 +35,7 @@ use crate::sampler::priority::{Priority, Scheduling, apply_to_current_thread};
 pub use crate::sampler::report::{EndReason, SamplerReport};
 use crate::sampler::stack_watch::StackWatch;
 
-use crate::infer::findings::{LiveSnapshot, Finding};
+use crate::infer::findings::{Finding, LiveSnapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
@@ -108,7 +108,7 @@ const COUNTED_OUT_READ_EVERY: u64 = 1024;
 pub const CHECK_COUNTED_OUT: &str = "GILSAMPLE_CHECK_COUNTED_OUT";
 
 /// What the sampler keeps per thread to read it: its /proc files and what spares reads.
-struct Tracked {
+struct WatchedThread {
     thread: ThreadRef,
     files: ThreadFiles,
     /// The last kernel reading, and since when the thread has been asleep in that same non-GIL wait.
@@ -129,10 +129,10 @@ pub fn sample_context(target: &Target, config: &SamplerConfig) -> SampleContext 
     }
 }
 
-struct Loop<'a> {
+struct Sampler<'a> {
     target: &'a Target,
     tid_map: Option<TidMap>,
-    threads: Vec<Tracked>,
+    threads: Vec<WatchedThread>,
     /// The tick's idle threads left unread for now (indices into `threads` and the sample's threads).
     unread: Vec<usize>,
     refs: Vec<ThreadRef>,
@@ -156,7 +156,7 @@ pub fn run_sampler(
 ) -> SamplerReport {
     let start = monotonic_ns();
     let syscalls_before = counted();
-    let mut state = Loop {
+    let mut state = Sampler {
         target,
         // Without it (the process is gone already) every thread is skipped and the loop ends.
         tid_map: TidMap::new(target.pid).ok(),
@@ -196,7 +196,7 @@ pub fn run_sampler(
     state.report
 }
 
-impl Loop<'_> {
+impl Sampler<'_> {
     fn run(
         &mut self,
         config: &SamplerConfig,
@@ -414,7 +414,7 @@ impl Loop<'_> {
         &mut self,
         sample: &mut Sample,
         ranges: &GilWaitRanges,
-        counts: Option<&WaiterCounts>,
+        counts: Option<&WaiterCountAddrs>,
         idle: IdleReads,
         mutex_contended: Option<bool>,
     ) -> Option<Waiters> {
@@ -566,7 +566,7 @@ impl Loop<'_> {
                 .thread_names
                 .entry(r.tid)
                 .or_insert_with(|| thread_name(target.pid, r.tid));
-            self.threads.push(Tracked {
+            self.threads.push(WatchedThread {
                 thread: *r,
                 files,
                 last_kernel: None,
@@ -598,7 +598,7 @@ struct IdleReads {
 /// Reads one thread's kernel state (or proves its last one unchanged) and keeps what spares later
 /// reads: the reading, and since when it has been asleep in the same non-GIL wait.
 fn read_tracked(
-    tracked: &mut Tracked,
+    tracked: &mut WatchedThread,
     now: u64,
     ranges: &GilWaitRanges,
     report: &mut SamplerReport,

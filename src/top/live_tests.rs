@@ -127,9 +127,9 @@ fn past_the_slices_kept_the_oldest_go_and_since_the_start_says_from_when() {
 
 #[test]
 fn the_tap_gets_the_slices_report_reads_from_the_finished_file() {
+    use crate::infer::findings::LiveSnapshot;
     use crate::infer::held_blocked::BlockedStretch;
     use crate::infer::intervals::{GilState, Interval};
-    use crate::infer::findings::LiveSnapshot;
     use crate::trace::chrome::ChromeWriter;
     use std::sync::Arc;
 

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
+use crate::infer::findings::{Handoff, LiveSnapshot};
 use crate::infer::held_blocked::BlockedStretch;
 use crate::infer::intervals::{GilState, Interval};
 use crate::infer::native_call::FrameWatch;
-use crate::infer::findings::{Handoff, LiveSnapshot};
 use crate::observed::syscall_name;
 use crate::trace::micros::{span_micros, whole_micros};
 use crate::trace::native_call::HoldKinds;

@@ -5,15 +5,15 @@ Records one workload like scripts/bench_accuracy.py (giltruth's eBPF truth and g
 the same process), with --save-samples, then replays the saved samples with `gilsample replay
 --explain`, which writes every thread of every sample as a JSON line: the kernel state, whether the
 thread holds the GIL or let it go last, the GIL's switch number, whether the thread owns the GIL's
-mutex, and the classification with the rule that made it (its `Basis`: Direct, GilMutex,
-RunningStillWaiting, Counted, Ambiguous, RunningReleased). Each sample is
-then looked up in the truth and in the finished trace (where held-back `Ambiguous` stretches have
+mutex, and the classification with the rule that made it (`basis`: Direct, a rule's decision such as
+RunningByGilMutex, RunningStillWaiting, RunningCounted, RunningReleased, or Ambiguous; `rule`: its
+number). Each sample is then looked up in the truth and in the finished trace (where held-back `Ambiguous` stretches have
 been settled), and the wrong ones are counted by
 
     truth>trace  kernel state  basis  decision at the thread's previous and next sample
 
-per thread, largest classes first. This is how the causes in docs/accuracy.md, "What limits it", were found; a
-rule change that targets one class shows up here as that class shrinking.
+per thread, largest classes first. This is how the causes in docs/accuracy.md, "What limits it",
+were found; a rule change that targets one class shows up here as that class shrinking.
 
 Needs what bench_accuracy.py needs (root, bpftrace, pyenv builds with shared libpython, a release
 build). Saving costs the sampler little (docs/cost.md), so the run is the benchmark's. A rule
@@ -29,8 +29,6 @@ import bisect
 import collections
 import json
 import os
-import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -39,20 +37,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_accuracy  # noqa: E402
 
 SHORT = {"take_gil": "take", "hold_gil": "hold", "drop_gil": "drop"}
-SYSCALL = re.compile(r"InSyscall \{ nr: (\d+)")
-FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 
 
-def kernel_state(text):
-    """The dump's KernelState, in a few words: running, asleep in futex / syscall N, blocked, unread."""
-    if text is None:
+def kernel_state(kernel):
+    """The explained kernel state (`replay --explain`'s JSON), in a few words: running, asleep in
+    futex / in a named syscall, blocked, unread."""
+    if kernel is None:
         return "unread"
-    if "Running" in text:
-        return "running"
-    m = SYSCALL.search(text)
-    if m:
-        return "asleep in futex" if int(m[1]) == FUTEX else "asleep in syscall " + m[1]
-    return "blocked"
+    if isinstance(kernel, dict):
+        return "asleep in " + kernel["syscall"]
+    return kernel
 
 
 class Timeline:
@@ -94,7 +88,6 @@ def explained_samples(path):
     by_tid = collections.defaultdict(list)
     for line in open(path):
         m = json.loads(line)
-        m["basis"] = m["basis"].split(" ")[0]
         by_tid[m["tid"]].append((m["t_ns"], m))
     return by_tid
 

@@ -3,7 +3,8 @@
 use std::fmt::Write;
 
 use crate::error::Result;
-use crate::infer::classify::{Census, ThreadEvidence, classify};
+use crate::infer::engine::Engine;
+use crate::infer::sample::{Sample, SampleContext, ThreadSample};
 use crate::observed::GilWaitRanges;
 use crate::observed::KernelState;
 use crate::process::kernel::ThreadFiles;
@@ -11,6 +12,7 @@ use crate::process::tasks::{TidMap, read_namespace_pid};
 use crate::python::attach::{LayoutChoice, attach};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::ThreadWalker;
+use crate::sampler::config::SamplerConfig;
 
 pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     let target = attach(pid, choice)?;
@@ -92,32 +94,55 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
         &threads,
         &mut names,
     );
-    for t in &threads {
-        let kernel = ThreadFiles::open(pid, t.tid)
-            .ok()
-            .and_then(|f| f.read_state().ok());
-        let is_last = word.is_some_and(|w| w.last_holder == t.tstate);
-        let locked = word.is_some_and(|w| w.locked);
-        let evidence = ThreadEvidence {
-            holds: is_last && locked,
-            released_last: is_last && !locked,
-            kernel,
-            previous: None,
-            handoffs_since_previous: None,
-            census: Census::Unknown,
-            owns_gil_mutex: mutex_owner.map(|owner| owner == t.their_tid),
-            left_gil_mutex: false,
-            no_switch_request: false,
-            arrivals_since_take_sleep: None,
-        };
-        let (state, _) = classify(&evidence, &ranges);
+    // Each thread decided by the engine the sampler uses, from this one sample (no history: the
+    // rules that compare with an earlier sample have nothing to compare with).
+    let kernels: Vec<Option<KernelState>> = threads
+        .iter()
+        .map(|t| {
+            ThreadFiles::open(pid, t.tid)
+                .ok()
+                .and_then(|f| f.read_state().ok())
+        })
+        .collect();
+    let sample = Sample {
+        word: word.unwrap_or_default(),
+        waiters: reading.and_then(|r| r.waiters),
+        mutex_owner,
+        all_kernel_read: true,
+        threads: threads
+            .iter()
+            .zip(&kernels)
+            .map(|(t, &kernel)| ThreadSample {
+                tid: t.tid,
+                their_tid: t.their_tid,
+                tstate: t.tstate,
+                kernel,
+                ..ThreadSample::default()
+            })
+            .collect(),
+        ..Sample::default()
+    };
+    let mut engine = Engine::new(SampleContext {
+        period_ns: SamplerConfig::period_ns_at(10_000.0),
+        ranges,
+        waiter_counts: false,
+        gil_flags: false,
+        check_gil_flags: false,
+    });
+    engine.step(&sample, &mut |_| {});
+    for (index, (t, &kernel)) in threads.iter().zip(&kernels).enumerate() {
+        let state = engine
+            .decided()
+            .iter()
+            .find(|d| d.index == index)
+            .map_or_else(|| "undecided".to_string(), |d| d.state.to_string());
         let name = names.get(&t.tid).map(|n| format!("  name: {n}"));
         let _ = writeln!(
             out,
             "  tid {:>8}  tstate {}  {:<9} kernel: {}{}",
             t.tid,
             t.tstate,
-            state.to_string(),
+            state,
             describe_kernel_state(kernel, &ranges),
             name.unwrap_or_default()
         );

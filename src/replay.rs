@@ -7,18 +7,20 @@ use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::cli::ReplayArgs;
 use crate::error::{Error, Result};
-use crate::infer::engine::Engine;
+use crate::infer::classify::Basis;
+use crate::infer::engine::{Engine, StacksFirst};
 use crate::infer::findings::Finding;
 use crate::infer::sample::Sample;
+use crate::observed::{KernelState, syscall_name};
 use crate::record::recorded_process::RecordedProcess;
 use crate::record::target::{Pace, write_trace};
 use crate::record::{RecordReport, TargetReport};
 use crate::sampler::priority::Scheduling;
-use crate::sampler::tick_loop::{EndReason, SamplerReport};
+use crate::sampler::report::{EndReason, SamplerReport};
 use crate::stream::{Item, StreamReader};
 use crate::summary::{answers, format_summary};
 use crate::trace::chrome::ChromeWriter;
@@ -88,9 +90,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
-/// Feeds every item of the stream to `engine` and `sink` in the order the live sampler did: a
-/// sample's settled records wait until the stacks read for that sample (which follow it in the
-/// stream) are out. Returns the report saved at the end, with inference's counts from this run, and
+/// Feeds every item of the stream to `engine` and `sink` in the order the live sampler did
+/// (`StacksFirst`: the stacks read for a sample follow it in the stream). Returns the report saved at the end, with inference's counts from this run, and
 /// what stopped the replay early, if anything did.
 fn replay(
     reader: &mut StreamReader<BufReader<File>>,
@@ -99,7 +100,7 @@ fn replay(
     writer_failed: &AtomicBool,
     mut explain: Option<&mut Explainer>,
 ) -> (SamplerReport, Option<Error>) {
-    let mut settled: Vec<Finding> = Vec::with_capacity(256);
+    let mut stacks_first = StacksFirst::default();
     let mut saved: Option<SamplerReport> = None;
     let mut samples = 0u64;
     let mut first: Option<u64> = None;
@@ -119,8 +120,7 @@ fn replay(
         };
         match item {
             Item::Sample(sample) => {
-                settled.drain(..).for_each(&mut *sink);
-                engine.step(&sample, &mut |record| settled.push(record));
+                stacks_first.step(engine, &sample, sink);
                 if let Some(explain) = explain.as_deref_mut()
                     && let Err(e) = explain.write(&sample, engine)
                 {
@@ -166,7 +166,7 @@ fn replay(
             Item::Header(_) => {}
         }
     }
-    settled.drain(..).for_each(&mut *sink);
+    stacks_first.release(sink);
     engine.finish(sink);
     // A stream cut off has no saved report: what the samples themselves say stands in.
     let mut report = saved.unwrap_or_else(|| SamplerReport {
@@ -203,7 +203,7 @@ impl Explainer {
             let line = json!({
                 "t_ns": sample.t_ns,
                 "tid": thread.tid,
-                "kernel": thread.kernel.map(|k| format!("{k:?}")),
+                "kernel": thread.kernel.map(kernel_json),
                 "holds": sample.holds(thread),
                 "released_last": !sample.word.locked && thread.tstate == sample.word.last_holder,
                 "switch": sample.word.switch_number,
@@ -214,7 +214,12 @@ impl Explainer {
                 "owns_gil_mutex": sample.mutex_owner.map(|o| o == thread.their_tid),
                 "schedstat": thread.schedstat.map(|s| [s.cpu_ns, s.run_queue_ns, s.timeslices]),
                 "state": why.state.to_string(),
-                "basis": why.basis,
+                "basis": why.basis.name(),
+                "rule": why.basis.rule(),
+                "after": match why.basis {
+                    Basis::Ambiguous { after } => Some(after.to_string()),
+                    _ => None,
+                },
             });
             writeln!(self.out, "{line}").map_err(|e| self.error(e))?;
         }
@@ -244,4 +249,16 @@ fn print_summary(target: TargetReport, rate_hz: f64, verbose: bool) {
     };
     let answers = answers(&report);
     eprint!("{}", format_summary(&report, &answers, verbose, rate_hz));
+}
+
+/// A kernel state as `--explain` writes it: `"running"`, `"blocked"`, or the system call a thread is
+/// asleep in, by name and number, with its first two arguments (for futex: the address, the operation).
+fn kernel_json(state: KernelState) -> Value {
+    match state {
+        KernelState::Running => json!("running"),
+        KernelState::Blocked => json!("blocked"),
+        KernelState::InSyscall { nr, arg0, arg1 } => {
+            json!({"syscall": syscall_name(nr), "nr": nr, "arg0": arg0, "arg1": arg1})
+        }
+    }
 }

@@ -11,7 +11,7 @@ use crate::infer::intervals::GilState;
 use crate::record::{RecordReport, TargetReport};
 use crate::report::analyze::ProcessAnswer;
 use crate::report::text;
-use crate::sampler::tick_loop::EndReason;
+use crate::sampler::report::EndReason;
 
 /// The answer for each recorded target, as its trace's analysis gave it when the file was finished.
 pub fn answers(report: &RecordReport) -> Vec<Option<ProcessAnswer>> {
@@ -266,7 +266,7 @@ pub const STALL_PERIODS_WARNED: f64 = 10.0;
 /// The warning for a recording that kept its rate overall but has holes: ticks that started late
 /// (the sampler waited for a CPU) or reads that stalled (the target was changing its memory map).
 pub fn gaps_warning(
-    s: &crate::sampler::tick_loop::SamplerReport,
+    s: &crate::sampler::report::SamplerReport,
     requested_hz: f64,
 ) -> Option<String> {
     if requested_hz.is_nan() || requested_hz <= 0.0 || s.samples == 0 {
@@ -303,7 +303,7 @@ mod tests {
     use crate::infer::stats::Totals;
     use crate::record::TargetReport;
     use crate::sampler::priority::Scheduling;
-    use crate::sampler::tick_loop::SamplerReport;
+    use crate::sampler::report::SamplerReport;
 
     fn report_at(samples: u64) -> RecordReport {
         let mut sampler = SamplerReport::new(1_000_000_000, Scheduling::Fifo);

@@ -22,7 +22,7 @@ use gilsample::infer::engine::Engine;
 use gilsample::infer::intervals::GilState;
 use gilsample::infer::sample::{Sample, SampleContext};
 use gilsample::observed::KernelState;
-use gilsample::sampler::tick_loop::{CHECK_COUNTED_OUT, IDLE_AFTER_NS};
+use gilsample::sampler::thread_reads::{CHECK_COUNTED_OUT, IDLE_AFTER_NS};
 
 /// A 1 s recording of a sleeper that naps 50 ms and then has to wait for two spinners' GIL, a
 /// hasher, and four threads idle throughout.

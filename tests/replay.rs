@@ -238,18 +238,35 @@ fn explain_writes_every_thread_of_every_sample_with_what_decided_it() {
         "one line per thread per sample"
     );
     for key in [
-        "t_ns", "tid", "kernel", "holds", "switch", "locked", "waiters", "state", "basis",
+        "t_ns", "tid", "kernel", "holds", "switch", "locked", "waiters", "state", "basis", "rule",
     ] {
         assert!(lines.iter().all(|l| l.get(key).is_some()), "{key} missing");
     }
     // The bases the rules give on this workload, the inferring ones among them.
-    let bases: std::collections::BTreeSet<&str> = lines
-        .iter()
-        .map(|l| l["basis"].as_str().unwrap().split(' ').next().unwrap())
-        .collect();
-    for basis in ["Direct", "GilMutex", "Ambiguous", "RunningReleased"] {
+    let bases: std::collections::BTreeSet<&str> =
+        lines.iter().map(|l| l["basis"].as_str().unwrap()).collect();
+    for basis in [
+        "Direct",
+        "RunningByGilMutex",
+        "Ambiguous",
+        "RunningReleased",
+    ] {
         assert!(bases.contains(basis), "no {basis} in {bases:?}");
     }
+    // Kernel states are data, not text to parse: a futex sleep names its call and its address.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kernel"]["syscall"] == "futex" && l["kernel"]["arg0"].is_u64()),
+        "no futex sleep in the explained kernel states"
+    );
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l["basis"] == "Ambiguous")
+            .all(|l| l["rule"] == 9 && l["after"].is_string()),
+        "a held-back sample without its rule and the state it follows"
+    );
     assert!(
         lines.iter().any(|l| l["waiters"].is_array()),
         "no waiter counts"

@@ -10,6 +10,7 @@
 //! `settle_stretch`) or released (10).
 
 use crate::infer::intervals::GilState;
+use crate::infer::rules::Decision;
 use crate::observed::{GilWaitRanges, Waiters};
 use crate::observed::{KernelState, SchedStat};
 
@@ -77,23 +78,40 @@ pub fn census(waiters: Waiters, asleep: Waiters, running: usize, all_read: bool)
     }
 }
 
-/// How sure a classification is; the sampler counts each kind for the summary.
+/// How a thread's state at one sample was found: read directly, placed by one of the inferring
+/// rules (each a `Decision`, counted in the trace's metadata under its row of `rules::DECISIONS`), or
+/// held back for rule 9 to settle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Basis {
     /// Memory or the kernel said so directly (rules 1–5).
     Direct,
-    /// Running, and who owns the GIL's mutex decided it (rule 6).
-    GilMutex,
-    /// Running, and `switch_number` proves it is still inside `take_gil`/`drop_gil` (rule 7).
-    RunningStillWaiting,
-    /// Running, and the waiter counts decided it (rule 8).
-    Counted,
+    /// A running thread that rule 6, 7, 8 or 10 placed.
+    Rule(Decision),
     /// Running after a GIL state: decided later by `settle_stretch` (rule 9). `after` is the state
     /// the stretch follows: the thread's last definite state, or `Drop` for one that has taken the
     /// GIL and let it go since (rule 8).
     Ambiguous { after: GilState },
-    /// Running, and not in a GIL state before (rule 10).
-    RunningReleased,
+}
+
+impl Basis {
+    /// Its name where it is written out (`replay --explain`): `Direct`, the decision's name, or
+    /// `Ambiguous`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Basis::Direct => "Direct",
+            Basis::Rule(decision) => decision.name(),
+            Basis::Ambiguous { .. } => "Ambiguous",
+        }
+    }
+
+    /// The number of the rule in docs/classification.md that decided, where one rule did.
+    pub fn rule(&self) -> Option<u8> {
+        match self {
+            Basis::Direct => None,
+            Basis::Rule(decision) => Some(decision.info().rule),
+            Basis::Ambiguous { .. } => Some(9),
+        }
+    }
 }
 
 /// Whether `addr` lies in one of `ranges`.
@@ -139,10 +157,10 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
         return (GilState::Released, Basis::Direct);
     }
     match (evidence.owns_gil_mutex, evidence.released_last) {
-        (Some(true), true) => return (GilState::Drop, Basis::GilMutex),
-        (Some(true), false) => return (GilState::Take, Basis::GilMutex),
+        (Some(true), true) => return (GilState::Drop, Basis::Rule(Decision::RunningByGilMutex)),
+        (Some(true), false) => return (GilState::Take, Basis::Rule(Decision::RunningByGilMutex)),
         (Some(false), true) if evidence.no_switch_request => {
-            return (GilState::Released, Basis::GilMutex);
+            return (GilState::Released, Basis::Rule(Decision::RunningByGilMutex));
         }
         (Some(false) | None, _) => {}
     }
@@ -150,13 +168,17 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
     let one_elsewhere = handoffs == Some(1) && !evidence.released_last;
     match evidence.previous {
         Some(GilState::Take) if handoffs == Some(0) || one_elsewhere => {
-            (GilState::Take, Basis::RunningStillWaiting)
+            (GilState::Take, Basis::Rule(Decision::RunningStillWaiting))
         }
         Some(GilState::Drop) if handoffs == Some(0) && !evidence.left_gil_mutex => {
-            (GilState::Drop, Basis::RunningStillWaiting)
+            (GilState::Drop, Basis::Rule(Decision::RunningStillWaiting))
         }
-        _ if evidence.census == Census::AllTaking => (GilState::Take, Basis::Counted),
-        _ if evidence.census == Census::AllDropping => (GilState::Drop, Basis::Counted),
+        _ if evidence.census == Census::AllTaking => {
+            (GilState::Take, Basis::Rule(Decision::RunningCounted))
+        }
+        _ if evidence.census == Census::AllDropping => {
+            (GilState::Drop, Basis::Rule(Decision::RunningCounted))
+        }
         // A former holder may still be inside `drop_gil` outside its wait, preempted by the thread
         // its hand-off woke: the counts cannot tell, the stretch rule can.
         Some(GilState::Take) if evidence.census == Census::NoneWaiting => {
@@ -171,13 +193,13 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
                     },
                 )
             } else {
-                (GilState::Released, Basis::Counted)
+                (GilState::Released, Basis::Rule(Decision::RunningCounted))
             }
         }
         Some(after @ (GilState::Take | GilState::Hold | GilState::Drop)) => {
             (GilState::Released, Basis::Ambiguous { after })
         }
-        _ => (GilState::Released, Basis::RunningReleased),
+        _ => (GilState::Released, Basis::Rule(Decision::RunningReleased)),
     }
 }
 
@@ -412,7 +434,7 @@ mod tests {
     fn woken_waiter_with_no_handoff_since_is_still_taking() {
         assert_eq!(
             classify(&running(GilState::Take, 0, false), &GIL),
-            (GilState::Take, Basis::RunningStillWaiting)
+            (GilState::Take, Basis::Rule(Decision::RunningStillWaiting))
         );
     }
 
@@ -468,11 +490,11 @@ mod tests {
     fn running_thread_not_in_a_gil_state_before_is_released() {
         assert_eq!(
             classify(&running(GilState::Released, 0, false), &GIL),
-            (GilState::Released, Basis::RunningReleased)
+            (GilState::Released, Basis::Rule(Decision::RunningReleased))
         );
         assert_eq!(
             classify(&evidence(Some(KernelState::Running)), &GIL).1,
-            Basis::RunningReleased
+            Basis::Rule(Decision::RunningReleased)
         );
     }
 
@@ -575,15 +597,15 @@ mod tests {
     fn census_decides_running_threads() {
         assert_eq!(
             counted(GilState::Take, Census::NoneWaiting),
-            (GilState::Released, Basis::Counted)
+            (GilState::Released, Basis::Rule(Decision::RunningCounted))
         );
         assert_eq!(
             counted(GilState::Released, Census::AllTaking),
-            (GilState::Take, Basis::Counted)
+            (GilState::Take, Basis::Rule(Decision::RunningCounted))
         );
         assert_eq!(
             counted(GilState::Hold, Census::AllDropping),
-            (GilState::Drop, Basis::Counted)
+            (GilState::Drop, Basis::Rule(Decision::RunningCounted))
         );
         // A former holder may be preempted inside drop_gil outside its wait.
         assert_eq!(
@@ -604,11 +626,11 @@ mod tests {
         // Woken once and still running: it took the GIL and runs on without it.
         assert_eq!(
             classify(&after_sleep(Some(1)), &GIL),
-            (GilState::Released, Basis::Counted)
+            (GilState::Released, Basis::Rule(Decision::RunningCounted))
         );
         assert_eq!(
             classify(&after_sleep(Some(2)), &GIL),
-            (GilState::Released, Basis::Counted)
+            (GilState::Released, Basis::Rule(Decision::RunningCounted))
         );
         // Three arrivals or more: a stretch that starts in the drop_gil of the hold in between.
         for arrivals in [3, 7] {
@@ -625,7 +647,7 @@ mod tests {
         // Without a proven sleep to count from, the counts decide as before.
         assert_eq!(
             classify(&after_sleep(None), &GIL),
-            (GilState::Released, Basis::Counted)
+            (GilState::Released, Basis::Rule(Decision::RunningCounted))
         );
     }
 
@@ -652,12 +674,12 @@ mod tests {
         // Preempted in drop_gil between letting the GIL go and unlocking its mutex.
         assert_eq!(
             classify(&owner(GilState::Hold, true), &GIL),
-            (GilState::Drop, Basis::GilMutex)
+            (GilState::Drop, Basis::Rule(Decision::RunningByGilMutex))
         );
         // Any other owner is inside take_gil.
         assert_eq!(
             classify(&owner(GilState::Released, false), &GIL),
-            (GilState::Take, Basis::GilMutex)
+            (GilState::Take, Basis::Rule(Decision::RunningByGilMutex))
         );
         // Asleep elsewhere, the owner word is not believed.
         let asleep = ThreadEvidence {
@@ -677,7 +699,7 @@ mod tests {
         for previous in [GilState::Hold, GilState::Drop] {
             assert_eq!(
                 classify(&past(previous), &GIL),
-                (GilState::Released, Basis::GilMutex)
+                (GilState::Released, Basis::Rule(Decision::RunningByGilMutex))
             );
         }
         // Without the owner, the same thread is ambiguous.
@@ -722,7 +744,7 @@ mod tests {
         let still = running(GilState::Drop, 0, false);
         assert_eq!(
             classify(&still, &GIL),
-            (GilState::Drop, Basis::RunningStillWaiting)
+            (GilState::Drop, Basis::Rule(Decision::RunningStillWaiting))
         );
         let left = ThreadEvidence {
             left_gil_mutex: true,
@@ -744,7 +766,7 @@ mod tests {
         };
         assert_eq!(
             classify(&e, &GIL),
-            (GilState::Take, Basis::RunningStillWaiting)
+            (GilState::Take, Basis::Rule(Decision::RunningStillWaiting))
         );
     }
 

@@ -12,7 +12,7 @@ use crate::infer::held_blocked::blocking_syscall;
 use crate::infer::intervals::{GilState, TimelineParams};
 use crate::infer::quiet::{QuietWatch, params_for};
 use crate::infer::rules::{Decision, DecisionCounts};
-use crate::infer::sample::{Sample, SampleContext, Wants};
+use crate::infer::sample::{Sample, SampleContext, ThreadSample, Wants};
 use crate::infer::thread::{MAX_STRETCH_NS, Stretch, ThreadInference};
 use crate::observed::KernelState;
 use crate::observed::Waiters;
@@ -52,8 +52,8 @@ pub struct Decided {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Explained {
     pub state: GilState,
-    /// The rule's `Basis`, as text (`Direct`, `GilMutex`, `Ambiguous { after: Take }`, ...).
-    pub basis: String,
+    /// How it was decided: read directly, by which rule, or held back (rule 9).
+    pub basis: Basis,
 }
 
 pub struct Engine {
@@ -190,16 +190,8 @@ impl Engine {
     /// One sample in; what it settles goes to `sink`.
     pub fn step(&mut self, sample: &Sample, sink: &mut dyn FnMut(Finding)) {
         self.follow_threads(sample, sink);
+        self.note_switch_interval(sample, sink);
         let word = sample.word;
-        // Before this sample's intervals: the trace judges the holds they close against it.
-        if word.interval_us.is_some() && word.interval_us != self.switch_interval_us {
-            self.switch_interval_us = word.interval_us;
-            let us = word.interval_us.unwrap_or_default();
-            sink(Finding::SwitchInterval {
-                t_ns: sample.t_ns,
-                us,
-            });
-        }
         self.handoff_age.observe(word.switch_number, sample.woke_ns);
         let no_switch_request = word
             .interval_us
@@ -219,41 +211,15 @@ impl Engine {
             if holds {
                 self.holder_tid = Some(thread.tid);
             }
-            let owns_gil_mutex = sample.mutex_owner.map(|owner| owner == seen.their_tid);
             let previous = thread.timeline.current();
-            // Rule 8 compares a running thread last seen asleep in take_gil with that sleep, at a
-            // sample where the counts place nobody running in a wait.
-            let arrivals_since_take_sleep = thread
-                .take_sleep_slices
-                .filter(|_| {
-                    census == Census::NoneWaiting
-                        && previous == Some(GilState::Take)
-                        && seen.kernel == Some(KernelState::Running)
-                        && !holds
-                })
-                .and_then(|slices| Some(seen.schedstat?.timeslices.saturating_sub(slices)));
-            let evidence = ThreadEvidence {
-                holds,
-                released_last: seen.tstate == word.last_holder && !word.locked,
-                kernel: seen.kernel,
-                previous,
-                handoffs_since_previous: thread
-                    .definite_switch
-                    .map(|p| word.switch_number.wrapping_sub(p)),
-                census,
-                owns_gil_mutex,
-                left_gil_mutex: thread.owned_gil_mutex && owns_gil_mutex == Some(false),
-                no_switch_request,
-                arrivals_since_take_sleep,
-            };
-            thread.owned_gil_mutex = owns_gil_mutex == Some(true);
+            let evidence = evidence_for(thread, seen, sample, census, no_switch_request);
+            thread.owned_gil_mutex = evidence.owns_gil_mutex == Some(true);
             let mut decision = classify(&evidence, &ranges);
             if let Some(flags) = self.flags.as_mut() {
                 decision = flags.decide(seen.gil_flags, decision, holds || !word.locked);
             }
             let (state, basis) = decision;
             if let Some(explained) = self.explained.as_mut() {
-                let basis = format!("{basis:?}");
                 explained.push((index, Explained { state, basis }));
             }
             let asleep_in = blocking_syscall(seen.kernel, |addr| ranges.contains(addr));
@@ -272,41 +238,13 @@ impl Engine {
             let decisions = &mut self.counts.decisions;
             match basis {
                 Basis::Ambiguous { after } => {
-                    if thread.pending.is_none()
-                        && after == GilState::Drop
-                        && previous == Some(GilState::Take)
-                    {
-                        decisions.count(Decision::StretchAfterUnseenHold);
-                    }
-                    let stretch = thread.pending.get_or_insert_with(|| Stretch {
-                        before: after,
-                        // Judged once, when the stretch begins: the hold ended before it.
-                        switch_request_possible: after == GilState::Hold
-                            && word.interval_us.zip(thread.hold_handoff_after).is_some_and(
-                                |(interval_us, since)| may_have_lasted(since, interval_us, t),
-                            ),
-                        first_ns: t,
-                        last_ns: t,
-                        at_start: seen.schedstat,
-                        arrival: None,
-                    });
-                    // A stretch is a run of consecutive samples: where the sampler fell behind it
-                    // is settled at the gap (this sample is dropped; the next starts afresh).
-                    let broken = t.saturating_sub(stretch.last_ns) > params.max_gap_ns;
-                    if !broken && stretch.last_ns != t {
-                        stretch.watch(seen.schedstat, t);
-                        stretch.last_ns = t;
-                    }
-                    if broken || t.saturating_sub(stretch.first_ns) > MAX_STRETCH_NS {
-                        thread.settle(Some((t, seen.schedstat)), None, &params, decisions, sink);
-                    }
+                    hold_back(
+                        thread, seen, after, previous, sample, &params, decisions, sink,
+                    );
                     continue;
                 }
                 Basis::Direct => {}
-                Basis::GilMutex => decisions.count(Decision::RunningByGilMutex),
-                Basis::RunningStillWaiting => decisions.count(Decision::RunningStillWaiting),
-                Basis::RunningReleased => decisions.count(Decision::RunningReleased),
-                Basis::Counted => decisions.count(Decision::RunningCounted),
+                Basis::Rule(decision) => decisions.count(decision),
             }
             if thread.pending.is_some() {
                 let next = thread
@@ -341,6 +279,26 @@ impl Engine {
                 .observe(t, state, &params, &mut |iv| sink(Finding::Interval(iv)));
             taking += u32::from(state == GilState::Take);
         }
+        self.after_sample(sample, taking, sink);
+    }
+
+    /// A new switch interval goes out before this sample's intervals: the trace judges the holds
+    /// they close against it.
+    fn note_switch_interval(&mut self, sample: &Sample, sink: &mut dyn FnMut(Finding)) {
+        let interval_us = sample.word.interval_us;
+        if interval_us.is_some() && interval_us != self.switch_interval_us {
+            self.switch_interval_us = interval_us;
+            sink(Finding::SwitchInterval {
+                t_ns: sample.t_ns,
+                us: interval_us.unwrap_or_default(),
+            });
+        }
+    }
+
+    /// The counts and tracks a whole sample moves once its threads are decided: waiters, the quiet
+    /// rate, hand-offs seen and counted.
+    fn after_sample(&mut self, sample: &Sample, taking: u32, sink: &mut dyn FnMut(Finding)) {
+        let (word, t) = (sample.word, sample.t_ns);
         self.counts.thread_samples += self.threads.len() as u64;
         // `decided` is in index order: one walk pairs it with the threads.
         let mut decided = self.decided.iter().peekable();
@@ -448,5 +406,109 @@ impl Engine {
         }
         let asleep = asleep_in_waits(sample.threads.iter(), &self.ctx.ranges);
         census(before, asleep, running, sample.all_kernel_read)
+    }
+}
+
+/// The order findings leave inference in, the one rule for the live sampler and replay alike: what a
+/// sample settles is held until the stacks read for that sample are out, because a stack belongs in
+/// a slice those findings may close (the trace writer files each stack into the open slice of its
+/// thread). Live, the stacks are read right after the step; in a stream they follow the sample.
+#[derive(Default)]
+pub struct StacksFirst {
+    settled: Vec<Finding>,
+}
+
+impl StacksFirst {
+    /// Steps `engine` on `sample`, holding what it settles; what the sample before settled goes out
+    /// first (its stacks are out by now).
+    pub fn step(&mut self, engine: &mut Engine, sample: &Sample, sink: &mut dyn FnMut(Finding)) {
+        self.release(sink);
+        engine.step(sample, &mut |finding| self.settled.push(finding));
+    }
+
+    /// What the last sample settled, once its stacks are out (and at the end).
+    pub fn release(&mut self, sink: &mut dyn FnMut(Finding)) {
+        self.settled.drain(..).for_each(sink);
+    }
+}
+
+/// What one sample says about one tracked thread, for `classify`.
+fn evidence_for(
+    thread: &ThreadInference,
+    seen: &ThreadSample,
+    sample: &Sample,
+    census: Census,
+    no_switch_request: bool,
+) -> ThreadEvidence {
+    let word = sample.word;
+    let holds = sample.holds(seen);
+    let previous = thread.timeline.current();
+    let owns_gil_mutex = sample.mutex_owner.map(|owner| owner == seen.their_tid);
+    // Rule 8 compares a running thread last seen asleep in take_gil with that sleep, at a sample
+    // where the counts place nobody running in a wait.
+    let arrivals_since_take_sleep = thread
+        .take_sleep_slices
+        .filter(|_| {
+            census == Census::NoneWaiting
+                && previous == Some(GilState::Take)
+                && seen.kernel == Some(KernelState::Running)
+                && !holds
+        })
+        .and_then(|slices| Some(seen.schedstat?.timeslices.saturating_sub(slices)));
+    ThreadEvidence {
+        holds,
+        released_last: seen.tstate == word.last_holder && !word.locked,
+        kernel: seen.kernel,
+        previous,
+        handoffs_since_previous: thread
+            .definite_switch
+            .map(|p| word.switch_number.wrapping_sub(p)),
+        census,
+        owns_gil_mutex,
+        left_gil_mutex: thread.owned_gil_mutex && owns_gil_mutex == Some(false),
+        no_switch_request,
+        arrivals_since_take_sleep,
+    }
+}
+
+/// A sample rule 9 holds back: it joins the thread's stretch (begun here if none is open), which is
+/// settled at a gap in the samples or once it has lasted `MAX_STRETCH_NS`.
+#[allow(clippy::too_many_arguments)]
+fn hold_back(
+    thread: &mut ThreadInference,
+    seen: &ThreadSample,
+    after: GilState,
+    previous: Option<GilState>,
+    sample: &Sample,
+    params: &TimelineParams,
+    decisions: &mut DecisionCounts,
+    sink: &mut dyn FnMut(Finding),
+) {
+    let t = sample.t_ns;
+    if thread.pending.is_none() && after == GilState::Drop && previous == Some(GilState::Take) {
+        decisions.count(Decision::StretchAfterUnseenHold);
+    }
+    let interval_us = sample.word.interval_us;
+    let stretch = thread.pending.get_or_insert_with(|| Stretch {
+        before: after,
+        // Judged once, when the stretch begins: the hold ended before it.
+        switch_request_possible: after == GilState::Hold
+            && interval_us
+                .zip(thread.hold_handoff_after)
+                .is_some_and(|(interval_us, since)| may_have_lasted(since, interval_us, t)),
+        first_ns: t,
+        last_ns: t,
+        at_start: seen.schedstat,
+        arrival: None,
+    });
+    // A stretch is a run of consecutive samples: where the sampler fell behind it is settled at the
+    // gap (this sample is dropped; the next starts afresh).
+    let broken = t.saturating_sub(stretch.last_ns) > params.max_gap_ns;
+    if !broken && stretch.last_ns != t {
+        stretch.watch(seen.schedstat, t);
+        stretch.last_ns = t;
+    }
+    if broken || t.saturating_sub(stretch.first_ns) > MAX_STRETCH_NS {
+        thread.settle(Some((t, seen.schedstat)), None, params, decisions, sink);
     }
 }

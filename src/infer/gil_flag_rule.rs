@@ -4,6 +4,7 @@
 
 use crate::infer::classify::Basis;
 use crate::infer::intervals::GilState;
+use crate::infer::rules::Decision;
 use crate::infer::sample::GilFlagsReading;
 
 /// What the flags did over a recording.
@@ -56,7 +57,7 @@ impl FlagDecider {
             }
             return rules;
         }
-        if gil_free_or_ours || basis == Basis::RunningReleased {
+        if gil_free_or_ours || basis == Basis::Rule(Decision::RunningReleased) {
             return rules;
         }
         let Some(GilFlagsReading { holds, requested }) = reading else {
@@ -71,7 +72,7 @@ impl FlagDecider {
             self.stats.changed += 1;
         }
         // "Running, and proven still inside take_gil": what the interpreter's flag says.
-        (GilState::Take, Basis::RunningStillWaiting)
+        (GilState::Take, Basis::Rule(Decision::RunningStillWaiting))
     }
 }
 
@@ -91,14 +92,14 @@ mod tests {
     #[test]
     fn a_thread_that_asked_and_does_not_hold_is_in_take_gil() {
         let mut decider = FlagDecider::default();
-        let rules = (GilState::Released, Basis::GilMutex);
+        let rules = (GilState::Released, Basis::Rule(Decision::RunningByGilMutex));
         assert_eq!(
             decider.decide(flags(false, true), rules, false),
-            (GilState::Take, Basis::RunningStillWaiting)
+            (GilState::Take, Basis::Rule(Decision::RunningStillWaiting))
         );
         assert_eq!((decider.stats.decided_take, decider.stats.changed), (1, 1));
         // The rules already said so: decided by the flags, not changed.
-        let rules = (GilState::Take, Basis::Counted);
+        let rules = (GilState::Take, Basis::Rule(Decision::RunningCounted));
         decider.decide(flags(false, true), rules, false);
         assert_eq!((decider.stats.decided_take, decider.stats.changed), (2, 1));
     }
@@ -108,9 +109,9 @@ mod tests {
         let mut decider = FlagDecider::default();
         let direct = (GilState::Released, Basis::Direct);
         assert_eq!(decider.decide(flags(false, true), direct, false), direct);
-        let inferred = (GilState::Released, Basis::GilMutex);
+        let inferred = (GilState::Released, Basis::Rule(Decision::RunningByGilMutex));
         assert_eq!(decider.decide(flags(false, true), inferred, true), inferred);
-        let never_in_a_gil_state = (GilState::Released, Basis::RunningReleased);
+        let never_in_a_gil_state = (GilState::Released, Basis::Rule(Decision::RunningReleased));
         assert_eq!(
             decider.decide(flags(false, true), never_in_a_gil_state, false),
             never_in_a_gil_state

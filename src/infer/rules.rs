@@ -32,6 +32,29 @@ pub enum Decision {
     StretchAfterUnseenHold,
 }
 
+impl Decision {
+    /// Its row of `DECISIONS`: the rule's number and the metadata key of its count.
+    pub fn info(self) -> &'static DecisionInfo {
+        &DECISIONS[self as usize]
+    }
+
+    /// Its name where it is written out (`replay --explain`), the same as in the code.
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::RunningStillWaiting => "RunningStillWaiting",
+            Decision::RunningReleased => "RunningReleased",
+            Decision::RunningCounted => "RunningCounted",
+            Decision::RunningByGilMutex => "RunningByGilMutex",
+            Decision::StretchInGilCall => "StretchInGilCall",
+            Decision::StretchReleased => "StretchReleased",
+            Decision::StretchByHandoffs => "StretchByHandoffs",
+            Decision::StretchWokenTwice => "StretchWokenTwice",
+            Decision::StretchBackAfterSwitchRequest => "StretchBackAfterSwitchRequest",
+            Decision::StretchAfterUnseenHold => "StretchAfterUnseenHold",
+        }
+    }
+}
+
 pub struct DecisionInfo {
     pub decision: Decision,
     /// The rule's number in docs/classification.md.

@@ -35,8 +35,8 @@ use crate::python::attach::{LayoutChoice, locate};
 use crate::python::target::Target;
 use crate::sampler::affinity::pin_own_threads;
 use crate::sampler::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
+use crate::sampler::config::{LiveCounters, SamplerConfig};
 use crate::sampler::priority::Priority;
-use crate::sampler::tick_loop::{LiveCounters, SamplerConfig};
 use crate::trace::chrome::{ChromeWriter, TraceClock};
 use crate::trace::output::OutputSpec;
 
@@ -151,7 +151,7 @@ pub fn record(
         opts,
         stop: stop.clone(),
         config: SamplerConfig {
-            period_ns: (1e9 / opts.rate_hz).round() as u64,
+            period_ns: SamplerConfig::period_ns_at(opts.rate_hz),
             // Set once the first targets are attached: attaching (a DWARF parse) must not eat into
             // the recording.
             end_at_ns: None,

@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::infer::stats::Totals;
 use crate::launch::{Launched, Stopped};
 use crate::report::analyze::ProcessAnswer;
-use crate::sampler::tick_loop::SamplerReport;
+use crate::sampler::report::SamplerReport;
 
 /// One finished target.
 pub struct TargetReport {

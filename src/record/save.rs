@@ -7,7 +7,9 @@ use crate::infer::findings::Finding;
 use crate::infer::sample::Sample;
 use crate::python::target::Target;
 use crate::record::recorded_process::RecordedProcess;
-use crate::sampler::tick_loop::{SampleLog, SamplerConfig, SamplerReport, sample_context};
+use crate::sampler::config::{SampleLog, SamplerConfig};
+use crate::sampler::report::SamplerReport;
+use crate::sampler::tick_loop::sample_context;
 use crate::stream::{Item, SampleSaver, StreamHeader, copy_sample};
 use crate::trace::output::check_not_exists;
 

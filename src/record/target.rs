@@ -17,9 +17,9 @@ use crate::record::recorded_process::RecordedProcess;
 use crate::record::save::{samples_path, save_samples_to};
 use crate::record::{RecordOptions, TargetReport};
 use crate::report::analyze::{ProcessAnswer, analyze};
-use crate::sampler::tick_loop::{
-    LiveCounters, SampleLog, SamplerConfig, SamplerReport, run_sampler,
-};
+use crate::sampler::config::{LiveCounters, SampleLog, SamplerConfig};
+use crate::sampler::report::SamplerReport;
+use crate::sampler::tick_loop::run_sampler;
 use crate::trace::chrome::ChromeWriter;
 
 /// The largest trace whose answer is computed when its recording ends (1 GiB: about 512 MiB of
@@ -369,7 +369,7 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "samples_at_quiet_rate": report.quiet_samples,
         "periods_skipped_while_quiet": report.skipped_periods,
         "rate_while_quiet_hz": (report.quiet_samples > 0).then(|| {
-            let period_ns = (1e9 / process.rate_requested_hz).round() as u64;
+            let period_ns = SamplerConfig::period_ns_at(process.rate_requested_hz);
             quiet::rate_hz(period_ns, quiet::skip_for(period_ns))
         }),
         "late_samples": report.late_samples,

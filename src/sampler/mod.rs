@@ -3,9 +3,11 @@
 
 pub mod affinity;
 pub mod clock;
+pub mod config;
 pub mod dodge;
 pub mod gil_flag_reader;
 pub mod priority;
 pub mod report;
 pub mod stack_watch;
+pub mod thread_reads;
 pub mod tick_loop;

@@ -1,0 +1,62 @@
+//! What a sampler run is given and shares while it runs: its configuration, the counters other
+//! threads read, and where samples go besides inference. Plain data, so that the session, the saver
+//! and replay need not import the loop.
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+use crate::infer::findings::Finding;
+use crate::infer::sample::Sample;
+use crate::sampler::priority::Priority;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SamplerConfig {
+    pub period_ns: u64,
+    /// Stop at this CLOCK_MONOTONIC time (a session-wide deadline, so targets that join late end
+    /// with the others); `None`: until stopped or the target exits.
+    pub end_at_ns: Option<u64>,
+    /// How often the thread list is re-walked.
+    pub refresh_ns: u64,
+    pub priority: Priority,
+    /// Read threads idle in a non-GIL wait only every few samples (see `IDLE_READ_EVERY`).
+    pub idle_backoff: bool,
+    /// Skip periods while the target is quiet, as inference suggests (infer/quiet.rs).
+    pub adaptive_rate: bool,
+    /// Use the GIL's waiter counts where the target has them (classify.rs, rule 8).
+    pub waiter_counts: bool,
+    /// Keep a real-time sampler off the GIL holder's CPU (dodge.rs); off when `--cpus` chose.
+    pub dodge_holder: bool,
+    /// Read the Python stacks of waiters and holders (stack_watch.rs).
+    pub stacks: bool,
+    /// For a live view (`gilsample top`): send a `Finding::Live` this often, what is still open and
+    /// the threads' names. `None` (recording alone): never.
+    pub live_every_ns: Option<u64>,
+}
+
+impl SamplerConfig {
+    /// The period of a rate: what `--rate` means to the loop, and what a trace's requested rate is
+    /// turned back into.
+    pub fn period_ns_at(rate_hz: f64) -> u64 {
+        (1e9 / rate_hz).round() as u64
+    }
+
+    /// The walk for threads that exited: new ones are found at once by the head (module docs).
+    pub const DEFAULT_REFRESH_NS: u64 = 100_000_000;
+}
+
+/// Counters other threads (the progress bar) read while sampling runs.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    pub samples: AtomicU64,
+    pub late: AtomicU64,
+    pub skipped_periods: AtomicU64,
+    pub threads: AtomicU64,
+    pub done: AtomicBool,
+}
+
+/// Where the samples and the stacks read go besides inference (`--save-samples`, stream/).
+pub trait SampleLog {
+    fn sample(&mut self, sample: &Sample);
+    fn stack(&mut self, stack: &Finding);
+    /// Saving failed (the disk is full): the recording stops.
+    fn failed(&self) -> bool;
+}

@@ -27,6 +27,13 @@ const IDLE_READ_EVERY: u64 = 4;
 /// sampler's cost then follows the threads that move, not the threads the job has.
 const COUNTED_OUT_READ_EVERY: u64 = 1024;
 
+/// Counting idle threads out costs one more read of the waiter counts at every tick that leaves one
+/// unread; reading them every `IDLE_READ_EVERY`th tick instead costs a quarter read each. So with
+/// fewer idle threads than this the every-few-ticks reads are the cheaper, and they are used (the
+/// cost zoo's small targets, one idle main thread beside the workers: 0.8–1 more system call per
+/// tick before this, docs/cost.md).
+const COUNTED_OUT_FROM: usize = IDLE_READ_EVERY as usize;
+
 /// Set in the environment, every tick also reads the waiter counts a second time after the kernel
 /// readings and saves them (`Sample::waiters_again`), so that a stream recorded with
 /// `--no-idle-backoff` shows what the counted-out rule would have decided at every tick, next to every
@@ -50,6 +57,8 @@ pub(super) struct ThreadTable {
     pub(super) threads: Vec<WatchedThread>,
     /// The tick's idle threads left unread for now (indices into `threads` and the sample's threads).
     unread: Vec<usize>,
+    /// How many threads were idle (and outside the GIL) at the last tick.
+    idle_last_tick: usize,
 }
 
 impl ThreadTable {
@@ -76,6 +85,8 @@ impl ThreadTable {
         self.unread.clear();
         let tick = report.samples;
         let skipped_before = report.kernel_reads_skipped;
+        let count_out = idle.counted_out && self.idle_last_tick >= COUNTED_OUT_FROM;
+        let mut idle_now = 0;
         for (index, tracked) in self.threads.iter_mut().enumerate() {
             let is_idle = tracked
                 .idle_since
@@ -83,14 +94,14 @@ impl ThreadTable {
             // Never the holder, nor the mutex's owner: they are inside the GIL.
             let in_gil = tracked.thread.tstate == word.last_holder
                 || sample.mutex_owner == Some(tracked.thread.their_tid);
+            idle_now += usize::from(is_idle && !in_gil);
             let turn = |every: u64| (tick + u64::from(tracked.thread.tid)).is_multiple_of(every);
-            let kernel = if is_idle && !in_gil && idle.counted_out && !turn(COUNTED_OUT_READ_EVERY)
-            {
+            let kernel = if is_idle && !in_gil && count_out && !turn(COUNTED_OUT_READ_EVERY) {
                 self.unread.push(index);
                 tracked.last_kernel
             } else if is_idle
                 && !in_gil
-                && !idle.counted_out
+                && !count_out
                 && idle.every_few_ticks
                 && !turn(IDLE_READ_EVERY)
             {
@@ -114,6 +125,7 @@ impl ThreadTable {
                 None => out.push(seen),
             }
         }
+        self.idle_last_tick = idle_now;
         sample.all_kernel_read = report.kernel_reads_skipped == skipped_before;
         let (Some(at), Some(counted), false) = (counts, sample.waiters, self.unread.is_empty())
         else {

@@ -25,7 +25,8 @@ Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--secon
                                  [--rate 10khz] [--priority realtime] [--pin] [--release-every N]
                                  [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--floor] [--json out.json]
        scripts/bench_overhead.py --zoo [--python PY] [--reps 7] [--seconds 3] [--pin]
-                                 [--baseline OTHER_GILSAMPLE] [--with-top] [--only NAME,...] [--json out.json]
+                                 [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--with-top] [--only NAME,...]
+                                 [--json out.json]
 Needs root, a release build (cargo build --release; for --floor and --zoo also --example wake_floor), py-spy
 on PATH, and for the eBPF row bpftrace and a Python built with --enable-shared (giltruth probes its
 libpython): the pyenv builds are. A --zoo run of 5 workloads, 5 observers, 7 rounds of 3 s takes ~15 min.
@@ -203,6 +204,9 @@ def zoo_observers(args):
     observers = [("alone", run_alone), ("gilsample", run_gilsample),
                  ("gilsample --no-stacks", lambda a, out: run_gilsample(a, out, extra=["--no-stacks"])),
                  ("wake only, no reads", run_wake_floor), ("py-spy --gil --nonblocking", run_pyspy)]
+    if args.only_gilsample:
+        # An A/B of two builds: the other observers add rounds, not information.
+        observers = [o for o in observers if o[0] in ("alone", "gilsample", "gilsample --no-stacks")]
     if args.baseline:
         observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
     if args.with_top:

@@ -15,13 +15,14 @@ been settled), and the wrong ones are counted by
 per thread, largest classes first. This is how the causes in docs/accuracy.md, "What limits it",
 were found; a rule change that targets one class shows up here as that class shrinking.
 
-Needs what bench_accuracy.py needs (root, bpftrace, pyenv builds with shared libpython, a release
-build). Saving costs the sampler little (docs/cost.md), so the run is the benchmark's. A rule
+Needs what bench_accuracy.py needs (root, bpftrace, giltruth, pyenv builds with shared libpython, a
+release build). Saving costs the sampler little (docs/cost.md), so the run is the benchmark's. A rule
 changed since can be judged on the same samples: `--samples FILE` replays a kept stream instead of
 recording (the truth and trace of that run must be beside it, as --keep leaves them).
 
 Usage: scripts/accuracy_breakdown.py [--version 3.12] [--workload dispatch] [--rate 10khz]
-                                     [--seconds 3] [--top 12] [--keep DIR] [-- extra gilsample flags]
+                                     [--seconds 3] [--top 12] [--keep DIR] [--giltruth PATH]
+                                     [-- extra gilsample flags]
 """
 
 import argparse
@@ -33,8 +34,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_accuracy  # noqa: E402
+import bench_accuracy
+from benchlib import BINARY, add_giltruth_option, giltruth
 
 SHORT = {"take_gil": "take", "hold_gil": "hold", "drop_gil": "drop"}
 
@@ -96,7 +97,7 @@ def replay(samples, work_dir):
     """Replays saved samples with --explain; returns the replayed trace and the explained lines."""
     trace = os.path.join(work_dir, "replay.json")
     explained = os.path.join(work_dir, "explained.jsonl")
-    subprocess.run([bench_accuracy.BINARY, "replay", samples, "-o", trace, "--force", "--quiet",
+    subprocess.run([BINARY, "replay", samples, "-o", trace, "--force", "--quiet",
                     "--explain", explained], check=True)
     return trace, explained
 
@@ -137,8 +138,9 @@ def main():
     parser.add_argument("--samples", metavar="FILE",
                         help="replay this kept stream (with truth.jsonl and summary.json beside it) instead of recording")
     parser.add_argument("extra", nargs="*", help="more gilsample flags (after --)")
+    add_giltruth_option(parser)
     args = parser.parse_args()
-    if not os.path.exists(bench_accuracy.BINARY):
+    if not os.path.exists(BINARY):
         sys.exit("build first: cargo build --release")
     if args.samples:
         work_dir = os.path.dirname(os.path.abspath(args.samples))
@@ -147,8 +149,8 @@ def main():
         work_dir = args.keep or tempfile.mkdtemp(prefix="gilsample-breakdown-")
         os.makedirs(work_dir, exist_ok=True)
         samples = os.path.join(work_dir, "samples.gilsamples")
-        run = bench_accuracy.run_one(args.version, args.workload, args.rate, args.seconds, work_dir,
-                                     tuple(args.extra) + ("--save-samples", samples))
+        run = bench_accuracy.run_one(giltruth(args.giltruth), args.version, args.workload, args.rate,
+                                     args.seconds, work_dir, tuple(args.extra) + ("--save-samples", samples))
         print("%s %s at %s: agreement %.2f%% (oracle %.2f%%), worst thread %.2f pp, achieved %.0f Hz" % (
             args.version, args.workload, args.rate, 100 * run["agreement"],
             100 * run["oracle_agreement"], run["worst_thread_err_pp"], run["achieved_hz"]))

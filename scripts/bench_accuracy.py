@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Accuracy benchmark: gilsample against exact eBPF ground truth.
 
-For each CPython version and workload, `giltruth record` (../shared/tools/giltruth, bpftrace uprobes on
-take_gil/drop_gil, test-only) launches the workload on a private copy of libpython and records every
-GIL call; gilsample attaches to the same process by pid as soon as it prints READY and records until it
-exits. `giltruth compare` then scores the trace with the trace's own clock metadata
-(otherData.trace_to_monotonic_offset_ns), so a lag is not hidden by alignment. One gilsample run per rate.
+For each CPython version and workload, `giltruth record` (bpftrace uprobes on take_gil/drop_gil,
+test-only, not in this repository: --giltruth PATH or $GILTRUTH, scripts/README.md) launches the
+workload on a private copy of libpython and records every GIL call; gilsample attaches to the same
+process by pid as soon as it prints READY and records until it exits. `giltruth compare` then scores
+the trace with the trace's own clock metadata (otherData.trace_to_monotonic_offset_ns), so a lag is not
+hidden by alignment. One gilsample run per rate.
 
 Reported per run: overall timeline agreement; the worst per-thread state-fraction error (pp) over
 hold/take/drop; hold recall (> 1 ms); hand-offs seen/counted; achieved rate; and the agreement an
@@ -18,10 +19,11 @@ was in take_gil by the truth and in no GIL state in the trace), and for the wors
 its signed error (trace minus truth) and that thread's largest cells. `--json` also keeps the oracle's
 cells, the part of each that sampling at that rate loses anyway.
 
-Needs root, bpftrace, pyenv builds with shared libpython, and a release build of gilsample.
+Needs root, bpftrace, giltruth, pyenv builds with shared libpython, and a release build of gilsample.
 Usage: scripts/bench_accuracy.py [--versions 3.9,3.11,3.12,3.13] [--rates 1khz,5khz,10khz,20khz]
                                  [--workloads contention,mixed,many,fastswitch,dispatch] [--seconds 3]
                                  [--repeat N] [--ab FLAG] [--baseline OTHER_BUILD] [--json results.json]
+                                 [--giltruth PATH]
 
 With --repeat N each configuration runs N times and a row gives the median and range of each score
 (hand-offs, rate and the disagreement cells are those of the median-agreement run). --ab FLAG and
@@ -42,9 +44,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import BINARY, WORKLOAD, giltruth
-
-GILTRUTH = giltruth()
+from benchlib import BINARY, WORKLOAD, add_giltruth_option, giltruth, start_workload
 
 WORKLOADS = {
     "contention": ["contention", "--threads", "4"],
@@ -97,13 +97,13 @@ def write_oracle_trace(truth, period_ns, start_ns, end_ns, path):
                    "otherData": {"trace_to_monotonic_offset_ns": start_ns}}, f)
 
 
-def oracle_scores(truth, trace, rate_hz, work_dir):
+def oracle_scores(giltruth_path, truth, trace, rate_hz, work_dir):
     meta = json.load(open(trace))["otherData"]
     oracle = os.path.join(work_dir, "oracle.json")
     summary = os.path.join(work_dir, "oracle-summary.json")
     write_oracle_trace(truth, int(1e9 / rate_hz), meta["recording_start_monotonic_ns"],
                        meta["recording_end_monotonic_ns"], oracle)
-    subprocess.run([GILTRUTH, "compare", truth, oracle, "--align", "meta", "--json", summary],
+    subprocess.run([giltruth_path, "compare", truth, oracle, "--align", "meta", "--json", summary],
                    check=True, stdout=subprocess.DEVNULL)
     result = json.load(open(summary))
     overall = result["overall"]
@@ -146,7 +146,7 @@ def describe(cells):
     return ", ".join("%s %.2f" % cell for cell in cells)
 
 
-def run_one(version, workload, rate, seconds, work_dir, extra=(), binary=None):
+def run_one(giltruth_path, version, workload, rate, seconds, work_dir, extra=(), binary=None):
     python, lib = pyenv_build(version)
     truth = os.path.join(work_dir, "truth.jsonl")
     trace = os.path.join(work_dir, "trace.json")
@@ -154,25 +154,21 @@ def run_one(version, workload, rate, seconds, work_dir, extra=(), binary=None):
     for path in (truth, trace, summary):
         if os.path.exists(path):
             os.remove(path)
-    recorder = subprocess.Popen(
-        [GILTRUTH, "record", "--python-lib", lib, "--private-lib", "-o", truth, "--",
-         python, WORKLOAD] + WORKLOADS[workload] + ["--seconds", str(seconds)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = recorder.stdout.readline()
-    if not line.startswith("READY "):
-        sys.exit("workload did not start: %r %s" % (line, recorder.stderr.read()))
-    pid = json.loads(line.split(" ", 1)[1])["pid"]
+    recorder, pid = start_workload(
+        [giltruth_path, "record", "--python-lib", lib, "--private-lib", "-o", truth, "--",
+         python, WORKLOAD] + WORKLOADS[workload] + ["--seconds", str(seconds)], stderr=subprocess.PIPE)
     sampler = subprocess.run([binary or BINARY, "--pid", str(pid), "--rate", rate, "--quiet", "--force",
                               "-o", trace] + list(extra))
     recorder.communicate()
     if sampler.returncode != 0 or recorder.returncode != 0:
         sys.exit("run failed: gilsample %d, giltruth %d" % (sampler.returncode, recorder.returncode))
-    subprocess.run([GILTRUTH, "compare", truth, trace, "--align", "meta", "--json", summary],
+    subprocess.run([giltruth_path, "compare", truth, trace, "--align", "meta", "--json", summary],
                    check=True, stdout=subprocess.DEVNULL)
     result = json.load(open(summary))
     meta = json.load(open(trace))["otherData"]
     overall = result["overall"]
-    oracle, oracle_worst, oracle_cells = oracle_scores(truth, trace, meta["rate_requested_hz"], work_dir)
+    oracle, oracle_worst, oracle_cells = oracle_scores(giltruth_path, truth, trace, meta["rate_requested_hz"],
+                                                       work_dir)
     return {
         "version": version, "workload": workload, "rate": rate,
         "agreement": overall["agreement"],
@@ -214,9 +210,11 @@ def main():
                         help="also run this other gilsample build (e.g. main's) on every configuration, "
                              "alternating with this one, for side-by-side comparisons")
     parser.add_argument("--json")
+    add_giltruth_option(parser)
     args = parser.parse_args()
     if not os.path.exists(BINARY):
         sys.exit("build first: cargo build --release")
+    giltruth_path = giltruth(args.giltruth)
     if args.baseline and not os.access(args.baseline, os.X_OK):
         sys.exit("--baseline %s: not an executable" % args.baseline)
     variants = [("", BINARY, ())]
@@ -237,7 +235,8 @@ def main():
                 # Variants alternate within each repetition, so a drift of the machine hits all alike.
                 for _ in range(args.repeat):
                     for label, binary, extra in variants:
-                        r = run_one(version, workload, rate, args.seconds, work_dir, extra, binary)
+                        r = run_one(giltruth_path, version, workload, rate, args.seconds, work_dir, extra,
+                                    binary)
                         r["flags"] = label
                         results.append(r)
                         runs[label].append(r)

@@ -28,8 +28,9 @@ Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--secon
                                  [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--with-top] [--only NAME,...]
                                  [--json out.json]
 Needs root, a release build (cargo build --release; for --floor and --zoo also --example wake_floor), py-spy
-on PATH, and for the eBPF row bpftrace and a Python built with --enable-shared (giltruth probes its
-libpython): the pyenv builds are. A --zoo run of 5 workloads, 5 observers, 7 rounds of 3 s takes ~15 min.
+on PATH, and for the eBPF row bpftrace, giltruth (--giltruth PATH or $GILTRUTH; scripts/README.md) and a
+Python built with --enable-shared (giltruth probes its libpython): the pyenv builds are. A --zoo run of 5
+workloads, 5 observers, 7 rounds of 3 s takes ~15 min.
 """
 
 import argparse
@@ -42,7 +43,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import BINARY, WAKE_FLOOR, WORKLOAD, finish_workload, giltruth, require, start_workload
+from benchlib import (BINARY, WAKE_FLOOR, WORKLOAD, add_giltruth_option, finish_workload, giltruth, require,
+                      start_workload)
 
 # The cost zoo: (name, the workload's arguments, processes). Shapes of real jobs, not of the tuning
 # workload: queue hand-offs, pure Python, native calls that keep the GIL, mostly blocked thread pools,
@@ -181,7 +183,7 @@ def run_pyspy(args, out):
 def run_giltruth(args, out):
     path = os.path.join(out, "truth.jsonl")
     ops, cpu, text, _ = observe(
-        args, lambda pids: [[sys.executable, giltruth(), "record", "--pid", str(pids[0]), "--duration",
+        args, lambda pids: [[sys.executable, args.giltruth, "record", "--pid", str(pids[0]), "--duration",
                              str(args.seconds + 1), "-o", path]], r"probes attached")
     events = re.search(r"events in window \((\d+)/s\)", text)
     return {"ops_per_s": ops, "cpu_s_per_s": cpu,
@@ -350,15 +352,16 @@ def main():
     parser.add_argument("--with-top", action="store_true",
                         help="with --zoo: also `gilsample top --lines 5` (what watching live costs beside record)")
     parser.add_argument("--json")
+    add_giltruth_option(parser)
     args = parser.parse_args()
     args.shape, args.processes = None, 1
     needs = [(BINARY, "cargo build --release")]
     if args.floor or args.zoo:
         needs.append((WAKE_FLOOR, "cargo build --release --example wake_floor"))
-    if not args.only_gilsample and not args.zoo:
-        needs.append((giltruth(), "GILTRUTH=path/to/giltruth"))
     for need, why in needs:
         require(need, why)
+    if not args.only_gilsample and not args.zoo:
+        args.giltruth = giltruth(args.giltruth)
     if not args.only_gilsample and not shutil.which("py-spy"):
         sys.exit("needs py-spy on PATH (pip install py-spy)")
     if not args.only_gilsample and not args.zoo and not shutil.which("bpftrace"):

@@ -6,6 +6,8 @@ Generates N gilsample-format traces of S seconds each (4 threads handing the GIL
 spread over two host folders, then times `gilsample report DIR --json` and reads its peak RSS.
 
     scripts/bench_report.py [--files 1000] [--seconds 10] [--handoff-ms 20] [--binary target/release/gilsample]
+
+--binary defaults to the checkout's release build, wherever the script is run from.
 """
 
 import argparse
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from benchlib import BINARY
 
 
 def trace(pid, rank, host, seconds, handoff_ms):
@@ -50,8 +54,10 @@ def main():
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--handoff-ms", type=float, default=20.0)
-    parser.add_argument("--binary", default="target/release/gilsample")
+    parser.add_argument("--binary", default=BINARY)
     args = parser.parse_args()
+    if not os.path.exists(args.binary):
+        sys.exit("%s is missing: cargo build --release, or --binary PATH" % args.binary)
     root = tempfile.mkdtemp(prefix="gilsample-bench-report-")
     try:
         total = 0

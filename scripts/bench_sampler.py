@@ -34,22 +34,22 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import BINARY, WORKLOAD, finish_workload
-from benchlib import start_workload as start
+from benchlib import BINARY, WORKLOAD, finish_workload, start_workload
 
 
-def start_workload(python, threads, idle, seconds):
-    return start([python, WORKLOAD, "bench", "--threads", str(threads), "--idle", str(idle), "--seconds",
-                  str(seconds)])
+def start_bench(python, threads, idle, seconds):
+    """The `bench` workload (`threads` spinners, `idle` idle threads) for `seconds`, once READY."""
+    return start_workload([python, WORKLOAD, "bench", "--threads", str(threads), "--idle", str(idle),
+                           "--seconds", str(seconds)])
 
 
 def run_alone(python, threads, idle, seconds):
-    proc, _ = start_workload(python, threads, idle, seconds)
+    proc, _ = start_bench(python, threads, idle, seconds)
     return finish_workload(proc)
 
 
 def run_sampled(python, threads, idle, seconds, rate, priority="realtime", extra=(), binary=BINARY):
-    proc, pid = start_workload(python, threads, idle, seconds)
+    proc, pid = start_bench(python, threads, idle, seconds)
     out = tempfile.mkdtemp(prefix="gilsample-bench-")
     # "{samples}" in a flag stands for a stream file in this run's own directory.
     extra = [e.replace("{samples}", os.path.join(out, "run.gilsamples")) for e in extra]
@@ -165,7 +165,7 @@ def report(args, results):
 
 
 def soak(args):
-    proc, pid = start_workload(args.python, 4, 28, args.soak)
+    proc, pid = start_bench(args.python, 4, 28, args.soak)
     out = tempfile.mkdtemp(prefix="gilsample-soak-")
     samples = os.path.join(out, "soak.gilsamples")
     save = ["--save-samples", samples] if args.save else []

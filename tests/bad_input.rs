@@ -2,9 +2,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::{Workload, gilsample, interpreter, pyenv_root};
+use common::{KilledOnDrop, Workload, gilsample, interpreter, pyenv_root};
 use gilsample::error::exit::{NO_SUCH_PROCESS, OUTPUT, PERMISSION, UNSUPPORTED, USAGE};
 
 /// Runs gilsample with `args` and returns (exit code, stderr).
@@ -28,42 +28,9 @@ fn assert_refused(args: &[&str], code: i32, message: &str) {
     );
 }
 
-/// A child process that runs `program args` until dropped.
-struct Running(std::process::Child);
-
-impl Running {
-    fn start(program: &str, args: &[&str]) -> Running {
-        Running(
-            Command::new(program)
-                .args(args)
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        )
-    }
-
-    /// Waits until the child prints its first line (it is up), and returns that line.
-    fn start_ready(program: &str, args: &[&str]) -> (Running, String) {
-        let mut child = Running::start(program, args);
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        (child, line.trim().to_string())
-    }
-
-    fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `program args`, running until dropped, once it printed its first line (it is up).
+fn start_ready(program: &str, args: &[&str]) -> KilledOnDrop {
+    KilledOnDrop::spawn_until_first_line(Command::new(program).args(args)).0
 }
 
 #[test]
@@ -73,9 +40,9 @@ fn nonexistent_pid() {
 
 #[test]
 fn non_python_process() {
-    let (sleeper, _) = Running::start_ready("sh", &["-c", "echo up; exec sleep 60"]);
+    let sleeper = start_ready("sh", &["-c", "echo up; exec sleep 60"]);
     assert_refused(
-        &["--pid", &sleeper.pid()],
+        &["--pid", &sleeper.id().to_string()],
         UNSUPPORTED,
         "not a Python process",
     );
@@ -165,7 +132,7 @@ fn old_python(version_prefix: &str) -> String {
 
 #[test]
 fn python2_process() {
-    let (python, _) = Running::start_ready(
+    let python = start_ready(
         &old_python("2.7."),
         &[
             "-c",
@@ -173,7 +140,7 @@ fn python2_process() {
         ],
     );
     assert_refused(
-        &["--pid", &python.pid()],
+        &["--pid", &python.id().to_string()],
         UNSUPPORTED,
         "Python 2.7 is not supported",
     );
@@ -181,7 +148,7 @@ fn python2_process() {
 
 #[test]
 fn unsupported_python3_version() {
-    let (python, _) = Running::start_ready(
+    let python = start_ready(
         &old_python("3.6."),
         &[
             "-c",
@@ -189,7 +156,7 @@ fn unsupported_python3_version() {
         ],
     );
     assert_refused(
-        &["--pid", &python.pid()],
+        &["--pid", &python.id().to_string()],
         UNSUPPORTED,
         "Python 3.6 is not supported",
     );
@@ -240,11 +207,14 @@ fn entries(dir: &std::path::Path) -> Vec<String> {
 #[test]
 fn a_refused_run_creates_no_output_directory() {
     let cwd = tempfile::tempdir().unwrap();
-    let (sleeper, _) = Running::start_ready("sh", &["-c", "echo up; exec sleep 60"]);
+    let sleeper = start_ready("sh", &["-c", "echo up; exec sleep 60"]);
     let refused: [(&[&str], i32); 3] = [
         // The default ./gil_traces/.
         (&["--pid", "999999999"], NO_SUCH_PROCESS),
-        (&["--pid", &sleeper.pid(), "-o", "new/sub/"], UNSUPPORTED),
+        (
+            &["--pid", &sleeper.id().to_string(), "-o", "new/sub/"],
+            UNSUPPORTED,
+        ),
         (&["-o", "launched/", "--", "sh", "-c", "true"], UNSUPPORTED),
     ];
     for (args, code) in refused {

@@ -7,17 +7,13 @@ mod common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use common::{Trace, Workload, interpreter, run, start_recording};
+use common::{KilledOnDrop, Trace, Workload, interpreter, run, start_recording};
 use gilsample::error::exit::{INTERRUPTED, OK, OUTPUT};
-
-fn signal(child: &Child, sig: Signal) {
-    kill(Pid::from_raw(child.id() as i32), sig).unwrap();
-}
 
 fn assert_tids_belong(trace: &Trace, allowed: &HashSet<u32>) {
     for event in trace.events() {
@@ -62,10 +58,10 @@ fn assert_no_overlaps(trace: &Trace) {
 fn stop_signal_finishes_the_file(sig: Signal) {
     let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &[]);
-    signal(&child, sig);
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{sig:?}: exit {status}");
+    let recording = start_recording(workload.pid, dir.path(), &[]);
+    recording.signal(sig);
+    let (status, stderr) = recording.finish();
+    assert!(status.success(), "{sig:?}: exit {status}: {stderr}");
     let trace = Trace::load_single(dir.path());
     assert_eq!(trace.other("end_reason").as_str(), Some("Stopped"));
 }
@@ -84,10 +80,10 @@ fn sighup_finishes_the_file() {
 fn second_ctrl_c_exits_at_once_without_a_corrupt_file() {
     let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &[]);
-    signal(&child, Signal::SIGINT);
-    signal(&child, Signal::SIGINT);
-    let code = child.wait().unwrap().code();
+    let recording = start_recording(workload.pid, dir.path(), &[]);
+    recording.signal(Signal::SIGINT);
+    recording.signal(Signal::SIGINT);
+    let code = recording.finish().0.code();
     assert!(
         matches!(code, Some(OK) | Some(INTERRUPTED)),
         "exit {code:?}"
@@ -103,19 +99,19 @@ fn second_ctrl_c_exits_at_once_without_a_corrupt_file() {
 #[test]
 fn target_exec_ends_the_recording_with_a_complete_file() {
     let python = interpreter("3.12");
-    let mut workload = python
-        .workload_command(&["exec"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut workload = KilledOnDrop::spawn(
+        python
+            .workload_command(&["exec"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
     let mut out = BufReader::new(workload.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     let pid = workload.id();
     let mut allowed = ready_tids(&line);
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, _stderr) = start_recording(pid, dir.path(), &[]);
+    let recording = start_recording(pid, dir.path(), &[]);
     workload
         .stdin
         .as_mut()
@@ -130,10 +126,9 @@ fn target_exec_ends_the_recording_with_a_complete_file() {
     );
     allowed.extend(ready_tids(&line));
     // The shared libpython lands elsewhere after exec (ASLR): gilsample notices and finishes.
-    let status = child.wait().unwrap();
-    let _ = workload.kill();
-    let _ = workload.wait();
-    assert!(status.success(), "exit {status}");
+    let (status, stderr) = recording.finish();
+    drop(workload);
+    assert!(status.success(), "exit {status}: {stderr}");
     let trace = Trace::load_single(dir.path());
     assert_eq!(trace.other("end_reason").as_str(), Some("TargetExec"));
     assert_tids_belong(&trace, &allowed);
@@ -170,11 +165,11 @@ fn children_forked_by_the_target_never_appear() {
 fn stopped_target_does_not_hang_the_recording() {
     let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &["--duration", "0.5"]);
+    let recording = start_recording(workload.pid, dir.path(), &["--duration", "0.5"]);
     kill(Pid::from_raw(workload.pid as i32), Signal::SIGSTOP).unwrap();
-    let status = child.wait().unwrap();
+    let (status, stderr) = recording.finish();
     kill(Pid::from_raw(workload.pid as i32), Signal::SIGCONT).unwrap();
-    assert!(status.success(), "exit {status}");
+    assert!(status.success(), "exit {status}: {stderr}");
     let trace = Trace::load_single(dir.path());
     assert_eq!(trace.other("end_reason").as_str(), Some("Duration"));
     assert_no_overlaps(&trace);
@@ -199,11 +194,11 @@ fn a_steady_thread_list_is_walked_at_the_start_and_every_100_ms_only() {
 #[test]
 fn thread_churn_is_attributed_to_the_right_threads() {
     let python = interpreter("3.12");
-    let mut workload = python
-        .workload_command(&["churn", "--seconds", "1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut workload = KilledOnDrop::spawn(
+        python
+            .workload_command(&["churn", "--seconds", "1"])
+            .stdout(Stdio::piped()),
+    );
     let mut out = BufReader::new(workload.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();

@@ -14,8 +14,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use common::{
-    LaunchedRecording, Trace, gilsample, interpreter, pyenv_root, read_until, ready_pid,
-    stop_once_recording,
+    KilledOnDrop, LaunchedRecording, Trace, gilsample, interpreter, pyenv_root, read_until,
+    ready_pid, stop_once_recording,
 };
 use gilsample::error::exit::{NO_SUCH_PROCESS, OUTPUT, UNSUPPORTED, USAGE};
 
@@ -126,26 +126,20 @@ fn a_shell_given_as_pid_with_subprocesses_is_a_launcher_not_a_failure() {
         "{} {} contention --threads 2; true",
         python.command[0], python.workload
     );
-    let mut shell = Command::new("bash")
-        .args(["-c", &script])
-        .stdout(Stdio::piped())
-        // bash reports the child the test kills at the end ("Terminated").
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(shell.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut shell, line) = KilledOnDrop::spawn_until_first_line(
+        Command::new("bash")
+            .args(["-c", &script])
+            // bash reports the child the test kills at the end ("Terminated").
+            .stderr(Stdio::null()),
+    );
     let child = ready_pid(&line);
     let dir = tempfile::tempdir().unwrap();
-    let recording = gilsample()
-        .args(["--pid", &shell.id().to_string(), "--subprocesses", "-o"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (status, stderr) = stop_once_recording(recording, child);
+    let (status, stderr) = stop_once_recording(
+        gilsample()
+            .args(["--pid", &shell.id().to_string(), "--subprocesses", "-o"])
+            .arg(dir.path()),
+        child,
+    );
     let _ = Command::new("kill").arg(child.to_string()).status();
     let _ = shell.wait();
     assert!(status.success(), "{stderr}");
@@ -164,13 +158,12 @@ fn a_thread_id_given_as_pid_records_its_process() {
     let tid = workload.tid("spinner-1");
     assert_ne!(tid, workload.pid);
     let dir = tempfile::tempdir().unwrap();
-    let recording = gilsample()
-        .args(["--pid", &tid.to_string(), "-o"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (status, stderr) = stop_once_recording(recording, workload.pid);
+    let (status, stderr) = stop_once_recording(
+        gilsample()
+            .args(["--pid", &tid.to_string(), "-o"])
+            .arg(dir.path()),
+        workload.pid,
+    );
     assert!(status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!("{tid} is a thread of process {}", workload.pid)),
@@ -280,7 +273,7 @@ fn a_python_caught_before_the_loader_mapped_libpython_is_not_ready_not_not_pytho
             Ok(())
         });
     }
-    let mut child = cmd.spawn().unwrap();
+    let child = KilledOnDrop::spawn(&mut cmd);
     let pid = child.id();
     let mut status = 0;
     // The exec stops the traced child with SIGTRAP.
@@ -293,8 +286,7 @@ fn a_python_caught_before_the_loader_mapped_libpython_is_not_ready_not_not_pytho
         pid,
         gilsample::python::layout_choice::LayoutChoice::Auto,
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     match judged {
         Err(gilsample::error::Error::NotReady { why, .. }) => {
             assert!(why.contains("libpython3.12"), "{why}")
@@ -350,7 +342,7 @@ fn after_a_signal_the_answer_comes_at_once_and_the_next_signal_goes_to_the_comma
     let mut launched = LaunchedRecording::start(&[], dir.path(), &["sleeper"]);
     let pid = launched.pid;
     let gilsample_pid = Pid::from_raw(launched.recording.id() as i32);
-    launched.read_until(&format!("recording process {pid} "));
+    launched.control.wait_for("started", Some(pid));
     kill(gilsample_pid, Signal::SIGINT).unwrap();
     let seen = launched.read_until(STILL_RUNNING);
     assert!(alive(pid), "the command ended early: {seen}");

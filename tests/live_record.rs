@@ -187,17 +187,13 @@ fn sigint_leaves_a_complete_file(label: &str) {
     let python = interpreter(label);
     let workload = Workload::start(&python, &["contention", "--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
-    // The "recording process" line is printed once sampling has begun: the readiness signal.
-    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &[]);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
+    // Returns once sampling has begun (`started` on the control channel): the readiness signal.
+    let recording = start_recording(workload.pid, dir.path(), &[]);
+    recording.signal(nix::sys::signal::Signal::SIGINT);
+    let (status, stderr) = recording.finish();
     assert!(
         status.success(),
-        "gilsample exited with {status} after SIGINT"
+        "gilsample exited with {status} after SIGINT: {stderr}"
     );
     let trace = Trace::load_single(dir.path());
     assert_eq!(trace.other("end_reason").as_str(), Some("Stopped"));
@@ -434,8 +430,8 @@ fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let last_cpu = std::thread::available_parallelism().unwrap().get() - 1;
     let cpu = last_cpu.to_string();
-    let (mut child, _stderr) = start_recording(workload.pid, dir.path(), &["--cpus", &cpu]);
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap();
+    let recording = start_recording(workload.pid, dir.path(), &["--cpus", &cpu]);
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", recording.child.id())).unwrap();
     let mut threads = 0;
     for task in tasks.flatten() {
         let status = std::fs::read_to_string(task.path().join("status")).unwrap();
@@ -449,12 +445,9 @@ fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
         threads += 1;
     }
     assert!(threads >= 3, "main, sampler and writer threads: {threads}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    assert!(child.wait().unwrap().success());
+    recording.signal(nix::sys::signal::Signal::SIGINT);
+    let (status, stderr) = recording.finish();
+    assert!(status.success(), "{stderr}");
     let trace = Trace::load_single(dir.path());
     assert_eq!(trace.other("sampler_cpus"), &serde_json::json!([last_cpu]));
 }

@@ -6,11 +6,14 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
-use common::{Trace, Workload, gilsample, interpreter, ready_pid, sid_root};
+use nix::sys::signal::Signal;
+
+use common::{
+    KilledOnDrop, Recording, Trace, Workload, gilsample, interpreter, ready_pid, sid_root,
+};
 use gilsample::error::exit::NO_SUCH_PROCESS;
 
 /// Discovery sees every process on the machine: the device tests must not see each other's nodes.
@@ -25,41 +28,29 @@ fn devices() -> MutexGuard<'static, ()> {
 }
 
 /// A process started in a private mount namespace whose /dev is a tmpfs holding `node` (a char device
-/// with the numbers of /dev/null), with `command` run there via `sh -c`; killed when dropped.
-struct WithDevice(Child);
-
-impl WithDevice {
-    fn start(node: &str, command: &str) -> (WithDevice, String) {
-        let script = format!(
-            "mount -t tmpfs tmpfs /dev && mknod /dev/{node} c 1 3 && mknod /dev/null c 1 3 && exec {command}"
-        );
-        let mut child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        (WithDevice(child), line)
-    }
+/// with the numbers of /dev/null), with `command` run there via `sh -c`, once it printed its first
+/// line, and that line.
+fn with_device(node: &str, command: &str) -> (KilledOnDrop, String) {
+    let script = format!(
+        "mount -t tmpfs tmpfs /dev && mknod /dev/{node} c 1 3 && mknod /dev/null c 1 3 && exec {command}"
+    );
+    KilledOnDrop::spawn_until_first_line(Command::new("unshare").args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+    ]))
 }
 
-impl Drop for WithDevice {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn python_holding(node: &str) -> (WithDevice, u32) {
+fn python_holding(node: &str) -> (KilledOnDrop, u32) {
     let python = interpreter("3.12");
     let command = format!(
         "{} {} contention --threads 2 --open /dev/{node}",
         python.command[0], python.workload
     );
-    let (child, line) = WithDevice::start(node, &command);
+    let (child, line) = with_device(node, &command);
     let pid = ready_pid(&line);
     (child, pid)
 }
@@ -68,8 +59,7 @@ fn python_holding(node: &str) -> (WithDevice, u32) {
 fn all_npu_records_python_users_of_the_npu_and_skips_the_others() {
     let _guard = devices();
     let (_python, python_pid) = python_holding("davinci0");
-    let (_other, _) =
-        WithDevice::start("davinci1", "sh -c 'echo up; exec sleep 60 3</dev/davinci1'");
+    let (_other, _) = with_device("davinci1", "sh -c 'echo up; exec sleep 60 3</dev/davinci1'");
     let dir = tempfile::tempdir().unwrap();
     let out = gilsample()
         .args(["--all-npu", "--duration", "0.3", "-o"])
@@ -104,16 +94,17 @@ fn all_gpu_finds_nothing_then_a_new_gpu_user() {
     assert!(String::from_utf8_lossy(&none.stderr).contains("NVIDIA GPU"));
 
     // A GPU user that appears while recording runs is picked up. The recording is stopped once it
-    // says it records that user (readiness), not after a duration that a loaded machine may need
-    // more than; the long --duration only lets discovery wait with nothing found at first.
-    let recording = gilsample()
-        .args(["--all-gpu", "--duration", "600", "-o"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // reports sampling that user (`started`: readiness), not after a duration that a loaded machine
+    // may need more than; the long --duration only lets discovery wait with nothing found at first.
+    let mut recording = Recording::spawn(
+        gilsample()
+            .args(["--all-gpu", "--duration", "600", "-o"])
+            .arg(dir.path()),
+    );
     let (_python, pid) = python_holding("nvidia0");
-    let (status, stderr) = common::stop_once_recording(recording, pid);
+    recording.wait_until_started(pid);
+    recording.signal(Signal::SIGINT);
+    let (status, stderr) = recording.finish();
     assert!(status.success(), "{stderr}");
     let trace = Trace::load(&dir.path().join(format!("GIL_{pid}_rank_0.json")));
     assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
@@ -149,44 +140,28 @@ fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
     let mut workloads: Vec<Workload> = (0..7)
         .map(|_| Workload::start(&python, &["sleeper"]))
         .collect();
-    let mut leaver = python
-        .workload_command(&["contention", "--threads", "1", "--exit-on-stdin"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(leaver.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut leaver, _) = KilledOnDrop::spawn_until_first_line(
+        python
+            .workload_command(&["contention", "--threads", "1", "--exit-on-stdin"])
+            .stdin(Stdio::piped()),
+    );
     let exiting = leaver.id();
     let mut pids: Vec<String> = workloads.iter().map(|w| w.pid.to_string()).collect();
     pids.push(exiting.to_string());
     let dir = tempfile::tempdir().unwrap();
-    let mut recording = gilsample()
-        // Long enough that the leaver is gone well before the end even when eight real-time samplers
-        // and the other tests starve the session thread that announces the starts.
-        .args(["--pid", &pids.join(","), "--duration", "8", "--merge", "-o"])
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Once all eight report that sampling began, one target leaves.
-    let mut stderr = BufReader::new(recording.stderr.take().unwrap());
-    let mut started = 0;
-    while started < 8 {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "gilsample ended early"
-        );
-        started += usize::from(line.contains("recording process"));
-    }
+    let mut recording = Recording::spawn(
+        gilsample()
+            // Long enough that the leaver is gone well before the end even when eight real-time
+            // samplers and the other tests starve the session thread that announces the starts.
+            .args(["--pid", &pids.join(","), "--duration", "8", "--merge", "-o"])
+            .arg(dir.path()),
+    );
+    // Once all eight are sampled (`ready`), one target leaves.
+    recording.wait_until("ready", None);
     std::io::Write::write_all(leaver.stdin.as_mut().unwrap(), b"bye\n").unwrap();
     leaver.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
-    assert!(recording.wait().unwrap().success(), "{rest}");
+    let (status, stderr) = recording.finish();
+    assert!(status.success(), "{stderr}");
     let mut traced: Vec<u32> = workloads.iter().map(|w| w.pid).collect();
     traced.push(exiting);
     workloads.clear();
@@ -279,43 +254,32 @@ fn subprocesses_records_every_python_child_including_later_ones() {
 
 /// A Python process of the sid root in its own PID and mount namespace (`unshare` + `chroot`, like a
 /// container), with its pid as this process sees it. It is its namespace's init, which ignores every
-/// signal but SIGKILL. `Contained` kills `unshare` when dropped, and `--kill-child` takes the target
-/// with it: killing the target itself would make `unshare` (util-linux 2.38) try to re-raise SIGKILL
-/// on itself and print "sigprocmask unblock failed: Invalid argument".
+/// signal but SIGKILL. Dropping `Contained` kills `unshare`, and `--kill-child` takes the target with
+/// it: killing the target itself would make `unshare` (util-linux 2.38) try to re-raise SIGKILL on
+/// itself and print "sigprocmask unblock failed: Invalid argument".
 struct Contained {
-    unshare: Child,
+    /// Kept for its drop.
+    _unshare: KilledOnDrop,
     pid: u32,
-}
-
-impl Drop for Contained {
-    fn drop(&mut self) {
-        let _ = self.unshare.kill();
-        let _ = self.unshare.wait();
-    }
 }
 
 fn containerized_python() -> Contained {
     let root = sid_root();
     common::interpreter("sid-3.14"); // stages the workload script inside the root
-    let mut unshare = Command::new("unshare")
-        .args(["--pid", "--mount", "--fork", "--kill-child"])
-        .arg(format!("--mount-proc={}", root.join("proc").display()))
-        .arg("chroot")
-        .arg(&root)
-        .args([
-            "/usr/bin/python3.14",
-            "/tmp/gil_workload.py",
-            "contention",
-            "--threads",
-            "2",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(unshare.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (unshare, line) = KilledOnDrop::spawn_until_first_line(
+        Command::new("unshare")
+            .args(["--pid", "--mount", "--fork", "--kill-child"])
+            .arg(format!("--mount-proc={}", root.join("proc").display()))
+            .arg("chroot")
+            .arg(&root)
+            .args([
+                "/usr/bin/python3.14",
+                "/tmp/gil_workload.py",
+                "contention",
+                "--threads",
+                "2",
+            ]),
+    );
     assert_eq!(ready_pid(&line), 1, "the target is pid 1 of its namespace");
     let children = std::fs::read_to_string(format!(
         "/proc/{}/task/{}/children",
@@ -325,7 +289,7 @@ fn containerized_python() -> Contained {
     .unwrap();
     Contained {
         pid: children.split_whitespace().next().unwrap().parse().unwrap(),
-        unshare,
+        _unshare: unshare,
     }
 }
 

@@ -4,17 +4,18 @@
 #[macro_use]
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{ChildStdin, ChildStdout, Stdio};
 
-use common::{Trace, gilsample, interpreter_running, start_recording};
+use common::{KilledOnDrop, Trace, gilsample, interpreter_running, start_recording};
 use serde_json::Value;
 
 const LONG_NAME: &str = "data-loader-worker-with-a-name-much-longer-than-fifteen-bytes-07";
 
 /// fixtures/workloads/names_workload.py, running: its pipes and the tids it reported.
 struct Named {
-    child: Child,
+    /// Kept for its drop.
+    _child: KilledOnDrop,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     pid: u32,
@@ -24,12 +25,12 @@ struct Named {
 impl Named {
     fn start(label: &str) -> Named {
         let python = interpreter_running(label, "names_workload.py");
-        let mut child = python
-            .workload_command(&[])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", python.command));
+        let mut child = KilledOnDrop::spawn(
+            python
+                .workload_command(&[])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped()),
+        );
         let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -40,7 +41,7 @@ impl Named {
         )
         .unwrap();
         Named {
-            child,
+            _child: child,
             stdin,
             stdout,
             pid: ready["pid"].as_u64().unwrap() as u32,
@@ -59,13 +60,6 @@ impl Named {
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "RENAMED");
-    }
-}
-
-impl Drop for Named {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -89,16 +83,11 @@ fn thread_names(trace: &Trace) -> std::collections::BTreeMap<u32, String> {
 /// has been seen, and named, by then); returns the output directory and gilsample's summary.
 fn record_across_a_rename(workload: &mut Named, args: &[&str]) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, mut stderr) = start_recording(workload.pid, dir.path(), args);
+    let recording = start_recording(workload.pid, dir.path(), args);
     workload.rename();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let mut summary = String::new();
-    stderr.read_to_string(&mut summary).unwrap();
-    assert!(child.wait().unwrap().success(), "{summary}");
+    recording.signal(nix::sys::signal::Signal::SIGINT);
+    let (status, summary) = recording.finish();
+    assert!(status.success(), "{summary}");
     (dir, summary)
 }
 

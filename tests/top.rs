@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Trace, Workload, gilsample, interpreter};
+use common::{KilledOnDrop, Trace, Workload, gilsample, interpreter};
 use gilsample::error::exit::{OK, USAGE};
 
 /// Looks at the screen up to this many times, `POLL` apart: a minute, for a loaded machine.
@@ -497,13 +497,13 @@ fn top_once_follows_subprocesses_and_stops_what_it_launched() {
 fn top_lines_prints_a_table_every_interval_until_stopped() {
     let python = interpreter("3.12");
     let workload = Workload::start(&python, &["contention", "--threads", "3"]);
-    let mut top = gilsample()
-        .args(["top", "--lines", "2", "--interval", "200ms", "--pid"])
-        .arg(workload.pid.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut top = KilledOnDrop::spawn(
+        gilsample()
+            .args(["top", "--lines", "2", "--interval", "200ms", "--pid"])
+            .arg(workload.pid.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let mut stdout = BufReader::new(top.stdout.take().unwrap());
     let mut tables: Vec<Vec<String>> = Vec::new();
     let mut line = String::new();

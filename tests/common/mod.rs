@@ -3,11 +3,21 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 use serde_json::Value;
+
+mod child;
+mod recording;
+
+pub use child::KilledOnDrop;
+// Each test file compiles this module and uses only some of it (as `dead_code` above).
+#[allow(unused_imports)]
+pub use recording::{
+    Control, ControlSocket, LaunchedRecording, Recording, read_until, start_recording,
+    stop_once_recording,
+};
 
 /// The interpreters every live test runs under, the one list of them: invokes `$tests!` with
 /// `module => label` for each (and the extra ones given), so a live test file names them in one
@@ -167,7 +177,7 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// A running workload from fixtures/workloads/gil_workload.py; killed when dropped.
 pub struct Workload {
-    pub child: Child,
+    pub child: KilledOnDrop,
     pub pid: u32,
     /// Thread name → OS tid, as the workload reported them.
     pub threads: HashMap<String, u32>,
@@ -188,15 +198,7 @@ impl Workload {
 
     /// Starts a workload command prepared by the caller (its environment, say) and waits for READY.
     pub fn from_command(mut cmd: Command) -> Workload {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (child, line) = KilledOnDrop::spawn_until_first_line(cmd.stderr(Stdio::inherit()));
         let json = line
             .strip_prefix("READY ")
             .unwrap_or_else(|| panic!("workload did not get ready: {line:?}"));
@@ -225,13 +227,6 @@ impl Workload {
             .filter(|(name, _)| name.starts_with(prefix))
             .map(|(_, &tid)| tid)
             .collect()
-    }
-}
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -354,116 +349,6 @@ impl Trace {
         let start = self.other("recording_start_monotonic_ns").as_f64().unwrap();
         let end = self.other("recording_end_monotonic_ns").as_f64().unwrap();
         (end - start) / 1000.0
-    }
-}
-
-/// Starts gilsample on `pid` with `args` and returns once its first sample is taken.
-pub fn start_recording(
-    pid: u32,
-    out: &Path,
-    args: &[&str],
-) -> (Child, BufReader<std::process::ChildStderr>) {
-    let mut child = gilsample()
-        .args(["--pid", &pid.to_string(), "-o"])
-        .arg(out)
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(
-        line.contains("recording process"),
-        "unexpected first line: {line}"
-    );
-    (child, stderr)
-}
-
-/// Reads gilsample's stderr until the line that says `process {pid}` is being recorded, then asks
-/// it to finish (SIGINT) and returns its status with all it printed. Readiness, not a duration.
-pub fn stop_once_recording(mut recording: Child, pid: u32) -> (ExitStatus, String) {
-    let mut stderr: BufReader<std::process::ChildStderr> =
-        BufReader::new(recording.stderr.take().unwrap());
-    let mut seen = String::new();
-    let wanted = format!("recording process {pid} ");
-    loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap() == 0 {
-            break; // it ended by itself: the assertions below say why
-        }
-        seen += &line;
-        if line.contains(&wanted) {
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(recording.id() as i32),
-                nix::sys::signal::Signal::SIGINT,
-            )
-            .unwrap();
-            break;
-        }
-    }
-    std::io::Read::read_to_string(&mut stderr, &mut seen).unwrap();
-    (recording.wait().unwrap(), seen)
-}
-
-/// gilsample launching a workload scenario that ends on a line on its stdin (`--exit-on-stdin`): the
-/// recording, the workload's stdin and pid, and gilsample's stderr, once the workload is READY.
-pub struct LaunchedRecording {
-    pub recording: Child,
-    pub stdin: std::process::ChildStdin,
-    pub stderr: BufReader<std::process::ChildStderr>,
-    pub pid: u32,
-}
-
-impl LaunchedRecording {
-    /// `gilsample ARGS -o OUT -- python workload SCENARIO... --exit-on-stdin`. The workload also ends
-    /// after 600 s: only a failing test waits that long, instead of for ever.
-    pub fn start(args: &[&str], out: &Path, scenario: &[&str]) -> LaunchedRecording {
-        let python = interpreter("3.12");
-        let mut recording = gilsample()
-            .args(args)
-            .arg("-o")
-            .arg(out)
-            .arg("--")
-            .args(&python.command)
-            .arg(&python.workload)
-            .args(scenario)
-            .args(["--exit-on-stdin", "--seconds", "600"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(recording.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        LaunchedRecording {
-            pid: ready_pid(&line),
-            stdin: recording.stdin.take().unwrap(),
-            stderr: BufReader::new(recording.stderr.take().unwrap()),
-            recording,
-        }
-    }
-
-    /// gilsample's stderr up to and with the first line that contains `wanted`.
-    pub fn read_until(&mut self, wanted: &str) -> String {
-        read_until(&mut self.stderr, wanted)
-    }
-}
-
-/// Reads `stderr` line by line until one contains `wanted`; everything read, that line included.
-pub fn read_until(stderr: &mut impl BufRead, wanted: &str) -> String {
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap() == 0 {
-            panic!("the output ended before {wanted:?}: {seen}");
-        }
-        seen += &line;
-        if line.contains(wanted) {
-            return seen;
-        }
     }
 }
 

@@ -10,8 +10,10 @@ use std::fmt;
 pub struct RemoteAddr(pub u64);
 
 impl RemoteAddr {
+    /// Address 0: a null pointer in the target.
     pub const NULL: RemoteAddr = RemoteAddr(0);
 
+    /// Whether this is the target's null pointer.
     pub fn is_null(self) -> bool {
         self.0 == 0
     }

@@ -26,7 +26,9 @@ use crate::trace::output::{check_not_exists, create_partial, end_trace, publish}
 /// What a conversion saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConvertReport {
+    /// Trace events read from the input.
     pub events: u64,
+    /// `hold_gil` slices written.
     pub holds: u64,
     /// Takes never followed by a drop of their thread (the recording ended while holding).
     pub unpaired_takes: u64,

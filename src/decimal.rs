@@ -119,6 +119,7 @@ impl ExactMicros {
         }
     }
 
+    /// The exact decimal of `ns` nanoseconds, in microseconds.
     pub fn from_ns(ns: i128) -> ExactMicros {
         let magnitude = ns.unsigned_abs();
         let frac = format!("{:03}", magnitude % 1000)

@@ -30,6 +30,7 @@ impl DeviceKind {
             .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
     }
 
+    /// The kind in words, with its device nodes, for messages: `an NVIDIA GPU (/dev/nvidiaN)`.
     pub fn describe(self) -> &'static str {
         match self {
             DeviceKind::Npu => "an Ascend NPU (/dev/davinciN)",

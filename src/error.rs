@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 /// Exit statuses, documented in the README.
 pub mod exit {
+    /// Success.
     pub const OK: i32 = 0;
     /// A runtime failure not covered below (I/O, a corrupt target).
     pub const FAILURE: i32 = 1;
@@ -27,6 +28,8 @@ pub mod exit {
     pub const INTERRUPTED: i32 = 130;
 }
 
+/// Every way gilsample fails; the variant decides the exit status (`exit_code`) and what the caller
+/// does next.
 #[derive(Debug)]
 pub enum Error {
     /// Wrong command-line input; the message says which value and why.
@@ -34,60 +37,83 @@ pub enum Error {
     /// The kernel refused access to the target's memory or /proc files; `why` is what this machine
     /// says about it (process/access.rs), looked up when it happened.
     Permission {
+        /// The target's pid (our PID namespace).
         pid: u32,
+        /// What was being read (a /proc file, the target's memory).
         what: String,
+        /// What this machine says about the refusal (ptrace scope, capabilities, user).
         why: String,
     },
     /// Discovery found nothing to record.
     NothingFound(String),
     /// The process does not exist or exited.
     ProcessGone {
+        /// The pid that no longer names a process (our PID namespace).
         pid: u32,
     },
     /// The process runs no interpreter we can find (or is not a user process).
     NotPython {
+        /// The target's pid (our PID namespace).
         pid: u32,
+        /// Why it is not taken for Python (no `_PyRuntime`, not a user process).
         why: String,
     },
     /// A Python we recognise but cannot read.
     Unsupported {
+        /// The target's pid (our PID namespace).
         pid: u32,
+        /// What about this Python cannot be read (version, free-threaded with the GIL disabled).
         why: String,
     },
     /// The interpreter exists but has not finished starting (launch mode waits for this).
     NotReady {
+        /// The target's pid (our PID namespace).
         pid: u32,
+        /// What is not ready yet (the dynamic loader still running, the runtime not initialised).
         why: String,
     },
     /// The layout does not match what the live process holds.
     LayoutInvalid {
+        /// The target's pid (our PID namespace).
         pid: u32,
+        /// Which check on the live process failed.
         why: String,
     },
     /// An ELF or DWARF file we could not use.
     Binary {
+        /// The file, as gilsample opened it.
         path: PathBuf,
+        /// What about it could not be used.
         why: String,
     },
     /// An input file (`convert`) that is not what it should be; the message names event and field.
     Input {
+        /// The input file.
         path: PathBuf,
+        /// What is wrong, naming the event and field.
         why: String,
     },
     /// Writing the trace failed.
     Output {
+        /// The file being written.
         path: PathBuf,
+        /// What failed, and where the partial data is.
         why: String,
     },
+    /// An I/O error of gilsample's own files or the system's.
     Io {
+        /// What was being done, said before the OS's message.
         context: String,
+        /// The OS's error.
         source: io::Error,
     },
 }
 
+/// gilsample's result type, with `Error`.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// An I/O error, with what was being done (`context`) in front of the OS's message.
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {
         Error::Io {
             context: context.into(),
@@ -95,6 +121,7 @@ impl Error {
         }
     }
 
+    /// The exit status this error ends the process with (`exit`).
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => exit::USAGE,

@@ -14,6 +14,8 @@ use crate::python::names::ThreadNamer;
 use crate::python::runtime::ThreadWalker;
 use crate::sampler::config::SamplerConfig;
 
+/// What `gilsample info` prints for process `pid`: attaches with `choice` and describes the
+/// interpreter, its layout, GIL, threads and what the sampler would read.
 pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     let target = attach(pid, choice)?;
     let mut out = String::new();

@@ -53,6 +53,7 @@ pub enum Stopped {
 }
 
 impl Stopped {
+    /// How the command was stopped, in words, for messages.
     pub fn describe(self) -> &'static str {
         match self {
             Stopped::AlreadyExited => "it had already exited",
@@ -69,6 +70,8 @@ pub struct Launched {
 }
 
 impl Launched {
+    /// Starts `command` (program and arguments) with the default signal mask, to receive SIGTERM if
+    /// gilsample dies.
     pub fn spawn(command: &[String]) -> Result<Launched> {
         let (program, args) = command
             .split_first()
@@ -108,6 +111,7 @@ impl Launched {
         })
     }
 
+    /// The command's pid in gilsample's PID namespace.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -122,6 +126,7 @@ impl Launched {
         self.status
     }
 
+    /// Waits for the command to exit and returns its exit status (a signal `s` as `128 + s`).
     pub fn wait(&mut self) -> Result<i32> {
         if let Some(status) = self.status {
             return Ok(status);
@@ -227,6 +232,7 @@ fn has_exec(pid: u32) -> bool {
 
 /// What the launched command turned out to be.
 pub enum Launch {
+    /// A Python process, attached and ready to be sampled.
     Python(Box<Target>),
     /// Not Python (`--subprocesses` only): a launcher running this program when it was looked at.
     Launcher(Option<PathBuf>),

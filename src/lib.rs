@@ -4,6 +4,8 @@
 
 // The trace metadata is one `json!` literal with more keys than serde_json's macro expands by default.
 #![recursion_limit = "256"]
+// Every public item carries a doc comment; the build says which one lacks it.
+#![warn(missing_docs)]
 
 pub mod addr;
 pub mod cli;

@@ -17,7 +17,14 @@ pub enum KernelState {
     Running,
     /// Blocked inside syscall `nr`; `arg0` and `arg1` are its first two arguments (for futex: the
     /// address and the operation).
-    InSyscall { nr: i64, arg0: u64, arg1: u64 },
+    InSyscall {
+        /// The syscall's number, in the machine's own numbering.
+        nr: i64,
+        /// Its first argument (for futex: the address waited on).
+        arg0: u64,
+        /// Its second argument (for futex: the operation).
+        arg1: u64,
+    },
     /// Stopped or blocked outside a syscall (e.g. SIGSTOP, a page fault).
     Blocked,
 }
@@ -38,14 +45,18 @@ impl KernelState {
 /// are exact for the time before. All three read 0 where the kernel keeps no such statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedStat {
+    /// Nanoseconds spent on a CPU.
     pub cpu_ns: u64,
+    /// Nanoseconds spent waiting on a run queue.
     pub run_queue_ns: u64,
+    /// How many times the thread got a CPU.
     pub timeslices: u64,
 }
 
 /// The GIL as one sample sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GilWord {
+    /// `gil.locked`: some thread holds the GIL.
     pub locked: bool,
     /// `last_holder`: the thread state that took the GIL last; the holder only while `locked`.
     pub last_holder: RemoteAddr,
@@ -58,14 +69,19 @@ pub struct GilWord {
 /// How many threads are inside each GIL wait, including those woken and not yet run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Waiters {
+    /// Threads inside `take_gil`'s wait on `gil.cond`.
     pub take: u32,
+    /// Threads inside `drop_gil`'s wait on `gil.switch_cond`.
     pub drop: u32,
 }
 
 /// Address ranges `[start, end)` inside the GIL struct.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GilWaitRanges {
+    /// Where a thread waiting in `take_gil` sleeps: `gil.cond` and `gil.mutex`, target addresses.
     pub take: [Option<(u64, u64)>; 2],
+    /// Where a thread waiting in `drop_gil` sleeps: `gil.switch_cond` and `gil.switch_mutex`,
+    /// target addresses.
     pub drop: [Option<(u64, u64)>; 2],
     /// The words of `gil.cond` its waiters sleep on (glibc's `__g_signals`), where the C library is
     /// known: a thread asleep on another word of it is signalling it.

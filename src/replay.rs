@@ -25,6 +25,8 @@ use crate::stream::{Item, StreamReader};
 use crate::summary::{answers, format_summary};
 use crate::trace::chrome::ChromeWriter;
 
+/// `gilsample replay`: reruns inference on a saved sample stream and writes its trace and summary,
+/// as the live run did (or explains each thread's decision with `--explain`).
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let mut reader = StreamReader::open(&args.input)?;
     let stream_bytes = std::fs::metadata(&args.input).map(|m| m.len()).unwrap_or(0);

@@ -19,11 +19,24 @@ pub enum SignalStep {
     /// The second while recording: the caller exits at once.
     Abort,
     /// Passed on to the command being waited for, which a process sent to gilsample alone.
-    PassedOn { signal: Signal, command: u32 },
+    PassedOn {
+        /// The signal received and passed on.
+        signal: Signal,
+        /// The command's pid.
+        command: u32,
+    },
     /// Not passed on: a terminal's signal, which reached the command as well.
-    ReachedTheCommand { signal: Signal, command: u32 },
+    ReachedTheCommand {
+        /// The signal received.
+        signal: Signal,
+        /// The command's pid.
+        command: u32,
+    },
     /// The second while waiting for the command: it was sent SIGTERM; the caller exits at once.
-    StopWaiting { command: u32 },
+    StopWaiting {
+        /// The command's pid.
+        command: u32,
+    },
 }
 
 /// Where the session is, shared with the signal thread.

@@ -261,6 +261,8 @@ pub fn low_rate_warning(achieved_hz: f64, requested_hz: f64, seconds: f64) -> Op
 /// Late ticks over this share of all, or a read that stalled this many periods, are warned about
 /// even when the rate as a whole was kept: they are holes in the timeline, where hand-offs are missed.
 pub const LATE_SHARE_WARNED: f64 = 0.01;
+/// A GIL read that stalled longer than this many periods is warned about (with
+/// `LATE_SHARE_WARNED`).
 pub const STALL_PERIODS_WARNED: f64 = 10.0;
 
 /// The warning for a recording that kept its rate overall but has holes: ticks that started late

@@ -93,11 +93,13 @@ pub const COMMON_COMMANDS: &str = "The most common commands:
   gilsample record --all-gpu --duration 2m      every Python process with an NVIDIA GPU open, for 2 minutes
 (gilsample --help for the rest)";
 
+/// gilsample's command line: a subcommand, or without one the options of `record`.
 #[derive(Parser, Debug)]
 #[command(name = "gilsample", version, about = ABOUT, long_about = LONG_ABOUT)]
 #[command(after_help = EXAMPLES_AND_FOOTER)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// The subcommand given; `None`: `record`, with the options in `record`.
     #[command(subcommand)]
     pub command: Option<Command>,
     /// Without a subcommand: the options of `record`.
@@ -105,6 +107,7 @@ pub struct Cli {
     pub record: RecordArgs,
 }
 
+/// gilsample's subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Record GIL timelines (the default: `gilsample --pid 12345` is `gilsample record --pid 12345`).
@@ -140,6 +143,7 @@ const REPLAY_EXAMPLES: &str = "Examples:
   gilsample replay run.gilsamples -o replayed.json      the same take/hold/drop slices as run.json
   gilsample replay run.gilsamples --explain why.jsonl  also every thread of every sample, decided how";
 
+/// `gilsample replay`'s options.
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
     /// A sample stream written by --save-samples.
@@ -174,6 +178,7 @@ Examples:
   gilsample report /shared/job-42/            every GIL_*.json below it, all hosts and ranks
   gilsample report /shared/job-42/ --json     one JSON document (docs/report-json.md)";
 
+/// `gilsample report`'s options.
 #[derive(Args, Debug)]
 pub struct ReportArgs {
     /// Trace files, or directories searched for GIL_*.json (and interrupted recordings' .partial
@@ -194,15 +199,20 @@ Examples:
   gilsample merge gil_traces/GIL_*.json prof/worker0.pt.trace.json -o merged.json
   gilsample merge GIL_1234_rank_0.json trace_view.json --offset trace_view.json=-1500 -o merged.json";
 
+/// `gilsample info`'s options.
 #[derive(Args, Debug)]
 pub struct InfoArgs {
     /// The process to describe.
     #[arg(short, long)]
     pub pid: u32,
+    // Where the layout comes from, as `record --layout-source`. Not a doc comment: clap would make
+    // it this option's --help text, which `info --help` has never shown.
+    #[allow(missing_docs)]
     #[arg(long, value_enum, default_value = "auto")]
     pub layout_source: LayoutChoice,
 }
 
+/// `gilsample layout`'s options.
 #[derive(Args, Debug)]
 pub struct LayoutArgs {
     /// A libpython or python executable with DWARF (or a separate debug file of one).
@@ -219,6 +229,7 @@ pub struct LayoutArgs {
     pub out: Option<PathBuf>,
 }
 
+/// `gilsample convert`'s options.
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
     /// The raw file, e.g. GIL_12345_rank_0.json (a regular file: it is read twice, so not a pipe).
@@ -232,6 +243,7 @@ pub struct ConvertArgs {
     pub force: bool,
 }
 
+/// `gilsample merge`'s options.
 #[derive(Args, Debug)]
 pub struct MergeArgs {
     /// Traces to merge: GIL_<pid>_rank_<rank>.json files and profiler traces.

@@ -17,6 +17,7 @@ const HELP_OUTPUT: &str = "Where to write";
 const HELP_SAMPLING: &str = "Sampling";
 const HELP_ADVANCED: &str = "Advanced";
 
+/// `gilsample record`'s options (also those of `top`, and of gilsample without a subcommand).
 #[derive(Args, Debug)]
 pub struct RecordArgs {
     /// Record these processes (ids, comma-separated: 123,456).

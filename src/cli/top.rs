@@ -8,6 +8,7 @@ use clap::Args;
 use crate::cli::record::RecordArgs;
 use crate::cli::values::{DurationArg, parse_duration};
 
+/// What `gilsample top --help` ends with: its keys and examples.
 pub const TOP_EXAMPLES: &str = "Keys: q or Ctrl+C quits; s sorts by wait or by hold; t shows the last interval or \
 everything since the start; p pauses; left and right arrows go from process to process; up and down \
 scroll the threads.
@@ -29,6 +30,7 @@ const HELP_VIEW: &str = "The view";
     .long_help("Also save the trace: a directory, with one GIL_<pid>_rank_<rank>.json per process, or \
 a file ending in .json for a single target, as `record -o` writes them.\n\nWithout it top keeps the trace \
 in a temporary directory and removes it at the end.")))]
+/// `gilsample top`'s options.
 pub struct TopArgs {
     /// How often the table is refreshed: 1s, 500ms, 2s (from 100ms to 1h).
     ///
@@ -49,6 +51,7 @@ pub struct TopArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = HELP_VIEW)]
     pub lines: Option<u32>,
 
+    /// What to record and how, as for `record`.
     #[command(flatten)]
     pub record: RecordArgs,
 }

@@ -6,18 +6,23 @@ use std::time::Duration;
 /// Highest sampling rate accepted. Above this, each tick's reads take longer than the period on
 /// ordinary machines and the sampler would only measure itself.
 pub const MAX_RATE_HZ: f64 = 100_000.0;
+/// Lowest sampling rate accepted.
 pub const MIN_RATE_HZ: f64 = 1.0;
 
+/// The CPUs `--cpus` names: where the sampler threads may run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuList(pub Vec<usize>);
 
+/// Parses `--cpus`: CPU numbers and ranges, comma-separated (`0,2-3`).
 pub fn parse_cpus(text: &str) -> Result<CpuList, String> {
     crate::sampler::affinity::parse_cpu_list(text).map(CpuList)
 }
 
+/// The process ids `--pid` names, without repeats, in the order given.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PidList(pub Vec<u32>);
 
+/// A sampling rate `--rate` names, in Hz.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rate(pub f64);
 
@@ -28,6 +33,7 @@ pub struct DurationArg(pub Option<Duration>);
 /// The longest duration accepted: a year. Longer is a typo (or would overflow the deadline).
 const MAX_DURATION: Duration = Duration::from_secs(365 * 86400);
 
+/// Parses `--pid`: comma-separated process ids, none of them 0.
 pub fn parse_pids(text: &str) -> Result<PidList, String> {
     let mut pids = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -47,6 +53,8 @@ pub fn parse_pids(text: &str) -> Result<PidList, String> {
     Ok(PidList(pids))
 }
 
+/// Parses `--rate`: a number of Hz, with an optional `hz` or `khz` unit, between `MIN_RATE_HZ` and
+/// `MAX_RATE_HZ`.
 pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let lower = text.trim().to_ascii_lowercase();
     let (number, scale) = if let Some(n) = lower.strip_suffix("khz") {

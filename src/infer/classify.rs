@@ -21,6 +21,8 @@ pub struct ThreadEvidence {
     pub holds: bool,
     /// `last_holder` is this thread but the GIL is unlocked: it held the GIL last and let it go.
     pub released_last: bool,
+    /// The thread's `/proc/PID/task/TID/syscall` state at this sample; `None` where it could not be
+    /// read.
     pub kernel: Option<KernelState>,
     /// The thread's last definite state.
     pub previous: Option<GilState>,
@@ -90,7 +92,10 @@ pub enum Basis {
     /// Running after a GIL state: decided later by `settle_stretch` (rule 9). `after` is the state
     /// the stretch follows: the thread's last definite state, or `Drop` for one that has taken the
     /// GIL and let it go since (rule 8).
-    Ambiguous { after: GilState },
+    Ambiguous {
+        /// The state the stretch follows.
+        after: GilState,
+    },
 }
 
 impl Basis {
@@ -128,6 +133,8 @@ fn signalling(addr: u64, gil: &GilWaitRanges) -> bool {
         .is_some_and(|(start, end)| inside(addr, &gil.take[..1]) && !(addr >= start && addr < end))
 }
 
+/// Decides one thread's GIL state at one sample from its evidence and where the GIL's waits lie
+/// (rules 1–10, docs/classification.md), and says on what basis: read directly or by which rule.
 pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Basis) {
     let Some(kernel) = evidence.kernel else {
         return (GilState::Unknown, Basis::Direct);
@@ -265,8 +272,12 @@ pub fn back_in_take_after_a_switch_request(at_hold: SchedStat, now: SchedStat) -
 /// `seen_ns` (not yet at `before_ns`, the sample before), by `queued_ns`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Arrival {
+    /// Monotonic nanoseconds of the sample before `seen_ns`, at which the run-queue time had not
+    /// yet grown.
     pub before_ns: u64,
+    /// Monotonic nanoseconds of the first sample at which the run-queue time had grown.
     pub seen_ns: u64,
+    /// Nanoseconds the run-queue time grew by: how long the thread waited for a CPU.
     pub queued_ns: u64,
 }
 

@@ -21,6 +21,7 @@ use crate::observed::Waiters;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct InferenceCounts {
+    /// How often each rule decided a thread, by decision.
     pub decisions: DecisionCounts,
     /// Threads classified, summed over the samples.
     pub thread_samples: u64,
@@ -42,20 +43,27 @@ pub struct InferenceCounts {
 /// stretch is not): what the sampler needs to read stacks (sampler/stack_watch.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decided {
+    /// The thread's position in the last sample's `threads`.
     pub index: usize,
+    /// The thread's id in gilsample's PID namespace.
     pub tid: u32,
+    /// Its state at the sample before, if that one decided it.
     pub previous: Option<GilState>,
+    /// Its state at the last sample.
     pub state: GilState,
 }
 
 /// How one thread was decided at a sample (`gilsample replay --explain`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Explained {
+    /// The state the thread was placed in at that sample.
     pub state: GilState,
     /// How it was decided: read directly, by which rule, or held back (rule 9).
     pub basis: Basis,
 }
 
+/// The inference engine of one target: takes its samples one by one (`step`) and hands out the
+/// `Finding`s they settle; it keeps each thread's open interval and held-back stretch in between.
 pub struct Engine {
     ctx: SampleContext,
     /// Per thread of the last sample (by index), how it was decided; kept only when explaining.
@@ -82,6 +90,7 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine for one recording of the target that `ctx` describes.
     pub fn new(ctx: SampleContext) -> Engine {
         let flags = ctx.gil_flags.then_some(FlagDecider {
             check_direct: ctx.check_gil_flags,
@@ -117,10 +126,14 @@ impl Engine {
         self.explained.as_deref().unwrap_or(&[])
     }
 
+    /// What stays the same for the whole recording: the sampling period, the GIL's wait ranges and
+    /// which readings the target has.
     pub fn context(&self) -> &SampleContext {
         &self.ctx
     }
 
+    /// What inference has counted so far (decisions, hand-offs, waiting samples, 3.15 flag
+    /// decisions).
     pub fn counts(&self) -> InferenceCounts {
         InferenceCounts {
             gil_flags: self.flags.map(|f| f.stats),

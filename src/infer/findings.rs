@@ -15,14 +15,21 @@ pub type Frames = Arc<Vec<String>>;
 /// `taken_ns`, the next sample that saw a holder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Handoff {
+    /// The thread (our PID namespace) that held the GIL at `last_held_ns`.
     pub from_tid: u32,
+    /// The thread that held it at `taken_ns`.
     pub to_tid: u32,
+    /// Monotonic nanoseconds of the last sample that saw `from_tid` hold the GIL.
     pub last_held_ns: u64,
+    /// Monotonic nanoseconds of the next sample that saw a holder, `to_tid`.
     pub taken_ns: u64,
 }
 
+/// What inference hands downstream (trace writer, summary, live view): each thing a sample settled,
+/// in the order of `StacksFirst`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finding {
+    /// A thread's closed interval in one GIL state.
     Interval(Interval),
     /// The holder slept in a syscall while holding the GIL (infer/held_blocked.rs).
     HeldWhileBlocked(BlockedStretch),
@@ -31,33 +38,47 @@ pub enum Finding {
     /// A Python stack read at `t_ns` while the thread was in `state`, standing for `samples` samples
     /// (sampler/stack_watch.rs); the trace puts it into the args of the slice that covers `t_ns`.
     Stack {
+        /// The thread's id in gilsample's PID namespace.
         tid: u32,
+        /// When the stack was read, monotonic nanoseconds.
         t_ns: u64,
+        /// The thread's GIL state at that sample.
         state: GilState,
+        /// The stack, innermost frame first.
         frames: Frames,
+        /// How many samples this one reading stands for.
         samples: u64,
     },
     /// What the sampler saw of a holder's innermost frame over a hold, or over the part of one in
     /// which that frame did not change (sampler/stack_watch.rs); `t_ns` is its last read, inside the
     /// hold. The trace judges the hold's kind from it (infer/native_call.rs).
     HoldFrames {
+        /// The holder's id in gilsample's PID namespace.
         tid: u32,
+        /// The frame's last read, monotonic nanoseconds.
         t_ns: u64,
+        /// What was seen of the frame.
         watch: Box<FrameWatch>,
     },
     /// The switch interval read from the target was `us` from `t_ns` on (sent when it changes).
     SwitchInterval {
+        /// From when, monotonic nanoseconds.
         t_ns: u64,
+        /// The switch interval, microseconds.
         us: u64,
     },
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
     Waiters {
+        /// When the count changed, monotonic nanoseconds.
         t_ns: u64,
+        /// Threads waiting for the GIL from then on.
         count: u32,
     },
     /// From `t_ns` on the sampler ticked at `hz` (lower while the target was quiet, infer/quiet.rs).
     Rate {
+        /// From when, monotonic nanoseconds.
         t_ns: u64,
+        /// Ticks per second from then on.
         hz: u32,
     },
     /// Only for a live view that asked for it (`SamplerConfig::live_every_ns`): what is known at a
@@ -72,10 +93,12 @@ pub enum Finding {
 pub struct LiveSnapshot {
     /// The sample's time and the recording's first sample's (monotonic).
     pub t_ns: u64,
+    /// The first sample's time of the recording, monotonic nanoseconds.
     pub started_ns: u64,
     /// Each thread's interval still open, and its held-while-blocked stretch, up to this sample
     /// (`Engine::open_so_far`).
     pub open: Vec<Interval>,
+    /// Each holder's held-while-blocked stretch still open at this sample.
     pub open_blocked: Vec<BlockedStretch>,
     /// Every thread's name so far, by tid.
     pub names: Vec<(u32, String)>,

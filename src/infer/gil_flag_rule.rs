@@ -19,13 +19,17 @@ pub struct FlagStats {
     pub changed: u64,
     /// With `GILSAMPLE_CHECK_GIL_FLAGS`: direct decisions the flags agreed and disagreed with.
     pub agreed_with_direct: u64,
+    /// Direct decisions the flags disagreed with (with `GILSAMPLE_CHECK_GIL_FLAGS`).
     pub disagreed_with_direct: u64,
 }
 
+/// Decides threads from 3.15's `holds_gil`/`gil_requested` flags where the rules could not read the
+/// state directly, and counts what it decided.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FlagDecider {
     /// Compare the flags with direct decisions too (`GILSAMPLE_CHECK_GIL_FLAGS`).
     pub check_direct: bool,
+    /// What the flags decided so far.
     pub stats: FlagStats,
 }
 

@@ -16,9 +16,15 @@ use crate::observed::{KernelState, SYS_FUTEX};
 /// One finished stretch: the holder `tid` asleep in syscall `nr` from `start_ns` to `end_ns`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockedStretch {
+    /// The holder's thread id (our PID namespace).
     pub tid: u32,
+    /// Monotonic nanoseconds of the first sample that saw it asleep in the syscall while holding
+    /// the GIL.
     pub start_ns: u64,
+    /// Monotonic nanoseconds where it ended: its last sample plus part of the way to the next.
     pub end_ns: u64,
+    /// The syscall's number, as `/proc/PID/task/TID/syscall` gives it (the machine's own
+    /// numbering).
     pub nr: i64,
 }
 

@@ -28,6 +28,7 @@ pub enum GilState {
 }
 
 impl GilState {
+    /// Every state, in the order of `index`.
     pub const ALL: [GilState; 5] = [
         GilState::Hold,
         GilState::Take,
@@ -46,6 +47,7 @@ impl GilState {
         }
     }
 
+    /// The state's position in `ALL`: the index of per-state arrays such as `ThreadStats::ns`.
     pub fn index(self) -> usize {
         self as usize
     }
@@ -66,16 +68,23 @@ impl fmt::Display for GilState {
 /// A closed interval of one thread in one state, in monotonic nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Interval {
+    /// The thread's id in gilsample's PID namespace.
     pub tid: u32,
+    /// The state it was in throughout.
     pub state: GilState,
+    /// Start, monotonic nanoseconds.
     pub start_ns: u64,
+    /// End, monotonic nanoseconds (exclusive).
     pub end_ns: u64,
 }
 
 /// The sampling geometry the rules need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimelineParams {
+    /// Nanoseconds between ticks at the full rate.
     pub period_ns: u64,
+    /// Nanoseconds without a sample after which an open interval is closed instead of extended
+    /// (`GAP_PERIODS` periods).
     pub max_gap_ns: u64,
 }
 
@@ -83,6 +92,7 @@ impl TimelineParams {
     /// Gaps longer than this many periods stay gaps.
     pub const GAP_PERIODS: u64 = 4;
 
+    /// The geometry for ticks every `period_ns` nanoseconds.
     pub fn for_period(period_ns: u64) -> TimelineParams {
         TimelineParams {
             period_ns,
@@ -105,11 +115,13 @@ struct Open {
 /// One thread's open interval.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadTimeline {
+    /// The thread's id in gilsample's PID namespace.
     pub tid: u32,
     open: Option<Open>,
 }
 
 impl ThreadTimeline {
+    /// A timeline of thread `tid` with no interval open yet.
     pub fn new(tid: u32) -> ThreadTimeline {
         ThreadTimeline { tid, open: None }
     }

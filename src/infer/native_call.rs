@@ -23,6 +23,8 @@ pub const MIN_FRAME_READS: u32 = 3;
 /// (up to 24 ms in the golden `many` stream, 34 threads on 2 CPUs; 6 ms at a 0.5 ms interval in
 /// `fastswitch`).
 pub const WAITED_INTERVALS_WITHOUT_FRAMES: u64 = 10;
+/// The least nanoseconds another thread must have waited inside a hold without the holder's frame
+/// for it to count as one native call (with `WAITED_INTERVALS_WITHOUT_FRAMES`).
 pub const WAITED_NS_WITHOUT_FRAMES: u64 = 50_000_000;
 
 /// What the sampler saw of the holder's innermost frame during one hold (or one part of it).
@@ -87,6 +89,7 @@ pub struct HoldEvidence {
     /// GIL (a waiter stays in `take_gil` until it gets the GIL, so that is since the first of them
     /// came).
     pub waited_ns: u64,
+    /// The target's switch interval during the hold, nanoseconds.
     pub interval_ns: u64,
     /// `None` where stacks were not read (`--no-stacks`, other traces) or the hold was too short to
     /// be watched.

@@ -28,6 +28,7 @@ pub const QUIET_AFTER: u32 = 50;
 /// `SLOWEST_PERIOD_NS`: the slower it ticks, the further off the first change after a quiet stretch
 /// may be placed.
 pub const SLOW_DIVISOR: u64 = 5;
+/// The longest period the sampler slows to while quiet: 1 ms.
 pub const SLOWEST_PERIOD_NS: u64 = 1_000_000;
 
 /// The periods a quiet target lets the sampler skip per tick at `period_ns` (0: no slower rate

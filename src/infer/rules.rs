@@ -55,7 +55,9 @@ impl Decision {
     }
 }
 
+/// One row of the decision table: a decision, its rule and where its count goes in the trace.
 pub struct DecisionInfo {
+    /// The decision this row is about.
     pub decision: Decision,
     /// The rule's number in docs/classification.md.
     pub rule: u8,
@@ -63,6 +65,8 @@ pub struct DecisionInfo {
     pub metadata_key: &'static str,
 }
 
+/// The decision table, one row per `Decision` in its declaration order (`DecisionCounts` indexes by
+/// it).
 pub const DECISIONS: [DecisionInfo; 10] = [
     row(Decision::RunningStillWaiting, 7, "running_classified_take"),
     row(Decision::RunningReleased, 10, "running_classified_released"),
@@ -117,10 +121,12 @@ const fn row(decision: Decision, rule: u8, metadata_key: &'static str) -> Decisi
 pub struct DecisionCounts([u64; DECISIONS.len()]);
 
 impl DecisionCounts {
+    /// Counts one more taking of `decision`.
     pub fn count(&mut self, decision: Decision) {
         self.0[decision as usize] += 1;
     }
 
+    /// How many times `decision` was taken.
     pub fn get(&self, decision: Decision) -> u64 {
         self.0[decision as usize]
     }

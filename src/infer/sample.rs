@@ -22,6 +22,7 @@ pub struct Sample {
     pub woke_ns: u64,
     /// The sample's time in the trace: midway between `read_ns` and the end of the kernel readings.
     pub t_ns: u64,
+    /// The GIL's words as read at `read_ns`: locked, last holder, switch number and interval.
     pub word: GilWord,
     /// glibc's waiter counts of the GIL's condition variables, read with the GIL words.
     pub waiters: Option<Waiters>,
@@ -46,6 +47,7 @@ pub struct ThreadSample {
     pub tid: u32,
     /// The id in the target's PID namespace (what glibc records as a mutex's owner).
     pub their_tid: u32,
+    /// The address of the thread's `PyThreadState` in the target.
     pub tstate: RemoteAddr,
     /// The syscall file's state; `None` where it could not be read.
     pub kernel: Option<KernelState>,
@@ -58,15 +60,19 @@ pub struct ThreadSample {
     pub gil_flags: Option<GilFlagsReading>,
 }
 
+/// 3.15's per-thread GIL flags as read from a thread state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GilFlagsReading {
+    /// `holds_gil`: the thread says it holds the GIL.
     pub holds: bool,
+    /// `gil_requested`: the thread has asked for the GIL (set in `take_gil` while it waits).
     pub requested: bool,
 }
 
 /// What stays the same for a whole recording of one target: inference's inputs besides samples.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SampleContext {
+    /// Nanoseconds between ticks at the full rate.
     pub period_ns: u64,
     /// Where the GIL's waits lie (futex addresses).
     pub ranges: GilWaitRanges,
@@ -102,6 +108,7 @@ impl Wants {
 }
 
 impl ThreadSample {
+    /// Whether the syscall file said the thread was running (not in a syscall) at this tick.
     pub fn runs(&self) -> bool {
         self.kernel == Some(KernelState::Running)
     }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::infer::intervals::{GilState, Interval};
 
+/// One thread's totals over a recording.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadStats {
     /// Nanoseconds per state, indexed by `GilState::index`.
@@ -14,10 +15,12 @@ pub struct ThreadStats {
 }
 
 impl ThreadStats {
+    /// Nanoseconds in any state: the thread's covered time.
     pub fn total_ns(&self) -> u64 {
         self.ns.iter().sum()
     }
 
+    /// The share of the covered time spent in `state`, 0 to 1 (0 where nothing is covered).
     pub fn fraction(&self, state: GilState) -> f64 {
         let total = self.total_ns();
         if total == 0 {
@@ -31,10 +34,12 @@ impl ThreadStats {
 /// Totals of every thread of one target.
 #[derive(Clone, Debug, Default)]
 pub struct Totals {
+    /// Each thread's totals, by thread id (our PID namespace).
     pub threads: BTreeMap<u32, ThreadStats>,
 }
 
 impl Totals {
+    /// Adds a closed interval to its thread's totals.
     pub fn add(&mut self, interval: &Interval) {
         let stats = self.threads.entry(interval.tid).or_default();
         stats.ns[interval.state.index()] += interval.end_ns - interval.start_ns;

@@ -16,9 +16,14 @@ use crate::observed::SchedStat;
 /// that long is rare, and holding samples back longer would delay the trace.
 pub const MAX_STRETCH_NS: u64 = 50_000_000;
 
+/// What the engine keeps of one thread between samples: its timeline, its held-back stretch and
+/// what the rules compare with the thread's earlier samples.
 pub struct ThreadInference {
+    /// The thread's id in gilsample's PID namespace.
     pub tid: u32,
+    /// The address of its `PyThreadState` in the target.
     pub tstate: RemoteAddr,
+    /// Its open interval.
     pub timeline: ThreadTimeline,
     /// `switch_number` at the thread's last definite sample.
     pub definite_switch: Option<u64>,
@@ -41,8 +46,11 @@ pub struct ThreadInference {
 /// An ambiguous stretch of one thread (classify.rs, rule 9).
 #[derive(Clone, Copy, Debug)]
 pub struct Stretch {
+    /// The thread's definite state before the stretch.
     pub before: GilState,
+    /// Monotonic nanoseconds of the stretch's first sample.
     pub first_ns: u64,
+    /// Monotonic nanoseconds of its last sample so far.
     pub last_ns: u64,
     /// schedstat at the stretch's first sample.
     pub at_start: Option<SchedStat>,

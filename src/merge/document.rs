@@ -28,6 +28,8 @@ const HEADER_KEYS: &[&str] = &[
 pub struct Header {
     /// True for `{ "traceEvents": [...] }`, false for a bare array.
     pub object: bool,
+    /// The document's other top-level keys (`otherData`, `displayTimeUnit`, ...), kept for the
+    /// merged file.
     pub keys: Map<String, Value>,
 }
 

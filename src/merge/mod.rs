@@ -26,6 +26,7 @@ use crate::trace::output::{check_not_exists, create_partial, end_trace, publish}
 pub struct Offset {
     /// The input it applies to; `None`: every input that is not a GIL trace.
     pub input: Option<PathBuf>,
+    /// The correction in nanoseconds, added to the input's timestamps.
     pub ns: i128,
 }
 
@@ -47,33 +48,45 @@ impl std::str::FromStr for Offset {
     }
 }
 
+/// How to merge: whether to overwrite the output, and the manual clock corrections.
 #[derive(Clone, Debug, Default)]
 pub struct MergeOptions {
+    /// Overwrite an existing output (`--force`).
     pub force: bool,
+    /// The `--offset` corrections, in the order given.
     pub offsets: Vec<Offset>,
 }
 
 /// How one input was placed.
 #[derive(Clone, Debug)]
 pub struct InputReport {
+    /// The input file.
     pub path: PathBuf,
+    /// What kind of trace it was taken for.
     pub kind: Kind,
+    /// Events copied from it.
     pub events: u64,
+    /// How its clock was aligned, in words (printed and kept in `otherData.merge`).
     pub alignment: String,
     /// Added to every timestamp: alignment plus manual offset.
     pub shift_ns: i128,
+    /// The `--offset` part of `shift_ns`, nanoseconds.
     pub manual_offset_ns: i128,
     /// Process ids renumbered because an earlier input uses them: (as written, as merged).
     pub renumbered: Vec<(String, String)>,
     /// Time range on the merged timeline.
     pub first_ns: Option<i128>,
+    /// Latest end of its events on the merged timeline, nanoseconds.
     pub last_ns: Option<i128>,
     /// For a profiler input: whether its time range meets the GIL traces' (None without GIL traces).
     pub overlaps_gil: Option<bool>,
 }
 
+/// What `merge` wrote: the output and how each input was placed on it.
 pub struct MergeReport {
+    /// The merged trace.
     pub output: PathBuf,
+    /// One report per input, in the order given.
     pub inputs: Vec<InputReport>,
 }
 

@@ -39,6 +39,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind in words, for the merge's report.
     pub fn describe(self) -> &'static str {
         match self {
             Kind::GilsampleRecording => "gilsample GIL trace",
@@ -57,8 +58,11 @@ impl Kind {
 
 /// One event, checked: what the merge needs of it.
 pub struct Checked {
+    /// It is a metadata event (`ph` is `M`), which has no time.
     pub metadata: bool,
+    /// Its `ts`, nanoseconds as written; `None` for metadata without one.
     pub ts_ns: Option<i128>,
+    /// `ts` plus `dur` (or `ts` alone), nanoseconds as written.
     pub end_ns: Option<i128>,
 }
 
@@ -95,16 +99,21 @@ pub fn check_event(index: u64, event: &Value) -> std::result::Result<Checked, St
 /// What the first pass learned about an input.
 #[derive(Debug)]
 pub struct Probe {
+    /// What kind of trace it is, from its header and events.
     pub kind: Kind,
+    /// What the document holds besides its events.
     pub header: Header,
+    /// How many events it has.
     pub events: u64,
     /// Earliest start and latest end of timed events, as written (before alignment).
     pub first_ns: Option<i128>,
+    /// Latest end of its timed events, as written.
     pub last_ns: Option<i128>,
     /// Every distinct `pid`, as its JSON text.
     pub pids: BTreeSet<String>,
 }
 
+/// The first pass over the trace at `path`: every event checked, its kind, time range and pids.
 pub fn probe(path: &Path) -> Result<Probe> {
     let mut events = 0u64;
     let mut first_ns: Option<i128> = None;

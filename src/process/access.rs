@@ -25,15 +25,20 @@ const MAX_ANCESTORS: usize = 4096;
 pub struct Credentials {
     /// Real, effective, saved and file-system user ids.
     pub uids: [u32; 4],
+    /// Real, effective, saved and file-system group ids.
     pub gids: [u32; 4],
+    /// `CapPrm:`, the permitted capability set, a bit per capability.
     pub permitted: u64,
+    /// `CapEff:`, the effective capability set.
     pub effective: u64,
     /// `Seccomp:` 0 none, 1 strict, 2 filter.
     pub seccomp: u32,
+    /// `PPid:`, the parent's pid.
     pub parent: u32,
 }
 
 impl Credentials {
+    /// The credentials a `/proc/PID/status` text states; absent lines read as 0.
     pub fn parse(status: &str) -> Credentials {
         let mut c = Credentials::default();
         for line in status.lines() {
@@ -75,8 +80,11 @@ impl Credentials {
 /// What was found about the reader (gilsample), the target and the machine.
 #[derive(Clone, Debug, Default)]
 pub struct Facts {
+    /// gilsample's own credentials.
     pub reader: Credentials,
+    /// The target's, where its status could be read.
     pub target: Option<Credentials>,
+    /// The target's pid in gilsample's PID namespace.
     pub target_pid: u32,
     /// The owner of /proc/PID: root for a process that is not dumpable.
     pub target_proc_owner: Option<u32>,

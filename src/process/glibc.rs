@@ -43,6 +43,7 @@ pub fn pthread_mutex_size(arch: &str) -> Option<u64> {
 /// id of the thread that holds it: glibc records the owner for every mutex type, the default one
 /// included, after it takes the lock and clears it before it lets the lock go.
 pub const MUTEX_LOCK_OFFSET: u64 = 0;
+/// Offset of `__owner` in `pthread_mutex_t`: the holder's tid in the target's PID namespace.
 pub const MUTEX_OWNER_OFFSET: u64 = 8;
 
 /// The thread holding a mutex, from its `__lock` and `__owner` words read at once: `Some(0)` when it is

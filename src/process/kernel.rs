@@ -32,6 +32,8 @@ fn parse_hex(field: &str) -> Option<u64> {
     u64::from_str_radix(field.strip_prefix("0x")?, 16).ok()
 }
 
+/// Parses `/proc/PID/task/TID/schedstat` (CPU ns, run-queue ns, timeslices); `None` where it is not
+/// that.
 pub fn parse_schedstat(text: &[u8]) -> Option<SchedStat> {
     let mut fields = std::str::from_utf8(text).ok()?.split_whitespace();
     let cpu_ns = fields.next()?.parse().ok()?;
@@ -47,7 +49,10 @@ pub fn parse_schedstat(text: &[u8]) -> Option<SchedStat> {
 /// A thread's kernel state at one sample, and whether its syscall file had to be read for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelReading {
+    /// The syscall file was read; `None` where the read failed.
     Read(Option<KernelState>),
+    /// schedstat proved the thread still in the same sleep, so the last state stands without a
+    /// read.
     Unchanged(Option<KernelState>),
 }
 
@@ -63,6 +68,8 @@ pub struct SleepProof {
 }
 
 impl SleepProof {
+    /// Identical readings of a sleeping thread in a row before its sleep is proven by schedstat
+    /// instead.
     pub const SAME_BEFORE_PROVING: u8 = 8;
 
     /// schedstat's count of CPU arrivals during the sleep the last reading found, once the proof
@@ -80,6 +87,8 @@ pub struct ThreadFiles {
 }
 
 impl ThreadFiles {
+    /// Opens the syscall and schedstat files of thread `tid` of `pid` (our PID namespace), kept
+    /// open for the recording.
     pub fn open(pid: u32, tid: u32) -> Result<ThreadFiles, ReadError> {
         let base = format!("/proc/{pid}/task/{tid}");
         count(Syscall::Open);
@@ -89,6 +98,7 @@ impl ThreadFiles {
         Ok(ThreadFiles { syscall, schedstat })
     }
 
+    /// Reads the syscall file: what the thread is doing in the kernel now.
     pub fn read_state(&self) -> Result<KernelState, ReadError> {
         let mut buf = [0u8; 256];
         count(Syscall::SyscallFileRead);

@@ -16,12 +16,19 @@ use crate::error::{Error, Result};
 /// One line of `/proc/PID/maps` that is backed by a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
+    /// Start address of the mapping in the target.
     pub start: u64,
+    /// End address (exclusive).
     pub end: u64,
+    /// Offset in the file the mapping begins at.
     pub offset: u64,
+    /// Major number of the file's device.
     pub dev_major: u32,
+    /// Minor number of the file's device.
     pub dev_minor: u32,
+    /// The file's inode.
     pub inode: u64,
+    /// The file's path as the target's mount namespace names it.
     pub path: PathBuf,
 }
 
@@ -34,6 +41,8 @@ impl Mapping {
     }
 }
 
+/// The `Error` for a failed /proc read of `what` of `pid`: permission (with what the machine says),
+/// gone, or I/O.
 pub fn proc_error(pid: u32, err: ProcError, what: &str) -> Error {
     match err {
         ProcError::PermissionDenied(_) => crate::process::access::permission_error(pid, what),
@@ -77,6 +86,7 @@ pub fn read_file_mappings(pid: u32) -> Result<Vec<Mapping>> {
 /// How a mapped file was reached from here; named in `gilsample info` and the trace metadata.
 #[derive(Debug)]
 pub struct OpenedFile {
+    /// The open file.
     pub file: File,
     /// The path this process opened.
     pub opened_as: PathBuf,

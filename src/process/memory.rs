@@ -52,12 +52,14 @@ pub trait MemorySource {
         one_by_one(reads, |addr, buf| self.read_into(addr, buf).is_ok())
     }
 
+    /// The native-endian 8 bytes at `addr`.
     fn read_u64(&self, addr: RemoteAddr) -> Result<u64, ReadError> {
         let mut buf = [0u8; 8];
         self.read_into(addr, &mut buf)?;
         Ok(u64::from_ne_bytes(buf))
     }
 
+    /// The pointer stored at `addr` (8 bytes, native-endian).
     fn read_addr(&self, addr: RemoteAddr) -> Result<RemoteAddr, ReadError> {
         self.read_u64(addr).map(RemoteAddr)
     }
@@ -87,6 +89,8 @@ pub struct ProcessMemory {
 }
 
 impl ProcessMemory {
+    /// Reads the memory of process `pid` (our PID namespace), by `process_vm_readv` or
+    /// `/proc/PID/mem`.
     pub fn new(pid: u32) -> ProcessMemory {
         ProcessMemory {
             pid: pid as i32,
@@ -189,10 +193,12 @@ pub struct SnapshotMemory {
 }
 
 impl SnapshotMemory {
+    /// An empty snapshot: every read fails.
     pub fn new() -> SnapshotMemory {
         SnapshotMemory::default()
     }
 
+    /// Adds bytes that read as living at `addr`.
     pub fn insert(&mut self, addr: RemoteAddr, bytes: Vec<u8>) {
         self.regions.insert(addr.0, bytes);
     }

@@ -6,6 +6,7 @@ use std::cell::Cell;
 
 use serde::{Deserialize, Serialize};
 
+/// The system calls a sampler thread made over a recording, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SyscallCounts {
@@ -23,13 +24,20 @@ pub struct SyscallCounts {
     pub sleeps: u64,
 }
 
+/// A kind of system call the sampler counts.
 #[derive(Clone, Copy, Debug)]
 pub enum Syscall {
+    /// A read of the target's memory.
     MemoryRead,
+    /// A `pread` of a thread's /proc syscall file.
     SyscallFileRead,
+    /// A `pread` of a thread's /proc schedstat or stat file.
     SchedstatRead,
+    /// An `openat` of a /proc file.
     Open,
+    /// A `sched_setaffinity` of the sampler thread.
     AffinityChange,
+    /// A `clock_nanosleep` to the next tick.
     Sleep,
 }
 
@@ -78,6 +86,7 @@ impl SyscallCounts {
         }
     }
 
+    /// Every counted system call.
     pub fn total(&self) -> u64 {
         self.memory_reads
             + self.syscall_file_reads

@@ -88,6 +88,7 @@ pub struct TidMap {
 }
 
 impl TidMap {
+    /// The map of `pid`'s threads, from its `/proc/PID/status` (`NSpid:`).
     pub fn new(pid: u32) -> Result<TidMap> {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| {
             crate::process::access::target_errno_error(

@@ -31,11 +31,17 @@ pub use crate::python::layout_choice::{LayoutChoice, LayoutSource, detect_flavou
 /// A Python binary found in a target, with its layout: everything about the target that does not
 /// depend on the interpreter having started.
 pub struct Located {
+    /// The target's pid in gilsample's PID namespace.
     pub pid: u32,
+    /// The ELF that defines `_PyRuntime` and where it is mapped.
     pub binary: Binary,
+    /// The interpreter's version.
     pub version: PyVersion,
+    /// Its build flavour (default, debug or free-threaded).
     pub flavour: Flavour,
+    /// The offsets of the fields gilsample reads.
     pub layout: Layout,
+    /// Where `layout` came from.
     pub layout_source: LayoutSource,
 }
 

@@ -18,6 +18,7 @@ use crate::python::layout::{Flavour, Layout};
 use crate::python::version::PyVersion;
 use crate::symbols::dwarf::FieldInfo;
 
+/// The magic bytes `_Py_DebugOffsets` begins with (3.13+), which tell the table from anything else.
 pub const COOKIE: &[u8; 8] = b"xdebugpy";
 /// The table is a few hundred bytes; a descriptor claiming more is corrupt.
 const MAX_TABLE_BYTES: u64 = 16 * 1024;
@@ -25,7 +26,9 @@ const MAX_TABLE_BYTES: u64 = 16 * 1024;
 /// What the table says, beyond the offsets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reported {
+    /// The interpreter's version as the table states it.
     pub version: PyVersion,
+    /// The build is free-threaded (`Py_GIL_DISABLED`).
     pub free_threaded: bool,
 }
 

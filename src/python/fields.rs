@@ -5,9 +5,13 @@
 /// One field gilsample reads: its name in layout files, the struct tag it lives in, the member paths
 /// that name it across versions (first match wins), and whether every version has it.
 pub struct FieldSpec {
+    /// Its name in layout files, `gil.locked`.
     pub name: &'static str,
+    /// The struct tag or typedef that roots the member paths in DWARF.
     pub root: &'static str,
+    /// Member paths from `root` that name it, tried in order across versions.
     pub paths: &'static [&'static str],
+    /// Every supported version has it: a layout without it is refused.
     pub required: bool,
 }
 

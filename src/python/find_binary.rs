@@ -24,10 +24,15 @@ pub struct Binary {
     pub mapped_path: PathBuf,
     /// The path gilsample opened it through (differs for containers).
     pub opened_as: PathBuf,
+    /// It is a `libpython` shared library rather than the executable itself.
     pub shared_library: bool,
+    /// The GNU build-id, hex, where the ELF has one.
     pub build_id: Option<String>,
+    /// The ELF's machine as layouts name it: `x86_64`, `aarch64`, ...
     pub arch: &'static str,
+    /// The address of `_PyRuntime` in the target (load bias applied).
     pub runtime_symbol: RemoteAddr,
+    /// What was added to the ELF's virtual addresses where the target mapped it.
     pub load_bias: u64,
     /// The mapping that holds `_PyRuntime`, to notice when the target execs something else.
     pub mapping: Mapping,
@@ -62,7 +67,9 @@ fn candidate_files(mappings: &[Mapping]) -> Vec<&Mapping> {
 /// (version, type objects, flavour, build-id, debug files, DWARF). The parse borrows the image, so
 /// it lives only as long as the call `find_interpreter` hands it to.
 pub struct InterpreterElf<'a> {
+    /// The file's bytes.
     pub image: &'a ElfImage,
+    /// Its parse, borrowing `image`.
     pub elf: Elf<'a>,
 }
 

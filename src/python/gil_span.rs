@@ -14,6 +14,7 @@ use crate::python::layout::Layout;
 /// Where glibc counts the threads waiting on the GIL's two condition variables (process/glibc.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaiterCountAddrs {
+    /// The target's glibc release (major, minor), which decides where `__wrefs` lies.
     pub glibc: (u32, u32),
     /// `gil.cond`'s `__wrefs`: threads in `take_gil`'s wait.
     pub take_wrefs: RemoteAddr,
@@ -28,6 +29,7 @@ pub struct WaiterCountAddrs {
 /// The GIL as one read sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GilReading {
+    /// The GIL's locked, last-holder, switch-number and interval words.
     pub word: GilWord,
     /// `None` where glibc's counts are not known or read as something no live GIL holds.
     pub waiters: Option<Waiters>,

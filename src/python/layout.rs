@@ -21,8 +21,11 @@ use crate::symbols::elf::ElfImage;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Flavour {
+    /// An ordinary release build.
     Default,
+    /// A `Py_DEBUG` build.
     Debug,
+    /// A free-threaded build (`Py_GIL_DISABLED`, 3.13+).
     FreeThreaded,
 }
 
@@ -41,16 +44,20 @@ impl fmt::Display for Flavour {
 pub struct Layout {
     /// `3.11`
     pub version: String,
+    /// The build flavour it is for (default, debug or free-threaded).
     pub flavour: Flavour,
+    /// The ELF machine it is for, `x86_64`.
     pub arch: String,
     /// The full version of the build the layout was generated from, e.g. `3.11.7`.
     pub generated_from_version: String,
     /// The file it was generated from, and its build-id, so a test can regenerate and compare.
     pub generated_from: String,
+    /// The GNU build-id of `generated_from`, where it has one.
     pub build_id: Option<String>,
     /// When `generated_from` is a separate debug file: the binary it belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<String>,
+    /// Each field's offset and size, by its name in `fields.rs` (`gil.locked`).
     pub fields: BTreeMap<String, FieldInfo>,
 }
 
@@ -172,6 +179,7 @@ impl Layout {
         layout_key(&self.version, self.flavour, &self.arch)
     }
 
+    /// Where field `name` lies, if this build has it.
     pub fn field(&self, name: &str) -> Option<FieldInfo> {
         self.fields.get(name).copied()
     }
@@ -181,11 +189,14 @@ impl Layout {
         self.fields[name]
     }
 
+    /// The layout as a `python-layouts/` file: pretty JSON with a final newline.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a layout always serializes") + "\n"
     }
 }
 
+/// The name of the layout file for a version, flavour and architecture, `3.11-default-x86_64`,
+/// without `.json`.
 pub fn layout_key(version: &str, flavour: Flavour, arch: &str) -> String {
     format!("{version}-{flavour}-{arch}")
 }

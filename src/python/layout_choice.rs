@@ -40,7 +40,9 @@ pub enum LayoutChoice {
 pub enum LayoutSource {
     /// The target's `_Py_DebugOffsets`, located with the named descriptor.
     DebugOffsets(String),
+    /// Generated from the DWARF of this file (the interpreter or its debug file).
     Dwarf(PathBuf),
+    /// A layout shipped in `python-layouts/`, by its key (`3.11-default-x86_64`).
     File(String),
 }
 

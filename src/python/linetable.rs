@@ -11,12 +11,16 @@
 /// Which format a version's `co_linetable` (or `co_lnotab`) is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LineTableFormat {
+    /// `co_lnotab` byte pairs (before 3.10).
     Lnotab,
+    /// 3.10's `co_linetable` of (bytecode, line) delta pairs.
     Pairs,
+    /// 3.11+'s `co_linetable` location entries.
     Locations,
 }
 
 impl LineTableFormat {
+    /// The format CPython `major.minor` stores line numbers in.
     pub fn for_version(major: u32, minor: u32) -> LineTableFormat {
         match (major, minor) {
             (3, m) if m < 10 => LineTableFormat::Lnotab,

@@ -46,10 +46,12 @@ pub struct ThreadNamer {
     /// Per tid: attempts made to name it, or `u8::MAX` once named.
     attempts: BTreeMap<u32, u8>,
     pending: Vec<ThreadRef>,
+    /// How naming threads went so far.
     pub stats: NameStats,
 }
 
 impl ThreadNamer {
+    /// A namer reading thread names through `objects`, or one that names none, for why it cannot.
     pub fn new(objects: Result<ObjectReader, String>) -> ThreadNamer {
         ThreadNamer {
             objects,

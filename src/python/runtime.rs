@@ -19,8 +19,10 @@ pub const MAX_INTERPRETERS: usize = 256;
 /// How far into glibc's `struct pthread` the `tid` field is searched for.
 const PTHREAD_SEARCH_BYTES: usize = 2048;
 
+/// Why a walk of the thread list failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WalkError {
+    /// Reading the target's memory failed.
     Read(ReadError),
     /// `_PyRuntime` is still zeroed: the interpreter has not started (or has finalized).
     NotInitialized,
@@ -41,12 +43,16 @@ pub enum TidSource {
     NativeThreadId,
     /// Before 3.11: `PyThreadState.thread_id` is a `pthread_t`, the address of glibc's `struct pthread`,
     /// whose `tid` field sits at this offset (found on the live process, not assumed).
-    PthreadTid { offset: u64 },
+    PthreadTid {
+        /// Byte offset of `tid` inside glibc's `struct pthread`.
+        offset: u64,
+    },
 }
 
 /// One Python thread: its `PyThreadState` and its OS thread id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadRef {
+    /// The address of the thread's `PyThreadState` in the target.
     pub tstate: RemoteAddr,
     /// The id as this process sees it (/proc, the trace); the walk reads the target's own.
     pub tid: u32,
@@ -66,10 +72,12 @@ pub struct GilWordFields {
     interval: Option<FieldInfo>,
     /// The byte range `[start, end)` of the GIL struct that holds them, so one read fetches all.
     pub start: u64,
+    /// End of that byte range (exclusive), offset in the GIL struct.
     pub end: u64,
 }
 
 impl GilWordFields {
+    /// Looks the GIL's word fields up in `layout` (they are required).
     pub fn new(layout: &Layout) -> GilWordFields {
         let [locked, last_holder, switch_number] =
             ["gil.locked", "gil.last_holder", "gil.switch_number"].map(|n| layout.required(n));
@@ -253,6 +261,8 @@ impl ThreadWalker {
         self.head_field
     }
 
+    /// Walks every interpreter's thread list from `runtime` into `out`, each thread state with its
+    /// OS thread id found through `tids`.
     pub fn walk(
         &mut self,
         mem: &dyn MemorySource,

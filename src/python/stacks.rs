@@ -40,10 +40,13 @@ const MAX_CACHED_CODE: usize = 8192;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct StackStats {
+    /// Stacks read whole.
     pub stacks: u64,
+    /// Frames decoded, over all stacks.
     pub frames: u64,
     /// Stacks that did not decode (a frame or code object changing under the read): not shown.
     pub torn: u64,
+    /// Code objects read (the rest came from the cache).
     pub code_objects_read: u64,
     /// Cached code objects found replaced by another object at the same address.
     pub code_objects_replaced: u64,
@@ -107,18 +110,24 @@ pub struct StackReader {
     code: CodeFields,
     format: LineTableFormat,
     cache: HashMap<u64, Arc<CodeInfo>>,
+    /// How the reads went so far.
     pub stats: StackStats,
 }
 
 /// One frame: where it is, what code it runs, and at which instruction (for telling frames apart).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameId {
+    /// The frame's address in the target (`_PyInterpreterFrame` or `PyFrameObject`).
     pub frame: u64,
+    /// The address of its code object.
     pub code: u64,
+    /// Its instruction pointer (or last instruction index), as the frame holds it.
     pub instr: u64,
 }
 
 impl StackReader {
+    /// A reader for stacks of a `version` interpreter laid out as `layout`, reading objects through
+    /// `objects`; errs where the layout lacks frame fields.
     pub fn new(
         layout: &Layout,
         version: PyVersion,

@@ -19,16 +19,27 @@ use crate::python::version::PyVersion;
 
 /// A target ready to be sampled: everything the sampler needs, checked against the live process.
 pub struct Target {
+    /// The target's pid in gilsample's PID namespace.
     pub pid: u32,
+    /// The ELF that defines `_PyRuntime` and where it is mapped.
     pub binary: Binary,
+    /// The interpreter's version.
     pub version: PyVersion,
+    /// Its build flavour (default, debug or free-threaded).
     pub flavour: Flavour,
+    /// The offsets of the fields the sampler reads.
     pub layout: Layout,
+    /// Where `layout` came from (debug offsets, DWARF, a shipped table).
     pub layout_source: LayoutSource,
+    /// The address of `_PyRuntime` in the target (load bias applied).
     pub runtime: RemoteAddr,
+    /// The address of the GIL struct (`_gil_runtime_state`) in the target.
     pub gil: RemoteAddr,
+    /// Where the GIL's words (locked, last holder, switch number, interval) lie in it.
     pub gil_word: GilWordFields,
+    /// How a thread state gives its OS thread id.
     pub tids: TidSource,
+    /// Reads the target's memory.
     pub memory: ProcessMemory,
     /// Where the GIL's condition variables count their waiters, or why they cannot be read.
     pub waiter_counts: std::result::Result<WaiterCountAddrs, String>,

@@ -6,9 +6,12 @@ use std::path::Path;
 /// Oldest and newest minor versions gilsample has layouts or debug-offset support for.
 pub const OLDEST_SUPPORTED: (u32, u32) = (3, 7);
 
+/// A CPython version: major, minor and, where known, micro.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PyVersion {
+    /// `3` of 3.12.
     pub major: u32,
+    /// `12` of 3.12.
     pub minor: u32,
     /// `None` when only the file name told us the version.
     pub micro: Option<u32>,

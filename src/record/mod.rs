@@ -43,6 +43,7 @@ use crate::trace::output::OutputSpec;
 /// What to record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Targets {
+    /// These processes (pids in gilsample's PID namespace).
     Pids(Vec<u32>),
     /// Launch this command and record it from its start to its exit.
     Launch(Vec<String>),
@@ -50,19 +51,29 @@ pub enum Targets {
     Devices(DeviceKind),
 }
 
+/// Everything `gilsample record` was asked to do: the targets, the rate, the outputs and how to
+/// sample.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
+    /// Which processes to record.
     pub targets: Targets,
     /// Also record every Python descendant of the given or launched processes, as they appear.
     pub subprocesses: bool,
     /// Also write one trace with every target as its own process track.
     pub merge: bool,
+    /// Samples per second asked for (`--rate`).
     pub rate_hz: f64,
+    /// How long to record (`--duration`); `None`: until stopped or every target has exited.
     pub duration: Option<Duration>,
+    /// Where the traces go (one per target, and the merged one).
     pub output: OutputSpec,
+    /// Overwrite output files that exist already (`--force`).
     pub force: bool,
+    /// Where each target's struct layout comes from (`--layout-source`).
     pub layout: LayoutChoice,
+    /// The clock the trace's timestamps are on (wall or monotonic).
     pub clock: TraceClock,
+    /// The sampler threads' scheduling (`--priority`).
     pub priority: Priority,
     /// CPUs the sampler threads may run on (`--cpus`); `None`: wherever the kernel puts them.
     pub cpus: Option<Vec<usize>>,
@@ -139,6 +150,9 @@ struct Session<'a> {
     launcher_report: Vec<(u32, String)>,
 }
 
+/// Records the targets `opts` names until the duration is up, `stop` is set or every target has
+/// exited; `progress` hears of each target's start, end and failure and gets periodic snapshots.
+/// Each target's trace is finished before this returns.
 pub fn record(
     opts: &RecordOptions,
     stop: Arc<AtomicBool>,

@@ -11,12 +11,19 @@ use crate::sampler::report::SamplerReport;
 
 /// One finished target.
 pub struct TargetReport {
+    /// The target's pid in gilsample's PID namespace.
     pub pid: u32,
+    /// Its rank in a distributed job (from `RANK` and the like in its environment; 0 without).
     pub rank: u32,
+    /// Its trace file (the partial one where writing failed).
     pub path: PathBuf,
+    /// The interpreter's version, `3.12.3`.
     pub python: String,
+    /// Where its struct layout came from.
     pub layout_source: String,
+    /// What its sampler did and counted.
     pub sampler: SamplerReport,
+    /// Per-thread time in each GIL state.
     pub totals: Totals,
     /// What `gilsample report` says of the trace (also in its `otherData.statistics`); `None` when
     /// the finished file could not be read back. For a trace whose writing failed, the answer for
@@ -37,7 +44,9 @@ impl TargetReport {
     }
 }
 
+/// The outcome of a whole `record` run: each target's report, what failed and what was left alone.
 pub struct RecordReport {
+    /// The targets that were recorded.
     pub targets: Vec<TargetReport>,
     /// Targets that could not be recorded, with why.
     pub failures: Vec<(u32, Error)>,
@@ -77,15 +86,22 @@ impl RecordReport {
 pub enum Update<'a> {
     /// Sampling of a target has begun and its trace will be written to `path`.
     Started {
+        /// The target's pid in gilsample's PID namespace.
         pid: u32,
+        /// Its trace file.
         path: &'a Path,
+        /// Its interpreter's version, `3.12.3`.
         python: String,
+        /// Where its layout came from.
         layout: String,
+        /// Samples per second it is sampled at.
         rate_hz: f64,
     },
     /// A candidate process was not recorded.
     Skipped {
+        /// The candidate's pid.
         pid: u32,
+        /// Why it was left alone.
         why: &'a str,
     },
     /// Every target found at the start has taken its first sample (or failed): a caller that starts
@@ -93,41 +109,58 @@ pub enum Update<'a> {
     Ready,
     /// A given process id is a thread of another process, which is recorded instead.
     ThreadOfProcess {
+        /// The id given, a thread's.
         tid: u32,
+        /// The process it is a thread of.
         pid: u32,
     },
     /// A given or launched process is not Python; its Python descendants are recorded.
     Launcher {
+        /// The launcher's pid.
         pid: u32,
+        /// The program it runs.
         program: &'a str,
     },
     /// The recording failed after the command was launched, and the command was stopped.
     CommandStopped {
+        /// The command's pid.
         pid: u32,
+        /// How it was stopped.
         how: Stopped,
     },
     /// The launched command has run for a while without an interpreter gilsample can read; the
     /// wait goes on. `program`: what it runs, when that is not Python; `why`: else the last reason.
     WaitingForPython {
+        /// The command's pid.
         pid: u32,
+        /// What it runs, when that is not Python.
         program: Option<&'a Path>,
+        /// Else the last reason it is not readable yet.
         why: &'a str,
     },
     /// Writing a target's trace failed: its recording stopped, and so does the session's.
     WriteFailed {
+        /// The target's pid.
         pid: u32,
+        /// What failed.
         error: &'a Error,
     },
+    /// A periodic snapshot for the progress display.
     Progress(&'a Progress),
 }
 
 /// A snapshot for the progress display.
 pub struct Progress {
+    /// Time since recording began.
     pub elapsed: Duration,
+    /// Samples taken so far, all targets together.
     pub samples: u64,
     /// Periods skipped while targets were quiet (infer/quiet.rs): kept, not missed.
     pub skipped_periods: u64,
+    /// Ticks that started more than one period after their deadline, all targets together.
     pub late: u64,
+    /// Python threads being sampled now, all targets together.
     pub threads: u64,
+    /// Targets being recorded now.
     pub targets: usize,
 }

@@ -24,28 +24,47 @@ pub fn host_name() -> Option<String> {
 /// so a replayed trace describes the same process.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecordedProcess {
+    /// The target's pid in gilsample's PID namespace.
     pub pid: u32,
+    /// The pid it sees for itself in its innermost PID namespace (`NSpid:`), where that was read.
     pub namespace_pid: Option<u32>,
+    /// Its rank in a distributed job (`RANK`, `SLURM_PROCID`, ... at exec time; 0 without).
     pub rank: u32,
+    /// This machine's host name, which tells the nodes of a multi-node job apart.
     pub host: Option<String>,
+    /// The target's command line, read before sampling began.
     pub command_line: String,
+    /// The interpreter's version, `3.12.3`.
     pub python_version: String,
+    /// Its build flavour (default, debug or free-threaded).
     pub python_flavour: String,
+    /// The path of the ELF that defines `_PyRuntime`, as mapped in the target.
     pub python_binary: String,
+    /// The interpreter's architecture.
     pub arch: String,
+    /// Where the struct layout came from.
     pub layout_source: String,
+    /// Where the GIL's waiter counts were read, or why they were not.
     pub gil_waiter_counts: String,
+    /// Samples per second asked for (`--rate`).
     pub rate_requested_hz: f64,
     /// The trace's clock: CLOCK_REALTIME or CLOCK_MONOTONIC.
     pub clock: String,
+    /// Python stacks were read.
     pub stacks: bool,
+    /// The CPUs the sampler threads were confined to (`--cpus`), if any.
     pub cpus: Option<Vec<usize>>,
+    /// The trace draws hand-off arrows between holders.
     pub handoff_arrows: bool,
+    /// Added to a CLOCK_MONOTONIC time to give the trace's timestamp, nanoseconds.
     pub monotonic_to_trace_offset_ns: i64,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC when recording began, nanoseconds.
     pub monotonic_to_wall_offset_ns: i64,
 }
 
 impl RecordedProcess {
+    /// What to say of the live `target` recorded with `opts` at `rank`; `offset_ns` is added to
+    /// monotonic times to give the trace's.
     pub fn of(target: &Target, rank: u32, opts: &RecordOptions, offset_ns: i64) -> RecordedProcess {
         RecordedProcess {
             pid: target.pid,

@@ -68,6 +68,8 @@ pub fn samples_path(path: &Path, pid: u32, several: bool) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Opens the sample stream of `target` at `path` (`--save-samples`; `force` overwrites) and writes
+/// its header, with `process` for replay to describe it.
 pub fn save_samples_to(
     path: &Path,
     force: bool,

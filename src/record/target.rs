@@ -77,7 +77,9 @@ pub(super) fn record_one(
 /// Who sets the pace of the records: a live sampler, or a replay that goes as fast as the writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pace {
+    /// A live sampler: records come as the target runs.
     Live,
+    /// A replay: records come as fast as the writer takes them.
     AsFastAsTheWriter,
 }
 

@@ -11,10 +11,13 @@ use crate::trace::tap::TraceTap;
 /// Makes the tap of a target, given its pid and rank, when its recording starts.
 pub type TapFor = dyn Fn(u32, u32) -> Box<dyn TraceTap> + Send + Sync;
 
+/// A live view's hold on a recording (`gilsample top`): how often it wants a snapshot and how each
+/// target's tap is made.
 #[derive(Clone)]
 pub struct Watch {
     /// How often each sampler sends a `Finding::Live` (SamplerConfig::live_every_ns).
     pub every: Duration,
+    /// Makes each target's tap when its recording starts.
     pub tap_for: Arc<TapFor>,
 }
 

@@ -15,10 +15,15 @@ use crate::report::slice_index::SliceIndex;
 /// The answer for one process; the shape of `gilsample report --json` (docs/report-json.md).
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcessAnswer {
+    /// The process's pid as its trace names it.
     pub pid: u32,
+    /// Its rank in a distributed job, where the trace says it.
     pub rank: Option<u32>,
+    /// The host it ran on, where the trace says it.
     pub host: Option<String>,
+    /// The trace file the answer is of.
     pub file: String,
+    /// Seconds the answer covers: the recording's window, else from the first slice to the last.
     pub window_s: f64,
     /// The switch interval the holds were judged against: the trace's, else CPython's default.
     pub switch_interval_ms: f64,
@@ -33,44 +38,66 @@ pub struct ProcessAnswer {
     pub threads: Vec<ThreadAnswer>,
 }
 
+/// The answer for one thread (docs/report-json.md).
 #[derive(Clone, Debug, Serialize)]
 pub struct ThreadAnswer {
+    /// The thread's id as the trace names it.
     pub tid: u32,
+    /// Its name in the trace (`thread <tid>` without one; the tid added where two share a name).
     pub name: String,
+    /// Seconds holding the GIL (`hold_gil`).
     pub hold_s: f64,
+    /// Seconds waiting for it (`take_gil`).
     pub wait_s: f64,
+    /// Seconds handing it off (`drop_gil`).
     pub drop_s: f64,
+    /// Seconds between its first slice and its last spent in none of those.
     pub released_s: f64,
+    /// Its waits' count and lengths.
     pub waits: Durations,
+    /// Its holds' count and lengths.
     pub holds: Durations,
     /// Sorted by seconds, largest first. A holder of `tid` 0 stands for time no holder was seen.
     pub waited_for: Vec<Holder>,
     /// Where its holds were: Python code by function, native calls by call site; largest first.
     pub hold_functions: Vec<HeldIn>,
+    /// Where it held the GIL while asleep in a syscall, by syscall, largest first.
     pub held_while_blocked: Vec<Blocked>,
 }
 
+/// How many slices of a kind, and their lengths' median, 99th percentile and maximum, ms.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Durations {
+    /// How many slices.
     pub count: u64,
+    /// Median length, ms.
     pub p50_ms: f64,
+    /// 99th-percentile length, ms.
     pub p99_ms: f64,
+    /// Longest, ms.
     pub max_ms: f64,
 }
 
+/// A thread that held the GIL while another waited, and for how long of those waits.
 #[derive(Clone, Debug, Serialize)]
 pub struct Holder {
+    /// The holder's id as the trace names it; `NO_HOLDER_SEEN` for time no holder was seen.
     pub tid: u32,
+    /// The holder's name (`no holder seen` for `NO_HOLDER_SEEN`).
     pub name: String,
+    /// Seconds of the waiter's waits it held the GIL for.
     pub s: f64,
     /// The holder's code during those waits (innermost function, or native call), where the trace
     /// has stacks.
     pub functions: Vec<HeldIn>,
 }
 
+/// Holding the GIL while asleep in one syscall, summed over a thread's stretches.
 #[derive(Clone, Debug, Serialize)]
 pub struct Blocked {
+    /// The syscall's name.
     pub syscall: String,
+    /// Seconds held in it.
     pub s: f64,
     /// Seconds other threads spent waiting for the GIL meanwhile (summed over them).
     pub others_waited_s: f64,
@@ -146,6 +173,8 @@ struct ThreadAcc {
     blocked: BTreeMap<String, (i128, i128)>,
 }
 
+/// The answer for one process of a trace: per thread its waits and holds, whom it waited for and
+/// where the GIL was held.
 pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
     let slices = &process.slices;
     let (window_start, window_end) = process.window_ns.unwrap_or_else(|| {

@@ -16,18 +16,23 @@ use crate::report::slice_index::SliceIndex;
 /// one native call, which (an index into `ProcessTrace::calls`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HoldKey {
+    /// Index into `ProcessTrace::labels` of the hold's innermost function; `None` without a stack.
     pub label: Option<u32>,
+    /// For one native call, its index into `ProcessTrace::calls`; `None` for Python code.
     pub native: Option<u32>,
 }
 
 /// Time in one place, and the lengths of the holds it came from.
 #[derive(Default)]
 pub struct HoldTime {
+    /// Nanoseconds of hold time spent here.
     pub ns: i128,
+    /// The whole length, nanoseconds, of each hold that time came from.
     pub holds: Vec<i128>,
 }
 
 impl HoldTime {
+    /// Adds `ns` nanoseconds from a hold `hold_ns` long.
     pub fn add(&mut self, ns: i128, hold_ns: i128) {
         self.ns += ns;
         self.holds.push(hold_ns);
@@ -41,11 +46,13 @@ pub struct HeldIn {
     /// `function (file:line)`: for Python code at the line it spent the most at, for a native call
     /// the call's line.
     pub function: String,
+    /// Seconds of hold time spent here.
     pub s: f64,
     /// One native call (`true`) or Python code.
     pub native_call: bool,
     /// The longest of the holds the time came from, and their 99th percentile.
     pub longest_ms: f64,
+    /// The 99th percentile of those holds' lengths, ms.
     pub p99_ms: f64,
     /// For a native call: where it is called (null without a stack).
     #[serde(skip_serializing_if = "Option::is_none")]

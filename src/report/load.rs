@@ -16,8 +16,11 @@ use crate::merge::document::{event_object, field_error, for_each_event, for_each
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SliceKind {
+    /// A `take_gil` slice: waiting for the GIL.
     Take,
+    /// A `hold_gil` slice: holding it.
     Hold,
+    /// A `drop_gil` slice: handing it off.
     Drop,
     /// A stretch of a hold during which the holder slept in a syscall (`held_while_blocked`).
     HeldWhileBlocked,
@@ -36,11 +39,16 @@ impl SliceKind {
     }
 }
 
+/// One slice of a trace: a take, hold, drop or held-while-blocked stretch of one thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slice {
+    /// Which kind of slice.
     pub kind: SliceKind,
+    /// The thread's id as the trace names it.
     pub tid: u32,
+    /// Start, trace-clock nanoseconds (the file's microseconds times 1000).
     pub start_ns: i128,
+    /// End, trace-clock nanoseconds.
     pub end_ns: i128,
     /// Index into `ProcessTrace::labels`: the holder's innermost function for a hold, the syscall for
     /// a held-while-blocked stretch; `None` when the trace does not say.
@@ -56,6 +64,7 @@ pub enum Held {
     /// The trace does not say (another tool's, an older gilsample's, not a hold).
     #[default]
     Unsaid,
+    /// Python code (`args.native_call` false).
     PythonCode,
     /// One native call: its call site and callee, `ProcessTrace::calls[i]`.
     NativeCall(u32),
@@ -64,31 +73,42 @@ pub enum Held {
 /// A native call as a hold's args name it (docs/report-json.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct CallSite {
+    /// The call's source file, where the trace has it.
     pub file: Option<String>,
+    /// The call's line in it.
     pub line: Option<u32>,
+    /// The text of that line, where the trace has it.
     pub source: Option<String>,
 }
 
+/// One native call a hold was spent in: where it is called and what it calls.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NativeCall {
     /// `None` where the trace has no stack for the hold.
     pub call_site: Option<CallSite>,
+    /// The function called, where the trace names it.
     pub callee: Option<String>,
 }
 
 /// One process of one trace file.
 #[derive(Clone, Debug, Default)]
 pub struct ProcessTrace {
+    /// The trace file.
     pub file: PathBuf,
+    /// The process's pid as the trace names it.
     pub pid: u32,
+    /// Its rank in a distributed job, where the trace says it.
     pub rank: Option<u32>,
+    /// The host it ran on, where the trace says it.
     pub host: Option<String>,
     /// The recording's window, when the trace says it (gilsample's `otherData`).
     pub window_ns: Option<(i128, i128)>,
     /// Threads found waiting, summed over the samples, and of those the ones at samples that found
     /// the GIL free (gilsample's `otherData`; `None` for other traces).
     pub waiting_samples: Option<(u64, u64)>,
+    /// Thread names, by tid.
     pub names: BTreeMap<u32, String>,
+    /// Every slice of the process, sorted by start.
     pub slices: Vec<Slice>,
     /// Interned labels (function names, syscall names).
     pub labels: Vec<String>,

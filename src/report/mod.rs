@@ -23,8 +23,11 @@ use analyze::{ProcessAnswer, analyze};
 /// What `report` found: the answers, sorted by total wait (largest first), the inputs it passed
 /// over, with why, and the interrupted recordings (`.partial` files) it read, with how.
 pub struct Report {
+    /// One answer per process, largest total wait first.
     pub processes: Vec<ProcessAnswer>,
+    /// Inputs passed over, with why.
     pub skipped: Vec<Skipped>,
+    /// Interrupted recordings (`.partial` files) read, with how.
     pub interrupted: Vec<Skipped>,
 }
 

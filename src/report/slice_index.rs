@@ -6,6 +6,7 @@
 
 use crate::report::load::{Slice, SliceKind};
 
+/// The slices of one kind, arranged for finding those that overlap a span (module docs).
 pub struct SliceIndex<'a> {
     slices: Vec<&'a Slice>,
     /// At the index of each subtree's root: the latest end in that subtree.
@@ -13,6 +14,7 @@ pub struct SliceIndex<'a> {
 }
 
 impl<'a> SliceIndex<'a> {
+    /// An index of the slices of `kind` among `slices`.
     pub fn new(slices: &'a [Slice], kind: SliceKind) -> SliceIndex<'a> {
         let mut sorted: Vec<&Slice> = slices.iter().filter(|s| s.kind == kind).collect();
         sorted.sort_by_key(|s| s.start_ns);

@@ -8,14 +8,17 @@ use crate::infer::findings::Finding;
 use crate::infer::sample::Sample;
 use crate::sampler::priority::Priority;
 
+/// How one sampler thread samples its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SamplerConfig {
+    /// Nanoseconds between ticks at the full rate.
     pub period_ns: u64,
     /// Stop at this CLOCK_MONOTONIC time (a session-wide deadline, so targets that join late end
     /// with the others); `None`: until stopped or the target exits.
     pub end_at_ns: Option<u64>,
     /// How often the thread list is re-walked.
     pub refresh_ns: u64,
+    /// The scheduling the sampler thread asks for.
     pub priority: Priority,
     /// Read threads idle in a non-GIL wait only every few samples (see `IDLE_READ_EVERY`).
     pub idle_backoff: bool,
@@ -46,16 +49,23 @@ impl SamplerConfig {
 /// Counters other threads (the progress bar) read while sampling runs.
 #[derive(Debug, Default)]
 pub struct LiveCounters {
+    /// Samples taken.
     pub samples: AtomicU64,
+    /// Ticks that started more than one period after their deadline.
     pub late: AtomicU64,
+    /// Periods let pass while the target was quiet (infer/quiet.rs).
     pub skipped_periods: AtomicU64,
+    /// Python threads in the last sample.
     pub threads: AtomicU64,
+    /// The sampler has finished.
     pub done: AtomicBool,
 }
 
 /// Where the samples and the stacks read go besides inference (`--save-samples`, stream/).
 pub trait SampleLog {
+    /// One tick's sample, as inference got it.
     fn sample(&mut self, sample: &Sample);
+    /// A stack read for that sample (`Finding::Stack` or `Finding::HoldFrames`).
     fn stack(&mut self, stack: &Finding);
     /// Saving failed (the disk is full): the recording stops.
     fn failed(&self) -> bool;

@@ -18,6 +18,8 @@ use crate::process::syscalls::{Syscall, count};
 /// How often the holder's CPU is looked up: a stat read costs a few µs.
 const CHECK_EVERY_NS: u64 = 2_000_000;
 
+/// Moves a real-time sampler off the GIL holder's CPU, looked up every few milliseconds (module
+/// docs).
 pub struct CpuDodge {
     pid: u32,
     /// The CPUs the sampler may use at all (its affinity when sampling began).

@@ -23,8 +23,11 @@ pub enum Priority {
 /// What the sampler thread actually runs with; recorded in the trace metadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Scheduling {
+    /// `SCHED_FIFO` priority 1.
     Fifo,
+    /// `SCHED_OTHER` at nice −10.
     Nice,
+    /// Left as inherited (`--priority normal`, or neither of the others was allowed).
     Inherited,
 }
 

@@ -11,13 +11,18 @@ use crate::python::names::NameStats;
 use crate::sampler::priority::Scheduling;
 use crate::sampler::stack_watch::StackReport;
 
+/// Why a sampler stopped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EndReason {
+    /// The requested duration was reached.
     Duration,
+    /// Stopped by the user (Ctrl+C, a signal) or the session.
     Stopped,
+    /// The target exited.
     TargetExited,
     /// The target replaced its program (exec): what was recorded up to then is kept.
     TargetExec,
+    /// Sampling failed, for this reason.
     Failed(String),
 }
 
@@ -25,8 +30,11 @@ pub enum EndReason {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SamplerReport {
+    /// CLOCK_MONOTONIC nanoseconds of the first tick.
     pub start_ns: u64,
+    /// CLOCK_MONOTONIC nanoseconds of the last tick.
     pub end_ns: u64,
+    /// Samples taken.
     pub samples: u64,
     /// Ticks that started more than one period after their deadline.
     pub late_samples: u64,
@@ -34,10 +42,12 @@ pub struct SamplerReport {
     /// lock is held for writing (mmap, munmap, mprotect) by a thread that lost its CPU, and the read
     /// waits for it.
     pub stalled_reads: u64,
+    /// The longest of those reads, nanoseconds.
     pub longest_stall_ns: u64,
     /// Samples taken at the slow rate while the target was quiet, and the periods skipped before
     /// them (infer/quiet.rs).
     pub quiet_samples: u64,
+    /// Periods let pass without a tick while the target was quiet.
     pub skipped_periods: u64,
     /// Ticks skipped because a read was torn or the thread list was inconsistent.
     pub faulted_samples: u64,
@@ -52,15 +62,18 @@ pub struct SamplerReport {
     pub kernel_reads_counted_out: u64,
     /// Ticks whose counts did not rule the idle threads out, so that they were read after all.
     pub counted_out_refuted: u64,
+    /// The Python names of the threads seen, by tid (our PID namespace).
     pub thread_names: BTreeMap<u32, String>,
     /// How reading the threads' Python names went (python/names.rs).
     pub name_reads: NameStats,
     /// How reading stacks went (stack_watch.rs).
     pub stacks: StackReport,
+    /// The most Python threads one sample held.
     pub max_threads: usize,
     /// Walks of the thread list: at the start, when its head moved, when the holder was not a known
     /// thread, and every `refresh_ns`.
     pub thread_walks: u64,
+    /// The scheduling the sampler thread actually ran with.
     pub scheduling: Scheduling,
     /// Times the sampler left the GIL holder's CPU (dodge.rs).
     pub cpu_moves: u64,
@@ -70,6 +83,7 @@ pub struct SamplerReport {
     pub syscalls: SyscallCounts,
     /// Bytes of samples saved (`--save-samples`).
     pub saved_bytes: u64,
+    /// Why sampling ended.
     pub end: EndReason,
 }
 

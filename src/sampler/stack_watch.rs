@@ -31,7 +31,10 @@ pub const CHECK_EVERY: u32 = 10;
 pub struct StackReport {
     /// Why stacks could not be read in this target, when they could not.
     pub unavailable: Option<String>,
+    /// How the stack reads went: stacks read, frames, failures.
     pub read: StackStats,
+    /// Reads of a holder's innermost frame alone, to see whether a long hold is still in the same
+    /// frame.
     pub innermost_checks: u64,
     /// Stack reads answered from the thread's last one (same innermost frame and instruction).
     pub reused: u64,
@@ -149,6 +152,8 @@ impl Stillness {
     }
 }
 
+/// Reads Python stacks of waiting and holding threads for the engine's findings, and watches each
+/// holder's innermost frame over its hold (module docs).
 pub struct StackWatch {
     reader: StackReader,
     /// The holds being watched, by tid: one or two at a time (the holder, and one whose end the
@@ -159,10 +164,12 @@ pub struct StackWatch {
     /// (a worker loop that lets the GIL go around each call): one or two reads instead of a walk.
     last: BTreeMap<u32, (FrameId, Frames)>,
     innermost_checks: u64,
+    /// Stack reads answered from the thread's last one: same frame, same instruction.
     pub stacks_reused: u64,
 }
 
 impl StackWatch {
+    /// A watch over `target`'s stacks, or why its stacks cannot be read.
     pub fn new(target: &Target) -> Result<StackWatch, String> {
         let objects = target.object_reader()?;
         Ok(StackWatch {
@@ -327,6 +334,7 @@ impl StackWatch {
         }
     }
 
+    /// Copies what the stack reads counted into `report`.
     pub fn report_into(&self, report: &mut StackReport) {
         report.read = self.reader.stats;
         report.innermost_checks = self.innermost_checks;

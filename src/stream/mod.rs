@@ -51,6 +51,7 @@ pub const MAX_RECORD_BYTES: u64 = 16 << 20;
 /// The most threads one sample may hold and the most frames one stack may hold: far above what a
 /// Python process runs, low enough that a corrupt count cannot ask for gigabytes.
 pub const MAX_THREADS: usize = 65536;
+/// The most frames one stack may hold (see `MAX_THREADS`).
 pub const MAX_FRAMES: usize = 65536;
 
 /// The most periods a pace record may say are skipped per tick: far above the sampler's (infer/quiet.rs).
@@ -64,15 +65,20 @@ pub struct StreamHeader {
     pub producer: String,
     /// The gilsample version that wrote it (CARGO_PKG_VERSION).
     pub producer_version: String,
+    /// The stream format's version (`FORMAT_VERSION` of the writer).
     pub format_version: u16,
+    /// The target's pid as gilsample saw it when recording (its PID namespace).
     pub pid: u32,
     /// The interpreter's version, e.g. "3.12.3".
     pub python: String,
     /// The key of the layout the sampler read the interpreter with.
     pub layout: String,
+    /// Samples per second asked for.
     pub rate_hz: f64,
     /// The clock of every time in the stream: "CLOCK_MONOTONIC".
     pub clock: String,
+    /// Inference's inputs besides the samples: period, GIL wait ranges, which readings the target
+    /// has.
     pub context: SampleContext,
     /// What the trace says about the process (record/recorded_process.rs, `RecordedProcess`), so a replay
     /// describes the same process.
@@ -107,20 +113,30 @@ impl StreamHeader {
 /// One record of a stream.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
+    /// The stream's header, the first record.
     Header(StreamHeader),
+    /// One tick's sample.
     Sample(Sample),
     /// A stack the live sampler read, replayed verbatim.
     Stack {
+        /// The thread's id as the recording saw it (gilsample's PID namespace).
         tid: u32,
+        /// When the stack was read, monotonic nanoseconds.
         t_ns: u64,
+        /// The thread's GIL state at that sample.
         state: GilState,
+        /// The stack, `function (file:line)` lines, innermost first.
         frames: Vec<String>,
+        /// How many samples the reading stands for.
         samples: u64,
     },
     /// What the live sampler saw of a holder's innermost frame over a hold, replayed verbatim.
     HoldFrames {
+        /// The holder's id as the recording saw it.
         tid: u32,
+        /// The frame's last read, monotonic nanoseconds.
         t_ns: u64,
+        /// What was seen of the frame.
         watch: FrameWatch,
     },
     /// What the sampler writes last (its report). A stream without it was cut off.
@@ -160,9 +176,11 @@ impl Item {
 /// A stream that cannot be read, where and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamError {
+    /// The stream's file.
     pub path: PathBuf,
     /// The byte of the file where the problem lies (for a cut-off record: where that record starts).
     pub offset: u64,
+    /// What is wrong there.
     pub why: String,
 }
 

@@ -13,6 +13,8 @@ use super::{
 };
 use crate::infer::sample::Sample;
 
+/// Reads a sample stream (docs/sample-stream.md) one record at a time: the header first, then each
+/// `Item` in the order it was saved.
 pub struct StreamReader<R: Read> {
     records: Records<R>,
     header: StreamHeader,
@@ -124,10 +126,12 @@ impl<R: Read> StreamReader<R> {
         })
     }
 
+    /// The stream's header, read when it was opened.
     pub fn header(&self) -> &StreamHeader {
         &self.header
     }
 
+    /// The file it reads, as named in errors.
     pub fn path(&self) -> &Path {
         &self.records.path
     }

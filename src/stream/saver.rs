@@ -29,6 +29,8 @@ pub struct SaveStats {
     pub items: u64,
 }
 
+/// Saves a sample stream while sampling: encodes in the sampler's thread, writes the file on a
+/// thread of its own (module docs).
 pub struct SampleSaver {
     path: PathBuf,
     writer: StreamWriter,

@@ -6,6 +6,8 @@ use super::wire::put_varint;
 use super::{FORMAT_VERSION, Item, MAGIC, StreamHeader, kind};
 use crate::infer::sample::Sample;
 
+/// Encodes a sample stream: each `Item` is written as a record against the previous sample (module
+/// docs).
 pub struct StreamWriter {
     header: StreamHeader,
     started: bool,
@@ -27,6 +29,7 @@ impl StreamWriter {
         }
     }
 
+    /// The header the stream opens with.
     pub fn header(&self) -> &StreamHeader {
         &self.header
     }

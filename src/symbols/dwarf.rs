@@ -26,7 +26,9 @@ type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 /// Where a member sits inside its root struct, and how big it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FieldInfo {
+    /// Byte offset of the member from the start of its root struct.
     pub offset: u64,
+    /// The member's size in bytes.
     pub size: u64,
     /// For a bit-field: which bits of the little-endian value in `offset..offset + size` hold it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,7 +38,9 @@ pub struct FieldInfo {
 /// The bits of a bit-field inside the bytes its `FieldInfo` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BitRange {
+    /// The lowest bit of the field.
     pub shift: u32,
+    /// How many bits it has.
     pub width: u32,
 }
 
@@ -54,7 +58,9 @@ impl FieldInfo {
 /// A request: the struct tag that is the root, and a dotted member path (empty: the struct itself).
 #[derive(Clone, Copy, Debug)]
 pub struct FieldQuery<'q> {
+    /// The struct tag (or typedef) the path starts from.
     pub root: &'q str,
+    /// The dotted member path from it, `ceval.gil`.
     pub path: &'q str,
 }
 

@@ -12,6 +12,7 @@ use crate::process::maps::Mapping;
 
 /// An ELF file: memory-mapped, or bytes already in memory (tests, fuzzing).
 pub struct ElfImage {
+    /// The file's path, as named in messages.
     pub path: PathBuf,
     data: ElfBytes,
 }
@@ -24,17 +25,21 @@ enum ElfBytes {
 /// A defined symbol: its link-time address and size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Symbol {
+    /// The symbol's link-time virtual address (add the load bias for the target's).
     pub vaddr: u64,
+    /// Its size in bytes.
     pub size: u64,
 }
 
 impl ElfImage {
+    /// Maps the ELF file at `path`.
     pub fn open(path: &Path) -> Result<ElfImage> {
         let file =
             File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         ElfImage::from_file(file, path)
     }
 
+    /// Maps the open ELF `file`, named `path` in messages.
     pub fn from_file(file: File, path: &Path) -> Result<ElfImage> {
         // SAFETY: the mapping is private and read-only; a file truncated under us can only fault this
         // process, which is the same risk every ELF reader mapping a file takes.
@@ -54,6 +59,7 @@ impl ElfImage {
         }
     }
 
+    /// The file's bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.data {
             ElfBytes::Mapped(map) => map,
@@ -61,6 +67,7 @@ impl ElfImage {
         }
     }
 
+    /// Parses the image's ELF headers, sections and symbol tables.
     pub fn parse(&self) -> Result<Elf<'_>> {
         #[cfg(test)]
         parse_log::record(&self.path);

@@ -24,6 +24,7 @@ pub const MAX_SLICES_KEPT: usize = 2_000_000;
 pub enum Span {
     /// The last this many nanoseconds.
     Last(i128),
+    /// Everything since the recording's first sample.
     SinceStart,
 }
 
@@ -49,9 +50,13 @@ struct LiveProcess {
 /// What the view shows of one process besides its answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Described {
+    /// The process's pid in gilsample's PID namespace.
     pub pid: u32,
+    /// Its rank in a distributed job (0 without).
     pub rank: u32,
+    /// Its interpreter's version, once attached.
     pub python: Option<String>,
+    /// Its command line.
     pub command_line: String,
     /// The recording's first sample, on the trace clock; `None` before the first snapshot.
     pub started_ns: Option<i128>,

@@ -41,7 +41,12 @@ pub enum Mode {
     Screen,
     /// A plain table per interval on the output (`--lines`: at most that many threads each), or
     /// just one (`--once`).
-    Plain { once: bool, lines: Option<usize> },
+    Plain {
+        /// One table only (`--once`).
+        once: bool,
+        /// At most this many threads per process in each table (`--lines`).
+        lines: Option<usize>,
+    },
 }
 
 /// How often the samplers say what is still open, at most: a tenth of the interval, so that a
@@ -55,7 +60,9 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// What `top` settles before it records: how it shows, and where the trace goes.
 pub struct Plan {
+    /// Full screen or plain tables.
     pub mode: Mode,
+    /// How long each table's window is (`--interval`).
     pub interval: Duration,
     /// The trace's directory when `-o` was not given, removed at the end.
     temporary: Option<PathBuf>,
@@ -147,6 +154,7 @@ fn temporary_dir() -> Result<PathBuf> {
 
 /// How a `top` session ended.
 pub struct Outcome {
+    /// What the recording under the view came to.
     pub report: Result<RecordReport>,
     /// The user quit it (a key, or the stop flag), rather than every process ending.
     pub quit: bool,

@@ -9,11 +9,14 @@ use crate::report::analyze::{NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
 /// How threads are ordered: by their share of the window spent waiting for the GIL, or holding it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortBy {
+    /// By share of the window spent waiting for the GIL.
     Wait,
+    /// By share of the window spent holding it.
     Hold,
 }
 
 impl SortBy {
+    /// The other order: what the `s` key switches to.
     pub fn other(self) -> SortBy {
         match self {
             SortBy::Wait => SortBy::Hold,
@@ -21,6 +24,7 @@ impl SortBy {
         }
     }
 
+    /// The order's word in the header, `wait` or `hold`.
     pub fn word(self) -> &'static str {
         match self {
             SortBy::Wait => "wait",
@@ -47,10 +51,15 @@ pub const FIGURES: std::ops::Range<usize> = 1..5;
 /// One thread over the window.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ThreadRow {
+    /// The thread's id in gilsample's PID namespace.
     pub tid: u32,
+    /// Its Python name (or the kernel's, where Python has none).
     pub name: String,
+    /// Percentage of the window it spent waiting for the GIL.
     pub wait_pct: f64,
+    /// Percentage of the window it held the GIL.
     pub hold_pct: f64,
+    /// GIL waits per second of the window.
     pub waits_per_s: f64,
     /// `None` when it did not wait.
     pub p99_ms: Option<f64>,
@@ -108,6 +117,7 @@ fn holding(thread: &ThreadAnswer) -> Option<String> {
 }
 
 impl ThreadRow {
+    /// The row of `thread` over a window of `window_s` seconds.
     pub fn of(thread: &ThreadAnswer, window_s: f64) -> ThreadRow {
         let most = thread.waited_for.first().filter(|h| h.s > 0.0);
         ThreadRow {

@@ -8,7 +8,9 @@ use crate::top::table::SortBy;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shown {
+    /// The tables are of the last interval.
     LastInterval,
+    /// The tables are of the whole recording.
     SinceStart,
 }
 
@@ -27,6 +29,7 @@ pub struct View {
 /// What a key asks of the view's loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
+    /// Leave the view.
     Quit,
     /// The tables must be computed again (another sort, span or process).
     Recompute,
@@ -34,6 +37,7 @@ pub enum Action {
     Redraw,
     /// Pause at the latest moment the recording knows.
     Pause,
+    /// Nothing to do.
     Nothing,
 }
 

@@ -35,6 +35,8 @@ pub enum TraceClock {
     Monotonic,
 }
 
+/// Writes one target's Chrome Trace JSON as it goes, to a partial file renamed to the final path
+/// when the trace is finished.
 pub struct ChromeWriter {
     out: BufWriter<File>,
     partial: PathBuf,
@@ -86,6 +88,7 @@ impl ChromeWriter {
         Ok(writer)
     }
 
+    /// The partial file being written, where the data is if the trace is never finished.
     pub fn partial_path(&self) -> &Path {
         &self.partial
     }

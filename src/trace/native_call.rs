@@ -64,6 +64,7 @@ pub struct HoldKinds {
 }
 
 impl HoldKinds {
+    /// Holds with nothing noted yet, without source lines.
     pub fn new() -> HoldKinds {
         HoldKinds {
             interval_us: None,
@@ -84,14 +85,17 @@ impl HoldKinds {
         self.interval_us
     }
 
+    /// The target's switch interval is `us` microseconds from now on.
     pub fn note_interval(&mut self, us: u64) {
         self.interval_us = Some(us);
     }
 
+    /// `count` threads wait for the GIL from `t_ns` on.
     pub fn note_waiters(&mut self, t_ns: u64, count: u32) {
         self.waiters.observe(t_ns, count);
     }
 
+    /// What the sampler saw of thread `tid`'s innermost frame over a hold, last read at `t_ns`.
     pub fn note_frames(&mut self, tid: u32, t_ns: u64, watch: FrameWatch) {
         let watches = self.watches.entry(tid).or_default();
         if watches.len() >= MAX_WATCHES_PER_THREAD {

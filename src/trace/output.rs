@@ -11,7 +11,9 @@ use crate::error::{Error, Result};
 /// The default output directory, under the working directory, when neither `-o` nor `GILSAMPLE_DIR`
 /// says otherwise.
 pub const DEFAULT_DIR: &str = "gil_traces";
+/// The environment variable that overrides `DEFAULT_DIR`.
 pub const DIR_ENV: &str = "GILSAMPLE_DIR";
+/// The merged trace's file name in the output directory.
 pub const MERGED_FILE_NAME: &str = "GIL_merged.json";
 
 /// The reference tool's file name.
@@ -22,7 +24,9 @@ pub fn trace_file_name(pid: u32, rank: u32) -> String {
 /// What `-o` (or its defaults) asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OutputSpec {
+    /// One trace per target, `GIL_<pid>_rank_<rank>.json`, in this directory (created if needed).
     Directory(PathBuf),
+    /// This one file, for a single target (a `-o` path ending in `.json`).
     File(PathBuf),
 }
 

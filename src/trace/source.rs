@@ -23,6 +23,7 @@ pub struct SourceLines {
 }
 
 impl SourceLines {
+    /// Source lines of process `pid`'s files, read through its `/proc/PID/root` on first use.
     pub fn of(pid: u32) -> SourceLines {
         SourceLines {
             pid,

@@ -17,10 +17,15 @@ use crate::trace::stacks::PendingStacks;
 /// microseconds times 1000), and its `args`.
 #[derive(Clone, Copy, Debug)]
 pub struct TappedSlice<'a> {
+    /// The event name: `take_gil`, `hold_gil`, `drop_gil` or `held_while_blocked`.
     pub name: &'static str,
+    /// The thread's id in gilsample's PID namespace.
     pub tid: u32,
+    /// Start, trace-clock nanoseconds.
     pub start_ns: i128,
+    /// End, trace-clock nanoseconds.
     pub end_ns: i128,
+    /// The slice's `args`, if it has any.
     pub args: Option<&'a Value>,
 }
 
@@ -29,6 +34,7 @@ pub struct TappedSlice<'a> {
 pub struct TappedProgress<'a> {
     /// The first sample of the recording and this one, on the trace clock.
     pub started_ns: i128,
+    /// This sample's time, trace-clock nanoseconds.
     pub now_ns: i128,
     /// Each thread's interval (and held-while-blocked stretch) still open, from its start to `now_ns`:
     /// not written yet, and written later as a slice with the same start.
@@ -39,7 +45,9 @@ pub struct TappedProgress<'a> {
 
 /// The watcher of one target's trace. It runs on the writer thread: it must not block.
 pub trait TraceTap: Send {
+    /// A slice just written to the trace.
     fn slice(&mut self, slice: &TappedSlice<'_>);
+    /// What the recording knew at a sample beyond the slices written (`Finding::Live`).
     fn progress(&mut self, progress: &TappedProgress<'_>);
 }
 

@@ -33,16 +33,23 @@ impl From<ReadError> for ObjectError {
     }
 }
 
+/// The result of reading a Python object from the target.
 pub type ObjectResult<T> = Result<T, ObjectError>;
 
 /// The interpreter's own type objects, from the binary's symbols (absent ones skip the check).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TypeObjects {
+    /// `PyDict_Type`'s address in the target.
     pub dict: Option<RemoteAddr>,
+    /// `PyUnicode_Type`'s address.
     pub str: Option<RemoteAddr>,
+    /// `PyLong_Type`'s address.
     pub int: Option<RemoteAddr>,
+    /// `PyModule_Type`'s address.
     pub module: Option<RemoteAddr>,
+    /// `PyCode_Type`'s address.
     pub code: Option<RemoteAddr>,
+    /// `PyBytes_Type`'s address.
     pub bytes: Option<RemoteAddr>,
 }
 
@@ -135,6 +142,7 @@ pub struct ObjectReader {
     digit_bytes: u64,
     lv_tag: Option<u64>,
     bytes_data: Option<u64>,
+    /// The type objects reads are checked against.
     pub types: TypeObjects,
 }
 

@@ -3,12 +3,10 @@
 //! `top/` draws its view on the terminal, and `replay.rs` prints its warnings and the summary of the
 //! trace it wrote, the same summary as `record`'s (summary.rs), since nothing else runs meanwhile.
 
-use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue};
@@ -22,7 +20,7 @@ use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
-use gilsample::launch::{LAUNCH_TIMEOUT, Launched};
+use gilsample::launch::Launched;
 use gilsample::merge::{MergeOptions, merge};
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;

@@ -225,16 +225,16 @@ fn scan(source: &str) -> Scan {
                 .take_while(|&&b| is_identifier_byte(b))
                 .map(|&b| b as char)
                 .collect();
-            if !name.is_empty() {
-                if let Some((open, b'{')) = body_or_end(&code, name_start) {
-                    let close = matching_brace(&code, open);
-                    let first_line = line_of(&code, at);
-                    found.functions.push(FunctionLength {
-                        name,
-                        first_line,
-                        lines: line_of(&code, close - 1) - first_line + 1,
-                    });
-                }
+            if !name.is_empty()
+                && let Some((open, b'{')) = body_or_end(&code, name_start)
+            {
+                let close = matching_brace(&code, open);
+                let first_line = line_of(&code, at);
+                found.functions.push(FunctionLength {
+                    name,
+                    first_line,
+                    lines: line_of(&code, close - 1) - first_line + 1,
+                });
             }
         }
         at += 1;

@@ -12,6 +12,7 @@ use crate::process::tasks::{TidMap, read_namespace_pid};
 use crate::python::attach::{LayoutChoice, attach};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::ThreadWalker;
+use crate::python::target::Target;
 use crate::sampler::config::SamplerConfig;
 
 /// What `gilsample info` prints for process `pid`: attaches with `choice` and describes the
@@ -19,37 +20,7 @@ use crate::sampler::config::SamplerConfig;
 pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
     let target = attach(pid, choice)?;
     let mut out = String::new();
-    let b = &target.binary;
-    let _ = writeln!(out, "pid:            {pid}");
-    let _ = writeln!(
-        out,
-        "binary:         {} ({})",
-        b.mapped_path.display(),
-        if b.shared_library {
-            "shared libpython"
-        } else {
-            "executable"
-        }
-    );
-    let _ = writeln!(out, "opened as:      {}", b.opened_as.display());
-    let _ = writeln!(
-        out,
-        "build-id:       {}",
-        b.build_id.as_deref().unwrap_or("none")
-    );
-    let _ = writeln!(
-        out,
-        "python:         {} ({}, {})",
-        target.version, target.flavour, b.arch
-    );
-    let _ = writeln!(out, "layout source:  {}", target.layout_source);
-    let _ = writeln!(
-        out,
-        "_PyRuntime:     {} (load bias {:#x})",
-        target.runtime, b.load_bias
-    );
-    let _ = writeln!(out, "GIL:            {}", target.gil);
-    let _ = writeln!(out, "thread ids via: {:?}", target.tids);
+    write_target_lines(&mut out, pid, &target);
     // One read for the words, the counts and the mutex, so that the lines below agree.
     let read = target.read_gil(target.waiter_counts.as_ref().ok());
     let reading = read.as_ref().ok();
@@ -150,6 +121,41 @@ pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
         );
     }
     Ok(out)
+}
+
+/// The binary, the interpreter and where its layout and GIL were found.
+fn write_target_lines(out: &mut String, pid: u32, target: &Target) {
+    let b = &target.binary;
+    let _ = writeln!(out, "pid:            {pid}");
+    let _ = writeln!(
+        out,
+        "binary:         {} ({})",
+        b.mapped_path.display(),
+        if b.shared_library {
+            "shared libpython"
+        } else {
+            "executable"
+        }
+    );
+    let _ = writeln!(out, "opened as:      {}", b.opened_as.display());
+    let _ = writeln!(
+        out,
+        "build-id:       {}",
+        b.build_id.as_deref().unwrap_or("none")
+    );
+    let _ = writeln!(
+        out,
+        "python:         {} ({}, {})",
+        target.version, target.flavour, b.arch
+    );
+    let _ = writeln!(out, "layout source:  {}", target.layout_source);
+    let _ = writeln!(
+        out,
+        "_PyRuntime:     {} (load bias {:#x})",
+        target.runtime, b.load_bias
+    );
+    let _ = writeln!(out, "GIL:            {}", target.gil);
+    let _ = writeln!(out, "thread ids via: {:?}", target.tids);
 }
 
 /// Who holds the GIL's mutex, as one read found it (`owner`), or why that is not known.

@@ -3,15 +3,13 @@
 //! `top/` draws its view on the terminal, and `replay.rs` prints its warnings and the summary of the
 //! trace it wrote, the same summary as `record`'s (summary.rs), since nothing else runs meanwhile.
 
-use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use gilsample::cli::{
@@ -22,18 +20,23 @@ use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
-use gilsample::launch::{LAUNCH_TIMEOUT, Launched};
+use gilsample::launch::Launched;
 use gilsample::merge::{MergeOptions, merge};
 use gilsample::python::attach::detect_flavour;
 use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, RecordReport, Targets, Update, record};
+use gilsample::report::analyze::ProcessAnswer;
 use gilsample::sampler::priority::{Priority, realtime_allowed, realtime_refused_warning};
 use gilsample::signals::{SessionState, SignalStep, watch_signals};
 use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
 use gilsample::trace::chrome::micros;
 use gilsample::trace::output::{DIR_ENV, OutputSpec};
+
+mod record_progress;
+
+use record_progress::ProgressDisplay;
 
 fn main() -> ExitCode {
     let cli = parse_command_line();
@@ -261,116 +264,26 @@ fn run_record(
     reader: Option<std::fs::File>,
 ) -> Result<i32> {
     let opts = record_options(&args)?;
-    if opts.priority == Priority::Realtime && !args.quiet && !realtime_allowed() {
-        eprintln!(
-            "gilsample: {}",
-            realtime_refused_warning(opts.cpus.is_some())
-        );
+    if !args.quiet {
+        warn_if_realtime_refused(&opts);
     }
     let state = SessionState::default();
     let (stop, waiting_for_command) = (state.stop.clone(), state.waiting_for_command.clone());
     install_signal_thread(state);
-    if let Some(mut reader) = reader {
-        if !Control::wait_for_go(&mut reader) {
-            return Err(Error::Usage(
-                "the program driving gilsample closed --control-fd before saying go".into(),
-            ));
-        }
-        Control::watch_for_stop(reader, stop.clone());
+    if let Some(reader) = reader {
+        wait_for_go(reader, &stop)?;
     }
-
-    let show_progress = !args.quiet && std::io::stderr().is_terminal();
-    let bar = show_progress.then(|| new_progress_bar(opts.duration));
-    let quiet = args.quiet;
-    // A line above the progress bar, or plain on stderr without one.
-    let say = |line: String| match &bar {
-        Some(bar) => bar.println(line),
-        None => eprintln!("{line}"),
-    };
-    let show_update = |update: Update<'_>| match update {
-        Update::Started {
-            pid,
-            path,
-            python,
-            layout,
-            rate_hz,
-        } if !quiet => {
-            say(format!(
-                "gilsample: recording process {pid} (Python {python}, layout {layout}) at {rate_hz} Hz -> {}",
-                path.display()
-            ));
-        }
-        Update::Started { .. } => {}
-        Update::Skipped { pid, why } if !quiet => {
-            say(format!("gilsample: skipping process {pid}: {why}"));
-        }
-        Update::Skipped { .. } | Update::Ready => {}
-        Update::ThreadOfProcess { tid, pid } if !quiet => say(format!(
-            "gilsample: {tid} is a thread of process {pid}; recording process {pid}"
-        )),
-        Update::Launcher { pid, program } if !quiet => say(format!(
-            "gilsample: process {pid} runs {program}, not Python: recording the Python processes it starts"
-        )),
-        Update::ThreadOfProcess { .. } | Update::Launcher { .. } => {}
-        // Said even when quiet: the user's command did not run to its end.
-        Update::CommandStopped { pid, how } => say(format!(
-            "gilsample: the recording failed, so the launched command (pid {pid}) was stopped: {}",
-            how.describe()
-        )),
-        Update::WaitingForPython { pid, program, why } if !quiet => say(match program {
-            Some(program) => format!(
-                "gilsample: the command (pid {pid}) runs {}, which is not Python; gilsample keeps \
-                 waiting for it to start Python, for up to {} s or until it exits. To record the \
-                 Python processes it starts instead, add --subprocesses",
-                program.display(),
-                LAUNCH_TIMEOUT.as_secs()
-            ),
-            None => format!(
-                "gilsample: the command (pid {pid}) has no Python interpreter gilsample can read \
-                 yet ({}); gilsample keeps waiting, for up to {} s or until it exits",
-                if why.is_empty() {
-                    "it has not started one"
-                } else {
-                    why
-                },
-                LAUNCH_TIMEOUT.as_secs()
-            ),
-        }),
-        Update::WaitingForPython { .. } => {}
-        // Said even when quiet: an error, said when it happens.
-        Update::WriteFailed { pid, error } => say(format!(
-            "gilsample: error: process {pid}: {error}; the recording stops, and the answer for what \
-             was written follows"
-        )),
-        Update::Progress(p) => {
-            if let Some(bar) = &bar {
-                let secs = p.elapsed.as_secs_f64();
-                // Periods skipped while quiet count as kept, as in the summary.
-                let rate = if secs > 0.0 {
-                    (p.samples + p.skipped_periods) as f64 / secs / p.targets.max(1) as f64
-                } else {
-                    0.0
-                };
-                bar.set_position(p.elapsed.as_millis() as u64);
-                bar.set_message(format!(
-                    "{} samples, {:.0} Hz, {} late, {} threads",
-                    p.samples, rate, p.late, p.threads
-                ));
-            }
-        }
-    };
+    let progress = ProgressDisplay::new(args.quiet, opts.duration);
     let mut on_progress = |update: Update<'_>| {
         if let Some(control) = control
             && let Some(event) = event_for(&update)
         {
             control.send(&event);
         }
-        show_update(update)
+        progress.show(update)
     };
     let report = record(&opts, stop, &mut on_progress);
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    progress.finish();
     let mut report = report.map_err(|e| with_common_commands(e, &opts.targets))?;
     // From now on a signal is for the command that outlived the recording, if one does.
     if let Some(command) = report.command.as_mut()
@@ -379,11 +292,7 @@ fn run_record(
         waiting_for_command.store(command.pid(), Ordering::SeqCst);
     }
     if let Some(control) = control {
-        for (pid, error) in report.errors() {
-            control.send(&json!({
-                "event": "failed", "pid": pid, "message": error.to_string(), "exit_code": error.exit_code(),
-            }));
-        }
+        send_failures(control, &report);
     }
     if let Err(error) = something_recorded(&report, &opts.targets) {
         // A launched command still running is waited for, as after a recording; the error is
@@ -398,17 +307,7 @@ fn run_record(
         return Err(error);
     }
     let answers = answers(&report);
-    if !args.quiet {
-        eprint!(
-            "{}",
-            format_summary(&report, &answers, args.verbose, opts.rate_hz)
-        );
-    } else {
-        // Quiet drops the summary, never an error.
-        for (pid, error) in report.errors() {
-            eprintln!("gilsample: error: process {pid}: {error}");
-        }
-    }
+    print_summary(&report, &answers, &args, opts.rate_hz);
     let mut code = exit_status(&report);
     // The answer is out; a command that outlives the recording is waited for, for its status.
     if let Some(command) = report.command.as_mut() {
@@ -418,21 +317,77 @@ fn run_record(
         }
     }
     if let Some(control) = control {
-        let files: Vec<String> = report
-            .targets
-            .iter()
-            .filter(|t| t.write_error.is_none())
-            .map(|t| t.path.display().to_string())
-            .collect();
-        control.send(&json!({
-            "event": "finished",
-            "files": files,
-            "merged": report.merged.as_ref().map(|p| p.display().to_string()),
-            "summary": {"processes": answers.iter().flatten().collect::<Vec<_>>()},
-            "exit_code": code,
-        }));
+        send_finished(control, &report, &answers, code);
     }
     Ok(code)
+}
+
+/// Said before recording: the sampler will run at a lower priority than asked.
+fn warn_if_realtime_refused(opts: &RecordOptions) {
+    if opts.priority == Priority::Realtime && !realtime_allowed() {
+        eprintln!(
+            "gilsample: {}",
+            realtime_refused_warning(opts.cpus.is_some())
+        );
+    }
+}
+
+/// Waits for the caller's go on `--control-fd`, then watches it for the stop.
+fn wait_for_go(mut reader: std::fs::File, stop: &Arc<AtomicBool>) -> Result<()> {
+    if !Control::wait_for_go(&mut reader) {
+        return Err(Error::Usage(
+            "the program driving gilsample closed --control-fd before saying go".into(),
+        ));
+    }
+    Control::watch_for_stop(reader, stop.clone());
+    Ok(())
+}
+
+/// Each target that failed, told to the program driving `--control-fd`.
+fn send_failures(control: &Control, report: &RecordReport) {
+    for (pid, error) in report.errors() {
+        control.send(&json!({
+            "event": "failed", "pid": pid, "message": error.to_string(), "exit_code": error.exit_code(),
+        }));
+    }
+}
+
+fn print_summary(
+    report: &RecordReport,
+    answers: &[Option<ProcessAnswer>],
+    args: &RecordArgs,
+    rate_hz: f64,
+) {
+    if !args.quiet {
+        eprint!("{}", format_summary(report, answers, args.verbose, rate_hz));
+    } else {
+        // Quiet drops the summary, never an error.
+        for (pid, error) in report.errors() {
+            eprintln!("gilsample: error: process {pid}: {error}");
+        }
+    }
+}
+
+/// The files written, the answer and the exit status, for the program driving `--control-fd`.
+fn send_finished(
+    control: &Control,
+    report: &RecordReport,
+    answers: &[Option<ProcessAnswer>],
+    code: i32,
+) {
+    let files: Vec<String> = report
+        .targets
+        .iter()
+        .filter(|t| t.write_error.is_none())
+        .map(|t| t.path.display().to_string())
+        .collect();
+    control.send(&json!({
+        "event": "finished",
+        "files": files,
+        "merged": report.merged.as_ref().map(|p| p.display().to_string()),
+        "summary": {"processes": answers.iter().flatten().collect::<Vec<_>>()},
+        "exit_code": code,
+    }));
 }
 
 /// A recording that found nothing to record says what it looked for.
@@ -538,32 +493,6 @@ fn with_common_commands(error: Error, targets: &Targets) -> Error {
             Error::NothingFound(format!("{what}\n\n{COMMON_COMMANDS}"))
         }
         (error, _) => error,
-    }
-}
-
-fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
-    match duration {
-        Some(d) => {
-            let bar = ProgressBar::new(d.as_millis() as u64);
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} {percent}% {msg}",
-                )
-                .expect("the template is valid"),
-            );
-            bar
-        }
-        None => {
-            let bar = ProgressBar::new_spinner();
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] recording (Ctrl+C to stop) {msg}",
-                )
-                .expect("the template is valid"),
-            );
-            bar.enable_steady_tick(Duration::from_millis(200));
-            bar
-        }
     }
 }
 

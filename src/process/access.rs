@@ -186,158 +186,202 @@ fn user(uid: u32) -> String {
 /// Why the read was refused and what to do, in sentences: the checks that fail on this machine,
 /// first the ones the kernel makes first.
 pub fn explain(facts: &Facts) -> String {
-    let pid = facts.target_pid;
-    let me = &facts.reader;
-    let capable = me.has_ptrace_capability();
     let setcap = format!(
         "give gilsample the capability (sudo setcap cap_sys_ptrace,cap_sys_nice+ep {})",
         facts.binary
     );
-    let mut why: Vec<String> = Vec::new();
-    let mut fixes: Vec<String> = Vec::new();
+    let mut reasons = Reasons::default();
     if let Some(target) = &facts.target {
-        let same_ids = target.uids[..3].iter().all(|&u| u == me.uids[0])
-            && target.gids[..3].iter().all(|&g| g == me.gids[0]);
-        if !same_ids && !capable {
-            why.push(format!(
-                "process {pid} runs as {}, gilsample as {} without CAP_SYS_PTRACE: another user's \
-                 (or group's) process needs that capability",
-                user(target.uids[1]),
-                user(me.uids[0])
-            ));
-            fixes.push("run gilsample as root (sudo)".into());
-            if target.uids[1] != 0 {
-                fixes.push(format!("run it as {}", user(target.uids[1])));
-            }
-            fixes.push(setcap.clone());
-        } else if !capable {
-            if facts.target_proc_owner == Some(0) && target.uids[1] != 0 {
-                why.push(format!(
-                    "process {pid} is not dumpable (a setuid or setgid program, or one that called \
-                     prctl(PR_SET_DUMPABLE, 0)): only a reader with CAP_SYS_PTRACE may read it"
-                ));
-                fixes.push("run gilsample as root (sudo)".into());
-                fixes.push(setcap.clone());
-            }
-            let lacking = target.permitted & !me.permitted;
-            if lacking != 0 {
-                why.push(format!(
-                    "process {pid} has capabilities that gilsample lacks (its CapPrm {:016x}, \
-                     gilsample's {:016x}, CAP_SYS_PTRACE not among them): reading it needs \
-                     CAP_SYS_PTRACE, which gilsample's capabilities were limited to exclude \
-                     (capsh --drop, setpriv, a container's --cap-drop)",
-                    target.permitted, me.permitted
-                ));
-                fixes.push(
-                    "run gilsample with CAP_SYS_PTRACE kept (in a container: --cap-add SYS_PTRACE \
-                     for Docker, securityContext.capabilities.add: [\"SYS_PTRACE\"] for Kubernetes)"
-                        .into(),
-                );
-            }
-        }
+        explain_ids_and_capabilities(facts, target, &setcap, &mut reasons);
     }
-    match facts.yama_scope {
-        Some(3) => {
-            why.push(format!(
-                "kernel.yama.ptrace_scope is 3 ({YAMA_SCOPE}): no process may read another's \
-                 memory, not even root, until the machine is rebooted"
-            ));
-            fixes.push("reboot, and do not set ptrace_scope to 3".into());
-        }
-        Some(2) if !capable => {
-            why.push(format!(
-                "kernel.yama.ptrace_scope is 2 ({YAMA_SCOPE}): only a reader with CAP_SYS_PTRACE \
-                 may read another process"
-            ));
-            fixes.push(setcap.clone());
-        }
-        Some(1) if !capable && !facts.reader_is_ancestor => {
-            why.push(format!(
-                "kernel.yama.ptrace_scope is 1 ({YAMA_SCOPE}): without CAP_SYS_PTRACE only a \
-                 process's ancestors, and the reader it names with prctl(PR_SET_PTRACER), may read \
-                 it, and gilsample did not start process {pid}"
-            ));
-            fixes.push(
-                "launch the program with gilsample (gilsample -- python3 ...) or record from \
-                 inside it with the Python API (import gilsample)"
-                    .into(),
-            );
-            fixes.push(format!("allow it: echo 0 | sudo tee {YAMA_SCOPE}"));
-            fixes.push(setcap.clone());
-        }
-        _ => {}
+    explain_yama(facts, &setcap, &mut reasons);
+    explain_user_namespace(facts, &mut reasons);
+    if reasons.why.is_empty() {
+        explain_what_no_check_sees(facts, &mut reasons);
     }
-    if let Some(map) = &facts.reader_in_user_namespace
-        && capable
-    {
-        why.push(format!(
-            "gilsample runs in a user namespace (uid_map {map}): its CAP_SYS_PTRACE applies only \
-             to processes of that namespace, and process {pid} is likely outside it (a host \
-             process seen from a container)"
-        ));
-        fixes.push(format!(
-            "run gilsample in process {pid}'s namespace: on the host, or in its container \
-             (docker exec, kubectl debug --target)"
-        ));
-    }
-    if why.is_empty() {
-        // gilsample passed every check it can see: what is left refuses the system call itself,
-        // or a security module decided.
-        if me.seccomp == 2 {
-            why.push(
-                "gilsample runs under a seccomp filter (Seccomp: 2 in /proc/self/status); \
-                 container runtimes' default filters refuse process_vm_readv and ptrace to \
-                 containers without CAP_SYS_PTRACE"
-                    .into(),
-            );
-            fixes.push(
-                "Docker: --cap-add SYS_PTRACE (its default filter then allows the calls), or \
-                 --security-opt seccomp=<a profile that allows process_vm_readv>; Kubernetes: \
-                 securityContext.capabilities.add: [\"SYS_PTRACE\"], or seccompProfile: \
-                 {type: Unconfined}"
-                    .into(),
-            );
-        }
-        if let Some(label) = &facts.reader_label {
-            why.push(format!(
-                "gilsample is confined by a security module as {label:?}{}, which may refuse ptrace \
-                 reads",
-                facts
-                    .security_modules
-                    .as_ref()
-                    .map(|m| format!(" (modules: {m})"))
-                    .unwrap_or_default()
-            ));
-            fixes.push(
-                "allow ptrace read/trace of the target in gilsample's profile, or run it unconfined \
-                 (Docker: --security-opt apparmor=unconfined)"
-                    .into(),
-            );
-        }
-        if why.is_empty() {
-            why.push(format!(
-                "gilsample has CAP_SYS_PTRACE{}, and no seccomp filter or security label it can see \
-                 explains it: the refusal comes from a sandbox or security module not visible from \
-                 inside{}",
-                if me.uids[0] == 0 { " and runs as root" } else { "" },
-                facts
-                    .security_modules
-                    .as_ref()
-                    .map(|m| format!(" (the kernel runs: {m})"))
-                    .unwrap_or_default()
-            ));
-            fixes.push(
-                "check the audit log (journalctl -k, /var/log/audit/audit.log) for the denial"
-                    .into(),
-            );
-        }
-    }
+    let Reasons { why, mut fixes } = reasons;
     let mut out = String::new();
     let _ = write!(out, "Why: {}.", why.join("; and "));
     fixes.dedup();
     let _ = write!(out, " To fix: {}.", fixes.join("; or "));
     out.push_str(" gilsample never stops the target, and needs no BPF privileges.");
     out
+}
+
+/// What refuses the read, and what would let it through.
+#[derive(Default)]
+struct Reasons {
+    why: Vec<String>,
+    fixes: Vec<String>,
+}
+
+/// Another user's process, a process that is not dumpable, or one with capabilities the reader lacks.
+fn explain_ids_and_capabilities(
+    facts: &Facts,
+    target: &Credentials,
+    setcap: &str,
+    reasons: &mut Reasons,
+) {
+    let pid = facts.target_pid;
+    let me = &facts.reader;
+    let capable = me.has_ptrace_capability();
+    let same_ids = target.uids[..3].iter().all(|&u| u == me.uids[0])
+        && target.gids[..3].iter().all(|&g| g == me.gids[0]);
+    if !same_ids && !capable {
+        reasons.why.push(format!(
+            "process {pid} runs as {}, gilsample as {} without CAP_SYS_PTRACE: another user's \
+             (or group's) process needs that capability",
+            user(target.uids[1]),
+            user(me.uids[0])
+        ));
+        reasons.fixes.push("run gilsample as root (sudo)".into());
+        if target.uids[1] != 0 {
+            reasons
+                .fixes
+                .push(format!("run it as {}", user(target.uids[1])));
+        }
+        reasons.fixes.push(setcap.to_string());
+    } else if !capable {
+        if facts.target_proc_owner == Some(0) && target.uids[1] != 0 {
+            reasons.why.push(format!(
+                "process {pid} is not dumpable (a setuid or setgid program, or one that called \
+                 prctl(PR_SET_DUMPABLE, 0)): only a reader with CAP_SYS_PTRACE may read it"
+            ));
+            reasons.fixes.push("run gilsample as root (sudo)".into());
+            reasons.fixes.push(setcap.to_string());
+        }
+        let lacking = target.permitted & !me.permitted;
+        if lacking != 0 {
+            reasons.why.push(format!(
+                "process {pid} has capabilities that gilsample lacks (its CapPrm {:016x}, \
+                 gilsample's {:016x}, CAP_SYS_PTRACE not among them): reading it needs \
+                 CAP_SYS_PTRACE, which gilsample's capabilities were limited to exclude \
+                 (capsh --drop, setpriv, a container's --cap-drop)",
+                target.permitted, me.permitted
+            ));
+            reasons.fixes.push(
+                "run gilsample with CAP_SYS_PTRACE kept (in a container: --cap-add SYS_PTRACE \
+                 for Docker, securityContext.capabilities.add: [\"SYS_PTRACE\"] for Kubernetes)"
+                    .into(),
+            );
+        }
+    }
+}
+
+fn explain_yama(facts: &Facts, setcap: &str, reasons: &mut Reasons) {
+    let pid = facts.target_pid;
+    let me = &facts.reader;
+    let capable = me.has_ptrace_capability();
+    match facts.yama_scope {
+        Some(3) => {
+            reasons.why.push(format!(
+                "kernel.yama.ptrace_scope is 3 ({YAMA_SCOPE}): no process may read another's \
+                 memory, not even root, until the machine is rebooted"
+            ));
+            reasons
+                .fixes
+                .push("reboot, and do not set ptrace_scope to 3".into());
+        }
+        Some(2) if !capable => {
+            reasons.why.push(format!(
+                "kernel.yama.ptrace_scope is 2 ({YAMA_SCOPE}): only a reader with CAP_SYS_PTRACE \
+                 may read another process"
+            ));
+            reasons.fixes.push(setcap.to_string());
+        }
+        Some(1) if !capable && !facts.reader_is_ancestor => {
+            reasons.why.push(format!(
+                "kernel.yama.ptrace_scope is 1 ({YAMA_SCOPE}): without CAP_SYS_PTRACE only a \
+                 process's ancestors, and the reader it names with prctl(PR_SET_PTRACER), may read \
+                 it, and gilsample did not start process {pid}"
+            ));
+            reasons.fixes.push(
+                "launch the program with gilsample (gilsample -- python3 ...) or record from \
+                 inside it with the Python API (import gilsample)"
+                    .into(),
+            );
+            reasons
+                .fixes
+                .push(format!("allow it: echo 0 | sudo tee {YAMA_SCOPE}"));
+            reasons.fixes.push(setcap.to_string());
+        }
+        _ => {}
+    }
+}
+
+fn explain_user_namespace(facts: &Facts, reasons: &mut Reasons) {
+    let pid = facts.target_pid;
+    let capable = facts.reader.has_ptrace_capability();
+    if let Some(map) = &facts.reader_in_user_namespace
+        && capable
+    {
+        reasons.why.push(format!(
+            "gilsample runs in a user namespace (uid_map {map}): its CAP_SYS_PTRACE applies only \
+             to processes of that namespace, and process {pid} is likely outside it (a host \
+             process seen from a container)"
+        ));
+        reasons.fixes.push(format!(
+            "run gilsample in process {pid}'s namespace: on the host, or in its container \
+             (docker exec, kubectl debug --target)"
+        ));
+    }
+}
+
+/// gilsample passed every check it can see: what is left refuses the system call itself, or a
+/// security module decided.
+fn explain_what_no_check_sees(facts: &Facts, reasons: &mut Reasons) {
+    let me = &facts.reader;
+    if me.seccomp == 2 {
+        reasons.why.push(
+            "gilsample runs under a seccomp filter (Seccomp: 2 in /proc/self/status); \
+             container runtimes' default filters refuse process_vm_readv and ptrace to \
+             containers without CAP_SYS_PTRACE"
+                .into(),
+        );
+        reasons.fixes.push(
+            "Docker: --cap-add SYS_PTRACE (its default filter then allows the calls), or \
+             --security-opt seccomp=<a profile that allows process_vm_readv>; Kubernetes: \
+             securityContext.capabilities.add: [\"SYS_PTRACE\"], or seccompProfile: \
+             {type: Unconfined}"
+                .into(),
+        );
+    }
+    if let Some(label) = &facts.reader_label {
+        reasons.why.push(format!(
+            "gilsample is confined by a security module as {label:?}{}, which may refuse ptrace \
+             reads",
+            facts
+                .security_modules
+                .as_ref()
+                .map(|m| format!(" (modules: {m})"))
+                .unwrap_or_default()
+        ));
+        reasons.fixes.push(
+            "allow ptrace read/trace of the target in gilsample's profile, or run it unconfined \
+             (Docker: --security-opt apparmor=unconfined)"
+                .into(),
+        );
+    }
+    if reasons.why.is_empty() {
+        reasons.why.push(format!(
+            "gilsample has CAP_SYS_PTRACE{}, and no seccomp filter or security label it can see \
+             explains it: the refusal comes from a sandbox or security module not visible from \
+             inside{}",
+            if me.uids[0] == 0 {
+                " and runs as root"
+            } else {
+                ""
+            },
+            facts
+                .security_modules
+                .as_ref()
+                .map(|m| format!(" (the kernel runs: {m})"))
+                .unwrap_or_default()
+        ));
+        reasons.fixes.push(
+            "check the audit log (journalctl -k, /var/log/audit/audit.log) for the denial".into(),
+        );
+    }
 }
 
 /// A refused read of `what` (a path, or the memory of) process `pid`, with why on this machine.

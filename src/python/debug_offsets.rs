@@ -87,75 +87,17 @@ pub fn decode(
     let runtime_size = entry("runtime_state.size")?;
     let interp_size = entry("interpreter_state.size")?;
     let tstate_size = entry("thread_state.size")?;
-    let within = |name: &str, limit: u64, width: u64| -> Result<FieldInfo, String> {
-        let offset = entry(name)?;
-        if offset.checked_add(width).is_none_or(|end| end > limit) {
-            return Err(format!(
-                "{name} = {offset} lies outside its {limit}-byte struct"
-            ));
-        }
-        Ok(FieldInfo::at(offset, width))
-    };
     let mut fields: BTreeMap<String, FieldInfo> = BTreeMap::new();
-    let mut put = |key: &str, info: FieldInfo| {
-        fields.insert(key.to_string(), info);
-    };
-    // The pointers and ids the walk reads: our field, the table's entry, the struct it lies in.
-    let words = [
-        (
-            "runtime.interpreters.head",
-            "runtime_state.interpreters_head",
-            runtime_size,
-        ),
-        ("interp.next", "interpreter_state.next", interp_size),
-        (
-            "interp.threads.head",
-            "interpreter_state.threads_head",
-            interp_size,
-        ),
-        (
-            "interp.ceval.gil",
-            "interpreter_state.ceval_gil",
-            interp_size,
-        ),
-        ("tstate.next", "thread_state.next", tstate_size),
-        ("tstate.interp", "thread_state.interp", tstate_size),
-        ("tstate.thread_id", "thread_state.thread_id", tstate_size),
-        (
-            "tstate.native_thread_id",
-            "thread_state.native_thread_id",
-            tstate_size,
-        ),
-    ];
-    for (key, name, limit) in words {
-        put(key, within(name, limit, 8)?);
-    }
-
-    // The GIL struct: `locked` and `last_holder` as the target reports them (relative to the embedded
-    // `_gil` of the interpreter), the rest from the version's layout once those two agree.
-    let gil_base = entry("interpreter_state.gil_runtime_state")?;
-    let locked = entry("interpreter_state.gil_runtime_state_locked")?
-        .checked_sub(gil_base)
-        .ok_or("gil_runtime_state_locked lies before the GIL struct")?;
-    let holder = entry("interpreter_state.gil_runtime_state_holder")?
-        .checked_sub(gil_base)
-        .ok_or("gil_runtime_state_holder lies before the GIL struct")?;
-    let known_locked = descriptor.required("gil.locked").offset;
-    let known_holder = descriptor.required("gil.last_holder").offset;
-    if (locked, holder) != (known_locked, known_holder) {
-        return Err(format!(
-            "the target's GIL struct differs from layout {} (locked at {locked}, holder at {holder}; \
-             expected {known_locked} and {known_holder})",
-            descriptor.key()
-        ));
-    }
-    for (name, info) in descriptor
-        .fields
-        .iter()
-        .filter(|(n, _)| *n == "gil" || n.starts_with("gil."))
-    {
-        fields.insert(name.clone(), *info);
-    }
+    put_walk_fields(
+        &mut fields,
+        &entry,
+        StructSizes {
+            runtime: runtime_size,
+            interp: interp_size,
+            tstate: tstate_size,
+        },
+    )?;
+    put_gil_fields(&mut fields, descriptor, &entry)?;
     put_object_fields(&mut fields, descriptor, &entry)?;
     if free_threaded {
         // Free-threaded builds may run without the GIL; `enabled` (relative to the interpreter) says.
@@ -189,6 +131,95 @@ pub fn decode(
             free_threaded,
         },
     ))
+}
+
+/// The sizes the table reports of the structs the walk reads, which bound the offsets in them.
+struct StructSizes {
+    runtime: u64,
+    interp: u64,
+    tstate: u64,
+}
+
+/// The pointers and ids the walk of interpreters and threads reads, each checked to lie inside
+/// its struct.
+fn put_walk_fields(
+    fields: &mut BTreeMap<String, FieldInfo>,
+    entry: &dyn Fn(&str) -> Result<u64, String>,
+    sizes: StructSizes,
+) -> Result<(), String> {
+    let within = |name: &str, limit: u64, width: u64| -> Result<FieldInfo, String> {
+        let offset = entry(name)?;
+        if offset.checked_add(width).is_none_or(|end| end > limit) {
+            return Err(format!(
+                "{name} = {offset} lies outside its {limit}-byte struct"
+            ));
+        }
+        Ok(FieldInfo::at(offset, width))
+    };
+    // The pointers and ids the walk reads: our field, the table's entry, the struct it lies in.
+    let words = [
+        (
+            "runtime.interpreters.head",
+            "runtime_state.interpreters_head",
+            sizes.runtime,
+        ),
+        ("interp.next", "interpreter_state.next", sizes.interp),
+        (
+            "interp.threads.head",
+            "interpreter_state.threads_head",
+            sizes.interp,
+        ),
+        (
+            "interp.ceval.gil",
+            "interpreter_state.ceval_gil",
+            sizes.interp,
+        ),
+        ("tstate.next", "thread_state.next", sizes.tstate),
+        ("tstate.interp", "thread_state.interp", sizes.tstate),
+        ("tstate.thread_id", "thread_state.thread_id", sizes.tstate),
+        (
+            "tstate.native_thread_id",
+            "thread_state.native_thread_id",
+            sizes.tstate,
+        ),
+    ];
+    for (key, name, limit) in words {
+        fields.insert(key.to_string(), within(name, limit, 8)?);
+    }
+    Ok(())
+}
+
+fn put_gil_fields(
+    fields: &mut BTreeMap<String, FieldInfo>,
+    descriptor: &Layout,
+    entry: &dyn Fn(&str) -> Result<u64, String>,
+) -> Result<(), String> {
+    // The GIL struct: `locked` and `last_holder` as the target reports them (relative to the embedded
+    // `_gil` of the interpreter), the rest from the version's layout once those two agree.
+    let gil_base = entry("interpreter_state.gil_runtime_state")?;
+    let locked = entry("interpreter_state.gil_runtime_state_locked")?
+        .checked_sub(gil_base)
+        .ok_or("gil_runtime_state_locked lies before the GIL struct")?;
+    let holder = entry("interpreter_state.gil_runtime_state_holder")?
+        .checked_sub(gil_base)
+        .ok_or("gil_runtime_state_holder lies before the GIL struct")?;
+    let known_locked = descriptor.required("gil.locked").offset;
+    let known_holder = descriptor.required("gil.last_holder").offset;
+    if (locked, holder) != (known_locked, known_holder) {
+        return Err(format!(
+            "the target's GIL struct differs from layout {} (locked at {locked}, holder at {holder}; \
+             expected {known_locked} and {known_holder})",
+            descriptor.key()
+        ));
+    }
+    for (name, info) in descriptor
+        .fields
+        .iter()
+        .filter(|(n, _)| *n == "gil" || n.starts_with("gil."))
+    {
+        fields.insert(name.clone(), *info);
+    }
+    Ok(())
 }
 
 /// Field-name prefixes of the object fields (thread names, stacks): the version's layout gives

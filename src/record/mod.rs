@@ -7,13 +7,14 @@
 //! command.
 
 mod checks;
+mod first_targets;
 mod outcome;
 pub mod recorded_process;
 mod save;
 pub mod target;
 pub mod watch;
 
-use checks::{check_outputs, processes_of};
+use checks::check_outputs;
 pub use outcome::{Progress, RecordReport, TargetReport, Update};
 pub use recorded_process::host_name;
 use target::record_one;
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use crate::discover::{DeviceKind, descendants, device_users};
 use crate::error::{Error, Result};
-use crate::launch::{Launch, Launched, Stopped, exe_of, wait_for_interpreter};
+use crate::launch::{Launched, Stopped, exe_of};
 use crate::merge::{MergeOptions, merge};
 use crate::process::tasks::read_rank;
 use crate::python::attach::{LayoutChoice, locate};
@@ -235,76 +236,23 @@ impl Session<'_> {
         launched: &mut Option<Launched>,
         progress: &mut dyn FnMut(Update<'_>),
     ) -> Result<RecordReport> {
+        let roots = self.find_first_targets(launched, progress)?;
+        let following = self.opts.subprocesses || matches!(self.opts.targets, Targets::Devices(_));
+        self.check_something_to_record(following)?;
+        self.record_until_done(&roots, following, launched, progress)?;
+        self.join_and_merge()
+    }
+
+    /// Starts the samplers, then follows new targets and reports progress until the session ends.
+    fn record_until_done(
+        &mut self,
+        roots: &[u32],
+        following: bool,
+        launched: &mut Option<Launched>,
+        progress: &mut dyn FnMut(Update<'_>),
+    ) -> Result<()> {
         let opts = self.opts;
         let stop = self.stop.clone();
-        let mut roots: Vec<u32> = Vec::new();
-        match &opts.targets {
-            Targets::Pids(given) => {
-                let pids = processes_of(given, progress);
-                for &pid in &pids {
-                    roots.push(pid);
-                    self.known.insert(pid);
-                    let program = exe_of(pid);
-                    match locate(pid, opts.layout).and_then(|located| located.connect()) {
-                        Ok(target) => self.attached.push(target),
-                        Err(Error::NotPython { .. }) if opts.subprocesses => {
-                            self.launcher(pid, program, progress);
-                            self.look_again(pid);
-                        }
-                        Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
-                        Err(e) => self.failures.push((pid, e)),
-                    }
-                }
-            }
-            Targets::Launch(command) => {
-                let command = launched.insert(Launched::spawn(command)?);
-                let pid = command.pid();
-                roots.push(pid);
-                self.known.insert(pid);
-                let mut say_waiting = |program: Option<&Path>, why: &str| {
-                    progress(Update::WaitingForPython { pid, program, why })
-                };
-                let found = wait_for_interpreter(
-                    command,
-                    opts.layout,
-                    &stop,
-                    opts.subprocesses,
-                    &mut say_waiting,
-                )?;
-                match found {
-                    Launch::Python(target) => self.attached.push(*target),
-                    // A launcher that is not Python itself (a shell, `env`, mpirun) is fine when its
-                    // Python descendants are what is recorded.
-                    Launch::Launcher(program) => {
-                        self.launcher(pid, program, progress);
-                        self.look_again(pid);
-                    }
-                }
-            }
-            Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
-        }
-        let following = opts.subprocesses || matches!(opts.targets, Targets::Devices(_));
-        // Watching for accelerator users that start later needs an end: without --duration, none
-        // found now is an answer, not a reason to wait forever.
-        if let Targets::Devices(kind) = opts.targets
-            && self.attached.is_empty()
-            && self.running.is_empty()
-            && opts.duration.is_none()
-        {
-            return Err(Error::NothingFound(format!(
-                "no Python process with {} open was found; give --pid PID[,PID...], --all-gpu for \
-                 NVIDIA GPUs, a command after --, or --duration to wait for one",
-                kind.describe()
-            )));
-        }
-        if self.attached.is_empty() && !following {
-            return Err(self
-                .failures
-                .pop()
-                .map(|(_, e)| e)
-                .unwrap_or(Error::Usage("nothing to record".into())));
-        }
-
         // After a launched command is spawned (it keeps the CPUs it was given), before any sampler.
         if let Some(cpus) = &opts.cpus {
             pin_own_threads(cpus)?;
@@ -334,8 +282,8 @@ impl Session<'_> {
                 match &opts.targets {
                     Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
                     _ => {
-                        let mut found = self.roots_that_changed_program(&roots);
-                        found.extend(descendants(&roots));
+                        let mut found = self.roots_that_changed_program(roots);
+                        found.extend(descendants(roots));
                         self.try_attach(found, true, progress)?;
                     }
                 }
@@ -358,6 +306,12 @@ impl Session<'_> {
                 Duration::from_millis(5)
             });
         }
+        Ok(())
+    }
+
+    /// Joins every target's threads, then writes the merged trace when asked.
+    fn join_and_merge(&mut self) -> Result<RecordReport> {
+        let opts = self.opts;
         let mut done = Vec::new();
         let mut failures = std::mem::take(&mut self.failures);
         for mut running in std::mem::take(&mut self.running) {

@@ -122,41 +122,8 @@ pub fn write_trace(
     let writing = thread::scope(|scope| {
         let writer_thread = scope.spawn(move || -> (Result<ChromeWriter>, Totals) {
             let mut totals = Totals::default();
-            let mut write = |record| -> Result<()> {
-                match record {
-                    Finding::Interval(interval) => {
-                        totals.add(&interval);
-                        writer.write_interval(&interval)
-                    }
-                    Finding::Waiters { t_ns, count } => writer.write_waiters(t_ns, count),
-                    Finding::Rate { t_ns, hz } => writer.write_rate(t_ns, hz),
-                    Finding::HeldWhileBlocked(stretch) => writer.write_held_while_blocked(&stretch),
-                    Finding::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff),
-                    Finding::Handoff(_) => Ok(()),
-                    Finding::Stack {
-                        tid,
-                        t_ns,
-                        state,
-                        frames,
-                        samples,
-                    } => {
-                        writer.note_stack(tid, t_ns, state, frames, samples);
-                        Ok(())
-                    }
-                    Finding::Live(snapshot) => {
-                        writer.tap_live(&snapshot);
-                        Ok(())
-                    }
-                    Finding::HoldFrames { tid, t_ns, watch } => {
-                        writer.note_hold_frames(tid, t_ns, *watch);
-                        Ok(())
-                    }
-                    Finding::SwitchInterval { us, .. } => {
-                        writer.note_switch_interval(us);
-                        Ok(())
-                    }
-                }
-            };
+            let mut write =
+                |record| write_finding(&mut writer, &mut totals, record, handoff_arrows);
             // The first failure ends the thread, which drops the channel's end (see below).
             let failed = rx.into_iter().flatten().find_map(|r| write(r).err());
             match failed {
@@ -190,22 +157,7 @@ pub fn write_trace(
         .map(|(tid, name)| (*tid, name.clone()))
         .collect();
     threads.sort_by_key(|(tid, _)| (*tid != pid, *tid));
-    let cmdline = &process.command_line;
-    let process_name = format!(
-        "Python {} pid {pid} rank {}{}{}",
-        process.python_version,
-        process.rank,
-        process
-            .host
-            .as_ref()
-            .map(|h| format!(" host {h}"))
-            .unwrap_or_default(),
-        if cmdline.is_empty() {
-            String::new()
-        } else {
-            format!(": {cmdline}")
-        }
-    );
+    let process_name = process_name(process);
     let other = metadata(process, &report);
     // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
     let mut answer = None;
@@ -249,6 +201,69 @@ pub fn write_trace(
         answer,
         write_error: None,
     })
+}
+
+/// One finding into the trace; intervals also into the per-thread totals.
+fn write_finding(
+    writer: &mut ChromeWriter,
+    totals: &mut Totals,
+    record: Finding,
+    handoff_arrows: bool,
+) -> Result<()> {
+    match record {
+        Finding::Interval(interval) => {
+            totals.add(&interval);
+            writer.write_interval(&interval)
+        }
+        Finding::Waiters { t_ns, count } => writer.write_waiters(t_ns, count),
+        Finding::Rate { t_ns, hz } => writer.write_rate(t_ns, hz),
+        Finding::HeldWhileBlocked(stretch) => writer.write_held_while_blocked(&stretch),
+        Finding::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff),
+        Finding::Handoff(_) => Ok(()),
+        Finding::Stack {
+            tid,
+            t_ns,
+            state,
+            frames,
+            samples,
+        } => {
+            writer.note_stack(tid, t_ns, state, frames, samples);
+            Ok(())
+        }
+        Finding::Live(snapshot) => {
+            writer.tap_live(&snapshot);
+            Ok(())
+        }
+        Finding::HoldFrames { tid, t_ns, watch } => {
+            writer.note_hold_frames(tid, t_ns, *watch);
+            Ok(())
+        }
+        Finding::SwitchInterval { us, .. } => {
+            writer.note_switch_interval(us);
+            Ok(())
+        }
+    }
+}
+
+/// The trace's name for the process: its Python, pid, rank, host and command line.
+fn process_name(process: &RecordedProcess) -> String {
+    let cmdline = &process.command_line;
+    format!(
+        "Python {} pid {} rank {}{}{}",
+        process.python_version,
+        process.pid,
+        process.rank,
+        process
+            .host
+            .as_ref()
+            .map(|h| format!(" host {h}"))
+            .unwrap_or_default(),
+        if cmdline.is_empty() {
+            String::new()
+        } else {
+            format!(": {cmdline}")
+        }
+    )
 }
 
 /// The report of a trace that could not be finished: what was written stays in `partial`, and the

@@ -173,6 +173,154 @@ struct ThreadAcc {
     blocked: BTreeMap<String, (i128, i128)>,
 }
 
+/// Each thread's slices summed, every moment of a wait blamed on the holder of that moment.
+struct Accumulator<'a> {
+    process: &'a ProcessTrace,
+    holds: SliceIndex<'a>,
+    takes: SliceIndex<'a>,
+    threads: HashMap<u32, ThreadAcc>,
+}
+
+impl<'a> Accumulator<'a> {
+    fn new(process: &'a ProcessTrace) -> Self {
+        Accumulator {
+            process,
+            holds: SliceIndex::new(&process.slices, SliceKind::Hold),
+            takes: SliceIndex::new(&process.slices, SliceKind::Take),
+            threads: HashMap::new(),
+        }
+    }
+
+    /// Where a hold's time goes: only holds whose code is known, or that were one native call.
+    fn place(&self, h: &Slice) -> Option<HoldKey> {
+        let key = hold_key(self.process, &self.takes, h);
+        (key.label.is_some() || key.native.is_some()).then_some(key)
+    }
+
+    fn add(&mut self, slice: &Slice) {
+        let acc = self.threads.entry(slice.tid).or_default();
+        let len = slice.end_ns - slice.start_ns;
+        acc.first = Some(acc.first.map_or(slice.start_ns, |f| f.min(slice.start_ns)));
+        acc.last = Some(acc.last.map_or(slice.end_ns, |l| l.max(slice.end_ns)));
+        match slice.kind {
+            SliceKind::Take => {
+                acc.ns[0] += len;
+                acc.waits.push(len);
+                self.add_wait_blame(slice, len);
+            }
+            SliceKind::Hold => {
+                acc.ns[1] += len;
+                acc.holds.push(len);
+                if let Some(key) = self.place(slice) {
+                    let acc = self.threads.entry(slice.tid).or_default();
+                    acc.hold_functions.entry(key).or_default().add(len, len);
+                }
+            }
+            SliceKind::Drop => acc.ns[2] += len,
+            SliceKind::HeldWhileBlocked => self.add_held_while_blocked(slice, len),
+        }
+    }
+
+    /// Each moment of a wait of `len` ns, blamed on the thread that held the GIL then.
+    fn add_wait_blame(&mut self, slice: &Slice, len: i128) {
+        let mut blamed = 0;
+        let mut blame: Vec<(u32, Option<HoldKey>, i128, i128)> = Vec::new();
+        self.holds
+            .overlapping(slice.start_ns, slice.end_ns, |h, overlap| {
+                if h.tid != slice.tid {
+                    blamed += overlap;
+                    blame.push((h.tid, self.place(h), overlap, h.end_ns - h.start_ns));
+                }
+            });
+        // Holds that overlap each other (possible in inferred reference holds, never in
+        // gilsample's, which see one holder per sample) share the moment they overlap.
+        if blamed > len {
+            for entry in &mut blame {
+                // In floating point: the product of two spans of crafted input can
+                // overflow even an i128.
+                entry.2 = (entry.2 as f64 * len as f64 / blamed as f64) as i128;
+            }
+            blamed = blame.iter().map(|b| b.2).sum();
+        }
+        let acc = self.threads.entry(slice.tid).or_default();
+        for (holder, key, ns, hold_ns) in blame {
+            let entry = acc.waited_for.entry(holder).or_default();
+            entry.0 += ns;
+            if let Some(key) = key {
+                entry.1.entry(key).or_default().add(ns, hold_ns);
+            }
+        }
+        if len > blamed {
+            acc.waited_for.entry(NO_HOLDER_SEEN).or_default().0 += len - blamed;
+        }
+    }
+
+    /// A stretch held while asleep in a syscall, with the time other threads waited meanwhile.
+    fn add_held_while_blocked(&mut self, slice: &Slice, len: i128) {
+        let mut others = 0;
+        self.takes
+            .overlapping(slice.start_ns, slice.end_ns, |t, overlap| {
+                if t.tid != slice.tid {
+                    others += overlap;
+                }
+            });
+        let syscall = slice
+            .label
+            .map(|i| self.process.labels[i as usize].clone())
+            .unwrap_or_else(|| "a syscall".into());
+        let acc = self.threads.entry(slice.tid).or_default();
+        let entry = acc.blocked.entry(syscall).or_default();
+        entry.0 += len;
+        entry.1 += others;
+    }
+}
+
+fn thread_answer(process: &ProcessTrace, tid: u32, acc: ThreadAcc) -> ThreadAnswer {
+    let span = acc.last.unwrap_or(0) - acc.first.unwrap_or(0);
+    let in_gil: i128 = acc.ns.iter().sum();
+    let waited_for = {
+        let totals: BTreeMap<u32, i128> = acc.waited_for.iter().map(|(k, v)| (*k, v.0)).collect();
+        sorted_by_seconds(&totals)
+            .into_iter()
+            .map(|(holder, s)| Holder {
+                tid: holder,
+                name: if holder == NO_HOLDER_SEEN {
+                    "no holder seen".into()
+                } else {
+                    process.thread_name(holder)
+                },
+                s,
+                functions: places(process, &acc.waited_for[&holder].1),
+            })
+            .collect()
+    };
+    ThreadAnswer {
+        tid,
+        name: process.thread_name(tid),
+        hold_s: seconds(acc.ns[1]),
+        wait_s: seconds(acc.ns[0]),
+        drop_s: seconds(acc.ns[2]),
+        released_s: seconds((span - in_gil).max(0)),
+        waits: durations(acc.waits),
+        holds: durations(acc.holds),
+        waited_for,
+        hold_functions: places(process, &acc.hold_functions),
+        held_while_blocked: {
+            let mut v: Vec<Blocked> = acc
+                .blocked
+                .iter()
+                .map(|(syscall, &(ns, others))| Blocked {
+                    syscall: syscall.clone(),
+                    s: seconds(ns),
+                    others_waited_s: seconds(others),
+                })
+                .collect();
+            v.sort_by(|a, b| b.s.total_cmp(&a.s));
+            v
+        },
+    }
+}
+
 /// The answer for one process of a trace: per thread its waits and holds, whom it waited for and
 /// where the GIL was held.
 pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
@@ -183,125 +331,14 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         (start, end)
     });
     let window = (window_end - window_start).max(0);
-    let holds = SliceIndex::new(slices, SliceKind::Hold);
-    let takes = SliceIndex::new(slices, SliceKind::Take);
-    let label = |l: Option<u32>| l.map(|i| process.labels[i as usize].clone());
-    // Where a hold's time goes: only holds whose code is known, or that were one native call.
-    let place = |h: &Slice| {
-        let key = hold_key(process, &takes, h);
-        (key.label.is_some() || key.native.is_some()).then_some(key)
-    };
-    let mut threads: HashMap<u32, ThreadAcc> = HashMap::new();
+    let mut accumulator = Accumulator::new(process);
     for slice in slices {
-        let acc = threads.entry(slice.tid).or_default();
-        let len = slice.end_ns - slice.start_ns;
-        acc.first = Some(acc.first.map_or(slice.start_ns, |f| f.min(slice.start_ns)));
-        acc.last = Some(acc.last.map_or(slice.end_ns, |l| l.max(slice.end_ns)));
-        match slice.kind {
-            SliceKind::Take => {
-                acc.ns[0] += len;
-                acc.waits.push(len);
-                let mut blamed = 0;
-                let mut blame: Vec<(u32, Option<HoldKey>, i128, i128)> = Vec::new();
-                holds.overlapping(slice.start_ns, slice.end_ns, |h, overlap| {
-                    if h.tid != slice.tid {
-                        blamed += overlap;
-                        blame.push((h.tid, place(h), overlap, h.end_ns - h.start_ns));
-                    }
-                });
-                // Holds that overlap each other (possible in inferred reference holds, never in
-                // gilsample's, which see one holder per sample) share the moment they overlap.
-                if blamed > len {
-                    for entry in &mut blame {
-                        // In floating point: the product of two spans of crafted input can
-                        // overflow even an i128.
-                        entry.2 = (entry.2 as f64 * len as f64 / blamed as f64) as i128;
-                    }
-                    blamed = blame.iter().map(|b| b.2).sum();
-                }
-                let acc = threads.entry(slice.tid).or_default();
-                for (holder, key, ns, hold_ns) in blame {
-                    let entry = acc.waited_for.entry(holder).or_default();
-                    entry.0 += ns;
-                    if let Some(key) = key {
-                        entry.1.entry(key).or_default().add(ns, hold_ns);
-                    }
-                }
-                if len > blamed {
-                    acc.waited_for.entry(NO_HOLDER_SEEN).or_default().0 += len - blamed;
-                }
-            }
-            SliceKind::Hold => {
-                acc.ns[1] += len;
-                acc.holds.push(len);
-                if let Some(key) = place(slice) {
-                    acc.hold_functions.entry(key).or_default().add(len, len);
-                }
-            }
-            SliceKind::Drop => acc.ns[2] += len,
-            SliceKind::HeldWhileBlocked => {
-                let mut others = 0;
-                takes.overlapping(slice.start_ns, slice.end_ns, |t, overlap| {
-                    if t.tid != slice.tid {
-                        others += overlap;
-                    }
-                });
-                let syscall = label(slice.label).unwrap_or_else(|| "a syscall".into());
-                let acc = threads.entry(slice.tid).or_default();
-                let entry = acc.blocked.entry(syscall).or_default();
-                entry.0 += len;
-                entry.1 += others;
-            }
-        }
+        accumulator.add(slice);
     }
-    let mut answers: Vec<ThreadAnswer> = threads
+    let mut answers: Vec<ThreadAnswer> = accumulator
+        .threads
         .into_iter()
-        .map(|(tid, acc)| {
-            let span = acc.last.unwrap_or(0) - acc.first.unwrap_or(0);
-            let in_gil: i128 = acc.ns.iter().sum();
-            let waited_for = {
-                let totals: BTreeMap<u32, i128> =
-                    acc.waited_for.iter().map(|(k, v)| (*k, v.0)).collect();
-                sorted_by_seconds(&totals)
-                    .into_iter()
-                    .map(|(holder, s)| Holder {
-                        tid: holder,
-                        name: if holder == NO_HOLDER_SEEN {
-                            "no holder seen".into()
-                        } else {
-                            process.thread_name(holder)
-                        },
-                        s,
-                        functions: places(process, &acc.waited_for[&holder].1),
-                    })
-                    .collect()
-            };
-            ThreadAnswer {
-                tid,
-                name: process.thread_name(tid),
-                hold_s: seconds(acc.ns[1]),
-                wait_s: seconds(acc.ns[0]),
-                drop_s: seconds(acc.ns[2]),
-                released_s: seconds((span - in_gil).max(0)),
-                waits: durations(acc.waits),
-                holds: durations(acc.holds),
-                waited_for,
-                hold_functions: places(process, &acc.hold_functions),
-                held_while_blocked: {
-                    let mut v: Vec<Blocked> = acc
-                        .blocked
-                        .iter()
-                        .map(|(syscall, &(ns, others))| Blocked {
-                            syscall: syscall.clone(),
-                            s: seconds(ns),
-                            others_waited_s: seconds(others),
-                        })
-                        .collect();
-                    v.sort_by(|a, b| b.s.total_cmp(&a.s));
-                    v
-                },
-            }
-        })
+        .map(|(tid, acc)| thread_answer(process, tid, acc))
         .collect();
     answers.sort_by(|a, b| b.wait_s.total_cmp(&a.wait_s).then(a.tid.cmp(&b.tid)));
     let total_wait: i128 = slices

@@ -1,0 +1,95 @@
+//! The targets a session starts with: the given processes, the launched command's interpreter, or
+//! the accelerator users found now; and the check that there is something to record.
+
+use std::path::Path;
+
+use super::checks::processes_of;
+use super::{Session, Targets, Update};
+use crate::error::{Error, Result};
+use crate::launch::{Launch, Launched, exe_of, wait_for_interpreter};
+use crate::python::attach::locate;
+
+impl Session<'_> {
+    /// Attaches to the targets there are now and returns the roots whose descendants are followed.
+    pub(super) fn find_first_targets(
+        &mut self,
+        launched: &mut Option<Launched>,
+        progress: &mut dyn FnMut(Update<'_>),
+    ) -> Result<Vec<u32>> {
+        let opts = self.opts;
+        let stop = self.stop.clone();
+        let mut roots: Vec<u32> = Vec::new();
+        match &opts.targets {
+            Targets::Pids(given) => {
+                let pids = processes_of(given, progress);
+                for &pid in &pids {
+                    roots.push(pid);
+                    self.known.insert(pid);
+                    let program = exe_of(pid);
+                    match locate(pid, opts.layout).and_then(|located| located.connect()) {
+                        Ok(target) => self.attached.push(target),
+                        Err(Error::NotPython { .. }) if opts.subprocesses => {
+                            self.launcher(pid, program, progress);
+                            self.look_again(pid);
+                        }
+                        Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
+                        Err(e) => self.failures.push((pid, e)),
+                    }
+                }
+            }
+            Targets::Launch(command) => {
+                let command = launched.insert(Launched::spawn(command)?);
+                let pid = command.pid();
+                roots.push(pid);
+                self.known.insert(pid);
+                let mut say_waiting = |program: Option<&Path>, why: &str| {
+                    progress(Update::WaitingForPython { pid, program, why })
+                };
+                let found = wait_for_interpreter(
+                    command,
+                    opts.layout,
+                    &stop,
+                    opts.subprocesses,
+                    &mut say_waiting,
+                )?;
+                match found {
+                    Launch::Python(target) => self.attached.push(*target),
+                    // A launcher that is not Python itself (a shell, `env`, mpirun) is fine when its
+                    // Python descendants are what is recorded.
+                    Launch::Launcher(program) => {
+                        self.launcher(pid, program, progress);
+                        self.look_again(pid);
+                    }
+                }
+            }
+            Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
+        }
+        Ok(roots)
+    }
+
+    /// An error where nothing was attached and nothing will be looked for later.
+    pub(super) fn check_something_to_record(&mut self, following: bool) -> Result<()> {
+        let opts = self.opts;
+        // Watching for accelerator users that start later needs an end: without --duration, none
+        // found now is an answer, not a reason to wait forever.
+        if let Targets::Devices(kind) = opts.targets
+            && self.attached.is_empty()
+            && self.running.is_empty()
+            && opts.duration.is_none()
+        {
+            return Err(Error::NothingFound(format!(
+                "no Python process with {} open was found; give --pid PID[,PID...], --all-gpu for \
+                 NVIDIA GPUs, a command after --, or --duration to wait for one",
+                kind.describe()
+            )));
+        }
+        if self.attached.is_empty() && !following {
+            return Err(self
+                .failures
+                .pop()
+                .map(|(_, e)| e)
+                .unwrap_or(Error::Usage("nothing to record".into())));
+        }
+        Ok(())
+    }
+}

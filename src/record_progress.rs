@@ -1,0 +1,153 @@
+//! What `record` says while it runs: a progress bar on a terminal, and a line for each update
+//! worth saying, above the bar or plain on stderr without one.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use gilsample::launch::LAUNCH_TIMEOUT;
+use gilsample::record::{Progress, Update};
+
+pub(crate) struct ProgressDisplay {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl ProgressDisplay {
+    /// A bar only when not quiet and stderr is a terminal.
+    pub(crate) fn new(quiet: bool, duration: Option<Duration>) -> Self {
+        let show_progress = !quiet && std::io::stderr().is_terminal();
+        let bar = show_progress.then(|| new_progress_bar(duration));
+        Self { bar, quiet }
+    }
+
+    pub(crate) fn show(&self, update: Update<'_>) {
+        match update {
+            Update::Progress(p) => self.show_progress(p),
+            update => {
+                if let Some(line) = line_for(update, self.quiet) {
+                    self.say(line);
+                }
+            }
+        }
+    }
+
+    /// The bar goes before the summary is printed.
+    pub(crate) fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    // A line above the progress bar, or plain on stderr without one.
+    fn say(&self, line: String) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn show_progress(&self, p: &Progress) {
+        if let Some(bar) = &self.bar {
+            let secs = p.elapsed.as_secs_f64();
+            // Periods skipped while quiet count as kept, as in the summary.
+            let rate = if secs > 0.0 {
+                (p.samples + p.skipped_periods) as f64 / secs / p.targets.max(1) as f64
+            } else {
+                0.0
+            };
+            bar.set_position(p.elapsed.as_millis() as u64);
+            bar.set_message(format!(
+                "{} samples, {:.0} Hz, {} late, {} threads",
+                p.samples, rate, p.late, p.threads
+            ));
+        }
+    }
+}
+
+/// The line an update says, if any: with `quiet`, only a stopped command and a failed write.
+fn line_for(update: Update<'_>, quiet: bool) -> Option<String> {
+    match update {
+        Update::Started {
+            pid,
+            path,
+            python,
+            layout,
+            rate_hz,
+        } if !quiet => Some(format!(
+            "gilsample: recording process {pid} (Python {python}, layout {layout}) at {rate_hz} Hz -> {}",
+            path.display()
+        )),
+        Update::Started { .. } => None,
+        Update::Skipped { pid, why } if !quiet => {
+            Some(format!("gilsample: skipping process {pid}: {why}"))
+        }
+        Update::Skipped { .. } | Update::Ready => None,
+        Update::ThreadOfProcess { tid, pid } if !quiet => Some(format!(
+            "gilsample: {tid} is a thread of process {pid}; recording process {pid}"
+        )),
+        Update::Launcher { pid, program } if !quiet => Some(format!(
+            "gilsample: process {pid} runs {program}, not Python: recording the Python processes it starts"
+        )),
+        Update::ThreadOfProcess { .. } | Update::Launcher { .. } => None,
+        // Said even when quiet: the user's command did not run to its end.
+        Update::CommandStopped { pid, how } => Some(format!(
+            "gilsample: the recording failed, so the launched command (pid {pid}) was stopped: {}",
+            how.describe()
+        )),
+        Update::WaitingForPython { pid, program, why } if !quiet => Some(match program {
+            Some(program) => format!(
+                "gilsample: the command (pid {pid}) runs {}, which is not Python; gilsample keeps \
+                 waiting for it to start Python, for up to {} s or until it exits. To record the \
+                 Python processes it starts instead, add --subprocesses",
+                program.display(),
+                LAUNCH_TIMEOUT.as_secs()
+            ),
+            None => format!(
+                "gilsample: the command (pid {pid}) has no Python interpreter gilsample can read \
+                 yet ({}); gilsample keeps waiting, for up to {} s or until it exits",
+                if why.is_empty() {
+                    "it has not started one"
+                } else {
+                    why
+                },
+                LAUNCH_TIMEOUT.as_secs()
+            ),
+        }),
+        Update::WaitingForPython { .. } => None,
+        // Said even when quiet: an error, said when it happens.
+        Update::WriteFailed { pid, error } => Some(format!(
+            "gilsample: error: process {pid}: {error}; the recording stops, and the answer for what \
+             was written follows"
+        )),
+        // The bar shows these; never a line.
+        Update::Progress(_) => None,
+    }
+}
+
+fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
+    match duration {
+        Some(d) => {
+            let bar = ProgressBar::new(d.as_millis() as u64);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {percent}% {msg}",
+                )
+                .expect("the template is valid"),
+            );
+            bar
+        }
+        None => {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] recording (Ctrl+C to stop) {msg}",
+                )
+                .expect("the template is valid"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        }
+    }
+}

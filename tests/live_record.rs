@@ -458,11 +458,12 @@ fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
 #[test]
 fn idle_threads_are_read_less_often_without_losing_the_busy_ones() {
     let python = interpreter("3.12");
-    // (flags, readings counted out, readings skipped every few ticks)
-    let runs: [(&[&str], bool, bool); 3] = [
-        (&[], true, false),
-        (&["--no-waiter-counts"], false, true),
-        (&["--no-idle-backoff"], false, false),
+    // (flags, readings counted out, readings skipped every few ticks: `None` either way, since with
+    // the counts a tick that found fewer than 4 idle threads before reads them every few ticks)
+    let runs: [(&[&str], bool, Option<bool>); 3] = [
+        (&[], true, None),
+        (&["--no-waiter-counts"], false, Some(true)),
+        (&["--no-idle-backoff"], false, Some(false)),
     ];
     for (flags, expect_counted_out, expect_skips) in runs {
         let workload = Workload::start(&python, &["contention", "--threads", "2", "--idle", "4"]);
@@ -474,7 +475,9 @@ fn idle_threads_are_read_less_often_without_losing_the_busy_ones() {
         assert!(status.success(), "{stderr}");
         let trace = Trace::load_single(dir.path());
         let skipped = trace.other("kernel_reads_skipped_idle").as_u64().unwrap();
-        assert_eq!(skipped > 0, expect_skips, "{flags:?}: {skipped} skipped");
+        if let Some(expect_skips) = expect_skips {
+            assert_eq!(skipped > 0, expect_skips, "{flags:?}: {skipped} skipped");
+        }
         let counted_out = trace.other("kernel_reads_counted_out").as_u64().unwrap();
         assert_eq!(
             counted_out > 0,

@@ -133,27 +133,11 @@ fn replay(
                 first.get_or_insert(sample.t_ns);
                 last = sample.t_ns;
             }
-            Item::Stack {
-                tid,
-                t_ns,
-                state,
-                frames,
-                samples,
-            } => {
-                let frames = frames.into();
-                sink(Finding::Stack {
-                    tid,
-                    t_ns,
-                    state,
-                    frames,
-                    samples,
-                })
+            item @ (Item::Stack { .. } | Item::HoldFrames { .. }) => {
+                if let Some(finding) = item.into_stack_finding() {
+                    sink(finding);
+                }
             }
-            Item::HoldFrames { tid, t_ns, watch } => sink(Finding::HoldFrames {
-                tid,
-                t_ns,
-                watch: Box::new(watch),
-            }),
             Item::End(report) => {
                 match serde_json::from_value(report) {
                     Ok(report) => saved = Some(report),

@@ -144,6 +144,33 @@ pub enum Item {
 }
 
 impl Item {
+    /// The finding a saved stack or hold-frames item stands for, as the live sampler sent it:
+    /// `from_stack` the other way (`None` for any other kind).
+    pub fn into_stack_finding(self) -> Option<crate::infer::findings::Finding> {
+        use crate::infer::findings::Finding;
+        match self {
+            Item::Stack {
+                tid,
+                t_ns,
+                state,
+                frames,
+                samples,
+            } => Some(Finding::Stack {
+                tid,
+                t_ns,
+                state,
+                frames: frames.into(),
+                samples,
+            }),
+            Item::HoldFrames { tid, t_ns, watch } => Some(Finding::HoldFrames {
+                tid,
+                t_ns,
+                watch: Box::new(watch),
+            }),
+            _ => None,
+        }
+    }
+
     /// The item that saves a stack or hold-frames record the sampler read (`None` for any other
     /// record).
     pub fn from_stack(record: &crate::infer::findings::Finding) -> Option<Item> {

@@ -306,9 +306,15 @@ fn full_disk_is_said_while_the_command_runs_with_the_answer_for_what_was_written
         seen.contains(&format!("partial data is in {}", partial[0].display())),
         "{seen}"
     );
-    // The answer for what was written: the headline and the threads that waited.
+    // The answer for what was written: the headline and a thread that waited. Which of the four
+    // threads waited in the few events that fit on the disk is chance, so any of them will do.
     assert!(seen.contains(&format!("process {pid} (rank 0")), "{seen}");
-    assert!(seen.contains("spinner-0 waited"), "{seen}");
+    assert!(
+        ["MainThread", "spinner-0", "spinner-1", "spinner-2"]
+            .iter()
+            .any(|name| seen.contains(&format!("{name} waited"))),
+        "{seen}"
+    );
     assert!(
         seen.contains("the answer above is for the events written before"),
         "{seen}"

@@ -187,17 +187,12 @@ pub fn describe_kernel_state(kernel: Option<KernelState>, ranges: &GilWaitRanges
         KernelState::Running => "running (on a CPU or waiting for one)".to_string(),
         KernelState::Blocked => "stopped or blocked outside a system call".to_string(),
         KernelState::InSyscall { arg0, .. } if kernel.futex_addr().is_some() => {
-            let named = [
-                (ranges.take[0], "cond"),
-                (ranges.take[1], "mutex"),
-                (ranges.drop[0], "switch_cond"),
-                (ranges.drop[1], "switch_mutex"),
-            ];
-            match named
-                .iter()
-                .find(|(range, _)| range.is_some_and(|(start, end)| (start..end).contains(&arg0)))
+            match ranges
+                .named()
+                .into_iter()
+                .find(|(_, range)| range.is_some_and(|(start, end)| (start..end).contains(&arg0)))
             {
-                Some((_, name)) => format!("futex wait on the GIL's {name}"),
+                Some((name, _)) => format!("futex wait on the GIL's {name}"),
                 None => format!("futex wait at {arg0:#x} (not the GIL)"),
             }
         }
@@ -216,8 +211,10 @@ mod tests {
 
     fn ranges() -> GilWaitRanges {
         GilWaitRanges {
-            take: [Some((0x1000, 0x1030)), Some((0x1030, 0x1058))],
-            drop: [Some((0x1058, 0x1088)), None],
+            cond: Some((0x1000, 0x1030)),
+            mutex: Some((0x1030, 0x1058)),
+            switch_cond: Some((0x1058, 0x1088)),
+            switch_mutex: None,
             cond_waiter_words: None,
         }
     }

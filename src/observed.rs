@@ -77,25 +77,97 @@ pub struct Waiters {
 
 /// Address ranges `[start, end)` inside the GIL struct.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "SavedGilWaitRanges", into = "SavedGilWaitRanges")]
 pub struct GilWaitRanges {
-    /// Where a thread waiting in `take_gil` sleeps: `gil.cond` and `gil.mutex`, target addresses.
-    pub take: [Option<(u64, u64)>; 2],
-    /// Where a thread waiting in `drop_gil` sleeps: `gil.switch_cond` and `gil.switch_mutex`,
-    /// target addresses.
-    pub drop: [Option<(u64, u64)>; 2],
+    /// `gil.cond`: where a thread waiting in `take_gil` sleeps. Target addresses, end excluded.
+    pub cond: Option<(u64, u64)>,
+    /// `gil.mutex`: where a thread entering or leaving a GIL wait sleeps for the lock around it.
+    pub mutex: Option<(u64, u64)>,
+    /// `gil.switch_cond`: where a thread in `drop_gil` sleeps until the waiter it woke has the GIL.
+    pub switch_cond: Option<(u64, u64)>,
+    /// `gil.switch_mutex`: the lock around `switch_cond`.
+    pub switch_mutex: Option<(u64, u64)>,
     /// The words of `gil.cond` its waiters sleep on (glibc's `__g_signals`), where the C library is
     /// known: a thread asleep on another word of it is signalling it.
     pub cond_waiter_words: Option<(u64, u64)>,
 }
 
+/// Whether `addr` lies in `range`, when the range is known.
+fn in_range(addr: u64, range: Option<(u64, u64)>) -> bool {
+    range.is_some_and(|(start, end)| addr >= start && addr < end)
+}
+
 impl GilWaitRanges {
+    /// Whether `addr` is in `gil.cond`.
+    pub fn on_cond(&self, addr: u64) -> bool {
+        in_range(addr, self.cond)
+    }
+
+    /// Whether `addr` is in `gil.mutex`.
+    pub fn on_mutex(&self, addr: u64) -> bool {
+        in_range(addr, self.mutex)
+    }
+
+    /// Whether `addr` is in `gil.switch_cond`.
+    pub fn on_switch_cond(&self, addr: u64) -> bool {
+        in_range(addr, self.switch_cond)
+    }
+
+    /// Whether `addr` is where `take_gil` sleeps: `gil.cond` or `gil.mutex`.
+    pub fn in_take_gil(&self, addr: u64) -> bool {
+        self.on_cond(addr) || self.on_mutex(addr)
+    }
+
+    /// Whether `addr` is where `drop_gil` sleeps: `gil.switch_cond` or `gil.switch_mutex`.
+    pub fn in_drop_gil(&self, addr: u64) -> bool {
+        self.on_switch_cond(addr) || in_range(addr, self.switch_mutex)
+    }
+
     /// Whether a futex address belongs to any of the GIL's condition variables or mutexes.
     pub fn contains(&self, addr: u64) -> bool {
-        self.take
-            .iter()
-            .chain(&self.drop)
-            .flatten()
-            .any(|&(start, end)| addr >= start && addr < end)
+        self.in_take_gil(addr) || self.in_drop_gil(addr)
+    }
+
+    /// Each range with the field's name in the interpreter (`cond`, `switch_mutex`), in memory order.
+    pub fn named(&self) -> [(&'static str, Option<(u64, u64)>); 4] {
+        [
+            ("cond", self.cond),
+            ("mutex", self.mutex),
+            ("switch_cond", self.switch_cond),
+            ("switch_mutex", self.switch_mutex),
+        ]
+    }
+}
+
+/// How saved streams hold the ranges: `take` is [cond, mutex], `drop` is [switch_cond,
+/// switch_mutex]. Kept so streams written before the fields had names still read.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedGilWaitRanges {
+    take: [Option<(u64, u64)>; 2],
+    drop: [Option<(u64, u64)>; 2],
+    cond_waiter_words: Option<(u64, u64)>,
+}
+
+impl From<SavedGilWaitRanges> for GilWaitRanges {
+    fn from(saved: SavedGilWaitRanges) -> GilWaitRanges {
+        let ([cond, mutex], [switch_cond, switch_mutex]) = (saved.take, saved.drop);
+        GilWaitRanges {
+            cond,
+            mutex,
+            switch_cond,
+            switch_mutex,
+            cond_waiter_words: saved.cond_waiter_words,
+        }
+    }
+}
+
+impl From<GilWaitRanges> for SavedGilWaitRanges {
+    fn from(ranges: GilWaitRanges) -> SavedGilWaitRanges {
+        SavedGilWaitRanges {
+            take: [ranges.cond, ranges.mutex],
+            drop: [ranges.switch_cond, ranges.switch_mutex],
+            cond_waiter_words: ranges.cond_waiter_words,
+        }
     }
 }
 
@@ -107,4 +179,49 @@ pub fn syscall_name(nr: i64) -> String {
         .and_then(syscalls::Sysno::new)
         .map(|s| s.name().to_string())
         .unwrap_or_else(|| format!("syscall {nr}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gil_wait_ranges_are_saved_as_take_and_drop_pairs_as_streams_always_had_them() {
+        let ranges = GilWaitRanges {
+            cond: Some((0x1000, 0x1030)),
+            mutex: Some((0x1030, 0x1058)),
+            switch_cond: None,
+            switch_mutex: Some((0x2000, 0x2008)),
+            cond_waiter_words: Some((0x1028, 0x1030)),
+        };
+        let saved = serde_json::to_value(ranges).unwrap();
+        assert_eq!(
+            saved,
+            serde_json::json!({
+                "take": [[0x1000, 0x1030], [0x1030, 0x1058]],
+                "drop": [null, [0x2000, 0x2008]],
+                "cond_waiter_words": [0x1028, 0x1030],
+            })
+        );
+        assert_eq!(
+            serde_json::from_value::<GilWaitRanges>(saved).unwrap(),
+            ranges
+        );
+    }
+
+    #[test]
+    fn each_wait_is_told_apart_by_its_field() {
+        let ranges = GilWaitRanges {
+            cond: Some((10, 20)),
+            mutex: Some((20, 30)),
+            switch_cond: Some((30, 40)),
+            switch_mutex: Some((40, 50)),
+            cond_waiter_words: None,
+        };
+        assert!(ranges.on_cond(10) && !ranges.on_cond(20));
+        assert!(ranges.on_mutex(29) && ranges.in_take_gil(29) && !ranges.in_drop_gil(29));
+        assert!(ranges.on_switch_cond(30) && ranges.in_drop_gil(49));
+        assert!(!ranges.contains(50) && !ranges.contains(9));
+        assert_eq!(ranges.named()[3], ("switch_mutex", Some((40, 50))));
+    }
 }

@@ -16,7 +16,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{Workload, gilsample, interpreter, saved_samples};
-use gilsample::infer::classify::{asleep_elsewhere, inside};
+use gilsample::infer::classify::asleep_elsewhere;
 use gilsample::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside_the_gil};
 use gilsample::infer::engine::Engine;
 use gilsample::infer::intervals::GilState;
@@ -98,7 +98,7 @@ fn no_thread_stays_unread_in_the_gil(label: &str) {
         let on_mutex = |t: &&gilsample::infer::sample::ThreadSample| {
             t.kernel
                 .and_then(|k| k.futex_addr())
-                .is_some_and(|a| inside(a, &ranges.take[1..]))
+                .is_some_and(|a| ranges.on_mutex(a))
         };
         let contended = Some(sample.threads.iter().any(|t| on_mutex(&t)));
         let proven =

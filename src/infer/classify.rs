@@ -119,18 +119,10 @@ impl Basis {
     }
 }
 
-/// Whether `addr` lies in one of `ranges`.
-pub fn inside(addr: u64, ranges: &[Option<(u64, u64)>]) -> bool {
-    ranges
-        .iter()
-        .flatten()
-        .any(|&(start, end)| addr >= start && addr < end)
-}
-
 /// Asleep on `gil.cond` but not where its waiters sleep: inside `pthread_cond_signal`.
 fn signalling(addr: u64, gil: &GilWaitRanges) -> bool {
     gil.cond_waiter_words
-        .is_some_and(|(start, end)| inside(addr, &gil.take[..1]) && !(addr >= start && addr < end))
+        .is_some_and(|(start, end)| gil.on_cond(addr) && !(addr >= start && addr < end))
 }
 
 /// Decides one thread's GIL state at one sample from its evidence and where the GIL's waits lie
@@ -141,7 +133,7 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
     };
     let futex = kernel.futex_addr();
     if evidence.holds {
-        let on_mutex = futex.is_some_and(|a| inside(a, &gil.take[1..]) || signalling(a, gil));
+        let on_mutex = futex.is_some_and(|a| gil.on_mutex(a) || signalling(a, gil));
         let state = if on_mutex {
             GilState::Drop
         } else {
@@ -153,10 +145,10 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
         if signalling(addr, gil) {
             return (GilState::Drop, Basis::Direct);
         }
-        if inside(addr, &gil.take) {
+        if gil.in_take_gil(addr) {
             return (GilState::Take, Basis::Direct);
         }
-        if inside(addr, &gil.drop) {
+        if gil.in_drop_gil(addr) {
             return (GilState::Drop, Basis::Direct);
         }
     }
@@ -214,9 +206,7 @@ pub fn classify(evidence: &ThreadEvidence, gil: &GilWaitRanges) -> (GilState, Ba
 /// the GIL, or take it, without first waking up and running.
 pub fn asleep_elsewhere(kernel: &KernelState, gil: &GilWaitRanges) -> bool {
     match kernel {
-        KernelState::InSyscall { .. } => !kernel
-            .futex_addr()
-            .is_some_and(|a| inside(a, &gil.take) || inside(a, &gil.drop)),
+        KernelState::InSyscall { .. } => !kernel.futex_addr().is_some_and(|a| gil.contains(a)),
         _ => false,
     }
 }
@@ -311,8 +301,10 @@ mod tests {
     use crate::observed::SYS_FUTEX;
 
     const GIL: GilWaitRanges = GilWaitRanges {
-        take: [Some((1032, 1080)), Some((1080, 1120))],
-        drop: [Some((1120, 1168)), Some((1168, 1208))],
+        cond: Some((1032, 1080)),
+        mutex: Some((1080, 1120)),
+        switch_cond: Some((1120, 1168)),
+        switch_mutex: Some((1168, 1208)),
         cond_waiter_words: None,
     };
 

@@ -19,7 +19,6 @@
 //! stayed in it. Each is seen at a later tick at which it is still waiting (tests/counted_out.rs
 //! checks on real streams that no thread is left unread at two ticks in a row inside the GIL).
 
-use crate::infer::classify::inside;
 use crate::infer::sample::ThreadSample;
 use crate::observed::{GilWaitRanges, Waiters};
 
@@ -31,9 +30,9 @@ pub fn asleep_in_waits<'a>(
 ) -> Waiters {
     let mut asleep = Waiters::default();
     for addr in threads.filter_map(|t| t.kernel.and_then(|k| k.futex_addr())) {
-        if inside(addr, &ranges.take[..1]) {
+        if ranges.on_cond(addr) {
             asleep.take += 1;
-        } else if inside(addr, &ranges.drop[..1]) {
+        } else if ranges.on_switch_cond(addr) {
             asleep.drop += 1;
         }
     }
@@ -77,11 +76,10 @@ mod tests {
 
     fn ranges() -> GilWaitRanges {
         GilWaitRanges {
-            take: [Some((COND, COND + 48)), Some((COND + 48, COND + 88))],
-            drop: [
-                Some((SWITCH, SWITCH + 48)),
-                Some((SWITCH + 48, SWITCH + 88)),
-            ],
+            cond: Some((COND, COND + 48)),
+            mutex: Some((COND + 48, COND + 88)),
+            switch_cond: Some((SWITCH, SWITCH + 48)),
+            switch_mutex: Some((SWITCH + 48, SWITCH + 88)),
             cond_waiter_words: None,
         }
     }

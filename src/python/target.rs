@@ -142,8 +142,10 @@ impl Target {
                 .map(|f| (self.gil.0 + f.offset, self.gil.0 + f.offset + f.size))
         };
         GilWaitRanges {
-            take: [range("gil.cond"), range("gil.mutex")],
-            drop: [range("gil.switch_cond"), range("gil.switch_mutex")],
+            cond: range("gil.cond"),
+            mutex: range("gil.mutex"),
+            switch_cond: range("gil.switch_cond"),
+            switch_mutex: range("gil.switch_mutex"),
             // glibc's `__g_signals[2]` follows `__wrefs` in every layout that has it.
             cond_waiter_words: self
                 .waiter_counts

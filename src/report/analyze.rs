@@ -162,7 +162,10 @@ fn sorted_by_seconds<K: Ord + Clone>(map: &BTreeMap<K, i128>) -> Vec<(K, f64)> {
 
 #[derive(Default)]
 struct ThreadAcc {
-    ns: [i128; 3],
+    /// Time in `take_gil` (waiting), holding, and in `drop_gil` (handing off), in ns.
+    wait_ns: i128,
+    hold_ns: i128,
+    drop_ns: i128,
     first: Option<i128>,
     last: Option<i128>,
     waits: Vec<i128>,
@@ -204,19 +207,19 @@ impl<'a> Accumulator<'a> {
         acc.last = Some(acc.last.map_or(slice.end_ns, |l| l.max(slice.end_ns)));
         match slice.kind {
             SliceKind::Take => {
-                acc.ns[0] += len;
+                acc.wait_ns += len;
                 acc.waits.push(len);
                 self.add_wait_blame(slice, len);
             }
             SliceKind::Hold => {
-                acc.ns[1] += len;
+                acc.hold_ns += len;
                 acc.holds.push(len);
                 if let Some(key) = self.place(slice) {
                     let acc = self.threads.entry(slice.tid).or_default();
                     acc.hold_functions.entry(key).or_default().add(len, len);
                 }
             }
-            SliceKind::Drop => acc.ns[2] += len,
+            SliceKind::Drop => acc.drop_ns += len,
             SliceKind::HeldWhileBlocked => self.add_held_while_blocked(slice, len),
         }
     }
@@ -277,7 +280,7 @@ impl<'a> Accumulator<'a> {
 
 fn thread_answer(process: &ProcessTrace, tid: u32, acc: ThreadAcc) -> ThreadAnswer {
     let span = acc.last.unwrap_or(0) - acc.first.unwrap_or(0);
-    let in_gil: i128 = acc.ns.iter().sum();
+    let in_gil: i128 = acc.wait_ns + acc.hold_ns + acc.drop_ns;
     let waited_for = {
         let totals: BTreeMap<u32, i128> = acc.waited_for.iter().map(|(k, v)| (*k, v.0)).collect();
         sorted_by_seconds(&totals)
@@ -297,9 +300,9 @@ fn thread_answer(process: &ProcessTrace, tid: u32, acc: ThreadAcc) -> ThreadAnsw
     ThreadAnswer {
         tid,
         name: process.thread_name(tid),
-        hold_s: seconds(acc.ns[1]),
-        wait_s: seconds(acc.ns[0]),
-        drop_s: seconds(acc.ns[2]),
+        hold_s: seconds(acc.hold_ns),
+        wait_s: seconds(acc.wait_ns),
+        drop_s: seconds(acc.drop_ns),
         released_s: seconds((span - in_gil).max(0)),
         waits: durations(acc.waits),
         holds: durations(acc.holds),

@@ -22,8 +22,10 @@ pub(crate) fn header() -> StreamHeader {
         crate::infer::sample::SampleContext {
             period_ns: 100_000,
             ranges: GilWaitRanges {
-                take: [Some((0x1000, 0x1030)), None],
-                drop: [None, Some((0x2000, 0x2008))],
+                cond: Some((0x1000, 0x1030)),
+                mutex: None,
+                switch_cond: None,
+                switch_mutex: Some((0x2000, 0x2008)),
                 cond_waiter_words: Some((0x1008, 0x1010)),
             },
             waiter_counts: true,

@@ -51,6 +51,10 @@ pub struct Decided {
     pub previous: Option<GilState>,
     /// Its state at the last sample.
     pub state: GilState,
+    /// The samples before this one left a gap (`TimelineParams::max_gap_ns`): the trace's interval
+    /// ended before this sample though the state may go on. A hold watched across it is written as
+    /// two `hold_gil` slices, and each needs what the watch saw so far.
+    pub after_gap: bool,
 }
 
 /// How one thread was decided at a sample (`gilsample replay --explain`).
@@ -259,7 +263,10 @@ impl Engine {
                 Basis::Direct => {}
                 Basis::Rule(decision) => decisions.count(decision),
             }
-            if thread.pending.is_some() {
+            // The sample before was held back (rule 9): whatever its stretch settles as, this
+            // sample's state did not go on from `previous` (a hold after it is a new hold).
+            let decided_before = thread.pending.is_none();
+            if !decided_before {
                 let next = thread
                     .definite_switch
                     .map(|before| (state, word.switch_number.wrapping_sub(before)));
@@ -284,8 +291,9 @@ impl Engine {
             self.decided.push(Decided {
                 index,
                 tid: thread.tid,
-                previous,
+                previous: previous.filter(|_| decided_before),
                 state,
+                after_gap: thread.timeline.gap_before(t, &params),
             });
             thread
                 .timeline

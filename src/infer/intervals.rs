@@ -131,6 +131,13 @@ impl ThreadTimeline {
         self.open.map(|o| o.state)
     }
 
+    /// Whether a sample at `t_ns` comes after a gap (`max_gap_ns`): the open interval ends before
+    /// it even if the state goes on.
+    pub fn gap_before(&self, t_ns: u64, params: &TimelineParams) -> bool {
+        self.open
+            .is_some_and(|o| t_ns.saturating_sub(o.last_seen_ns) > params.max_gap_ns)
+    }
+
     /// The open interval as far as the samples have seen it, ended as `close(None, ..)` would end
     /// it now: for a live view, which gets the closed interval later, with the same start.
     pub fn open_so_far(&self, params: &TimelineParams) -> Option<Interval> {
@@ -161,7 +168,7 @@ impl ThreadTimeline {
                     last_seen_ns: t_ns,
                 })
             }
-            Some(open) if t_ns.saturating_sub(open.last_seen_ns) > params.max_gap_ns => {
+            Some(open) if self.gap_before(t_ns, params) => {
                 let end = open.last_seen_ns + half;
                 self.emit(open.state, open.start_ns, end, emit);
                 self.open = Some(Open {
@@ -298,6 +305,15 @@ mod tests {
     fn a_gap_longer_than_max_gap_stays_a_gap() {
         let out = infer_intervals(7, &[(1000, Hold), (2000, Hold)], &P);
         assert_eq!(out, vec![iv(Hold, 950, 1050), iv(Hold, 1950, 2050)]);
+    }
+
+    #[test]
+    fn a_gap_is_told_before_the_sample_after_it_is_fed() {
+        let mut timeline = ThreadTimeline::new(7);
+        assert!(!timeline.gap_before(1000, &P), "nothing open");
+        timeline.observe(1000, Hold, &P, &mut |_| {});
+        assert!(!timeline.gap_before(1000 + P.max_gap_ns, &P));
+        assert!(timeline.gap_before(1001 + P.max_gap_ns, &P));
     }
 
     #[test]

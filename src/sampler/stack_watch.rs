@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::addr::RemoteAddr;
+use crate::infer::engine::Decided;
 use crate::infer::findings::{Finding, Frames};
 use crate::infer::intervals::GilState;
 use crate::infer::native_call::FrameWatch;
@@ -217,18 +218,17 @@ impl StackWatch {
         self.holds.retain(|(tid, _)| live(*tid));
     }
 
-    /// One thread at one sample (`seen`: what the sample read of it): `previous` is its state
-    /// before, `state` the one it is in now.
+    /// One thread at one sample (`seen`: what the sample read of it), as the engine `decided` it.
     pub fn observe(
         &mut self,
         mem: &dyn crate::process::memory::MemorySource,
         seen: &ThreadSample,
-        previous: Option<GilState>,
-        state: GilState,
+        decided: &Decided,
         t: u64,
         sink: &mut dyn FnMut(Finding),
     ) {
         let (tid, tstate) = (seen.tid, seen.tstate);
+        let (previous, state) = (decided.previous, decided.state);
         if state != GilState::Hold
             && let Some(hold) = self.take_hold(tid)
         {
@@ -255,6 +255,19 @@ impl StackWatch {
                 let Some(hold) = watched.map(|at| &mut self.holds[at].1) else {
                     return;
                 };
+                if decided.after_gap {
+                    // The trace's slice of this hold ends at the gap, and is judged with what the
+                    // watch saw up to it; the slice after gets the whole watch at its end.
+                    let shown = hold.frames.first().cloned();
+                    let reader = &mut self.reader;
+                    if let Some(watch) = hold.still.watch(|at| reader.frame_text(at).or(shown)) {
+                        sink(Finding::HoldFrames {
+                            tid,
+                            t_ns: hold.last_ns,
+                            watch: Box::new(watch),
+                        });
+                    }
+                }
                 hold.unreported += 1;
                 hold.last_ns = t;
                 hold.until_check = hold.until_check.saturating_sub(1);
@@ -326,11 +339,22 @@ impl StackWatch {
         let reader = &mut self.reader;
         let watch = hold.still.watch(|at| reader.frame_text(at).or(shown));
         if let Some(watch) = watch {
+            // At the hold's last sample, not its last read: the trace's last slice of the hold
+            // may have had no read of its own (after a gap).
             sink(Finding::HoldFrames {
                 tid,
-                t_ns: hold.still.last_ns,
+                t_ns: hold.last_ns,
                 watch: Box::new(watch),
             });
+        }
+    }
+
+    /// The recording ends: the holds still watched end with it, so the last slice of each is
+    /// judged with what its watch saw.
+    pub fn finish(&mut self, sink: &mut dyn FnMut(Finding)) {
+        for (tid, hold) in std::mem::take(&mut self.holds) {
+            flush(tid, &hold, sink);
+            self.end(tid, &hold, sink);
         }
     }
 

@@ -102,7 +102,13 @@ pub fn run_sampler(
         .namer
         .name_threads(memory, &target.layout, target.runtime, refs, names);
     state.report.name_reads = state.namer.stats;
-    if let Some(watch) = &state.stacks {
+    if let Some(watch) = state.stacks.as_mut() {
+        watch.finish(&mut |finding| {
+            if let Some(log) = log.as_mut() {
+                log.stack(&finding);
+            }
+            sink(finding)
+        });
         watch.report_into(&mut state.report.stacks);
     }
     state.engine.finish(sink);
@@ -334,8 +340,7 @@ impl Sampler<'_> {
             let memory = &self.target.memory;
             for decided in self.engine.decided() {
                 let seen = &sample.threads[decided.index];
-                let (previous, state) = (decided.previous, decided.state);
-                watch.observe(memory, seen, previous, state, sample.t_ns, &mut |stack| {
+                watch.observe(memory, seen, decided, sample.t_ns, &mut |stack| {
                     if let Some(log) = log.as_mut() {
                         log.stack(&stack);
                     }

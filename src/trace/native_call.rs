@@ -108,11 +108,16 @@ impl HoldKinds {
     /// native call its call site and callee.
     pub fn annotate(&mut self, interval: &Interval, args: Option<Value>) -> Option<Value> {
         let parts = self.take_watches(interval);
-        let frames = FrameWatch::dominant(parts);
+        // A hold the samples left a gap in is written as several slices, each with the watch
+        // from the hold's start: what waited is counted from there too.
+        let watched_from = parts
+            .iter()
+            .map(|(t, w)| t.saturating_sub(w.span_ns))
+            .min()
+            .map_or(interval.start_ns, |from| from.min(interval.start_ns));
+        let frames = FrameWatch::dominant(parts.into_iter().map(|(_, w)| w).collect());
         let evidence = HoldEvidence {
-            waited_ns: self
-                .waiters
-                .waited_until(interval.start_ns, interval.end_ns),
+            waited_ns: self.waiters.waited_until(watched_from, interval.end_ns),
             interval_ns: self.interval_us.unwrap_or(DEFAULT_SWITCH_INTERVAL_US) * 1000,
             frames,
         };
@@ -147,8 +152,9 @@ impl HoldKinds {
         Some(Value::Object(args))
     }
 
-    /// The watches of `interval`'s thread read inside it; drops those it has passed.
-    fn take_watches(&mut self, interval: &Interval) -> Vec<FrameWatch> {
+    /// The watches of `interval`'s thread that ended inside it, with when; drops those it has
+    /// passed.
+    fn take_watches(&mut self, interval: &Interval) -> Vec<(u64, FrameWatch)> {
         let Some(watches) = self.watches.get_mut(&interval.tid) else {
             return Vec::new();
         };
@@ -156,7 +162,6 @@ impl HoldKinds {
         let inside = watches
             .drain(..upto)
             .filter(|(t, _)| *t >= interval.start_ns)
-            .map(|(_, w)| w)
             .collect();
         if watches.is_empty() {
             self.watches.remove(&interval.tid);
@@ -281,6 +286,28 @@ mod tests {
         assert_eq!(kinds.annotate(&short, None), None);
         short.tid = 8;
         assert_eq!(kinds.annotate(&short, None).unwrap()["native_call"], true);
+    }
+
+    #[test]
+    fn a_hold_the_samples_left_a_gap_in_is_judged_whole_in_each_slice() {
+        // One native call from 0 to 47 ms, the sampler away from 32 to 40 ms (a loaded machine):
+        // two slices, the watch so far sent at the gap and the whole watch at the end. A waiter
+        // throughout.
+        let mut kinds = HoldKinds::new();
+        kinds.note_interval(5000);
+        kinds.note_waiters(0, 1);
+        let mut watch = still("match (a.py:3)");
+        watch.span_ns = 30 * MS;
+        kinds.note_frames(7, 31 * MS, watch.clone());
+        let first = kinds.annotate(&hold(0, 32), None).unwrap();
+        assert_eq!(first["native_call"], true);
+        // The slice after the gap lasted 7 ms: alone, a hold that let go within two intervals of
+        // being asked. It is the same hold, asked 46 ms before.
+        watch.span_ns = 46 * MS;
+        kinds.note_frames(7, 46 * MS, watch);
+        let second = kinds.annotate(&hold(40, 47), None).unwrap();
+        assert_eq!(second["native_call"], true);
+        assert_eq!(second["call_site"]["line"], 3);
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct Decided {
     /// ended before this sample though the state may go on. A hold watched across it is written as
     /// two `hold_gil` slices, and each needs what the watch saw so far.
     pub after_gap: bool,
+    /// The samples before this one were held back (rule 9) and settle now: whatever they settle
+    /// as, the trace's interval before them ended there (a hold on both sides is two holds).
+    pub after_stretch: bool,
 }
 
 /// How one thread was decided at a sample (`gilsample replay --explain`).
@@ -263,10 +266,8 @@ impl Engine {
                 Basis::Direct => {}
                 Basis::Rule(decision) => decisions.count(decision),
             }
-            // The sample before was held back (rule 9): whatever its stretch settles as, this
-            // sample's state did not go on from `previous` (a hold after it is a new hold).
-            let decided_before = thread.pending.is_none();
-            if !decided_before {
+            let after_stretch = thread.pending.is_some();
+            if after_stretch {
                 let next = thread
                     .definite_switch
                     .map(|before| (state, word.switch_number.wrapping_sub(before)));
@@ -291,9 +292,10 @@ impl Engine {
             self.decided.push(Decided {
                 index,
                 tid: thread.tid,
-                previous: previous.filter(|_| decided_before),
+                previous,
                 state,
                 after_gap: thread.timeline.gap_before(t, &params),
+                after_stretch,
             });
             thread
                 .timeline

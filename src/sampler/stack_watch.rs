@@ -255,9 +255,11 @@ impl StackWatch {
                 let Some(hold) = watched.map(|at| &mut self.holds[at].1) else {
                     return;
                 };
-                if decided.after_gap {
-                    // The trace's slice of this hold ends at the gap, and is judged with what the
-                    // watch saw up to it; the slice after gets the whole watch at its end.
+                if decided.after_gap || decided.after_stretch {
+                    // The trace's slice of this hold ends there, and is judged with what the watch
+                    // saw up to it. After a gap the hold goes on: the slice after gets the whole
+                    // watch at its end. After a held-back stretch it is another hold: its watch
+                    // starts over from the last read (no read now: the frame is checked as usual).
                     let shown = hold.frames.first().cloned();
                     let reader = &mut self.reader;
                     if let Some(watch) = hold.still.watch(|at| reader.frame_text(at).or(shown)) {
@@ -266,6 +268,9 @@ impl StackWatch {
                             t_ns: hold.last_ns,
                             watch: Box::new(watch),
                         });
+                    }
+                    if decided.after_stretch {
+                        hold.still = Stillness::new(hold.still.last, t, Holder::of(seen));
                     }
                 }
                 hold.unreported += 1;

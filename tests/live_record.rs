@@ -3,6 +3,7 @@
 #[macro_use]
 mod common;
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 
 use common::{Trace, Workload, gilsample, interpreter, layout_sources, run, start_recording};
@@ -140,22 +141,46 @@ fn gil_free_calls_are_released(label: &str) {
 fn launch_records_from_the_start(label: &str) {
     let python = interpreter(label);
     let dir = tempfile::tempdir().unwrap();
-    let out = gilsample()
-        .args(["--quiet", "-o"])
+    // The script starts its spinners on a line on stdin, sent once the recording has its first
+    // sample: a recording from the start sees the main thread before them, however slowly this
+    // machine starts either.
+    let socket = common::ControlSocket::pair();
+    let mut cmd = gilsample();
+    cmd.args(["--quiet", "-o"])
         .arg(dir.path())
+        .args(socket.args())
         .arg("--")
         .args(&python.command)
         .arg(&python.workload)
-        .args(["short", "--threads", "2", "--seconds", "0.5"])
+        .args([
+            "short",
+            "--threads",
+            "2",
+            "--seconds",
+            "0.5",
+            "--threads-on-stdin",
+        ])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .output()
+        .stderr(Stdio::piped());
+    let (mut recording, mut control) = socket.spawn(&mut cmd);
+    control.wait_for("started", None);
+    let mut stdin = recording.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    let mut ready = String::new();
+    BufReader::new(recording.stdout.take().unwrap())
+        .read_line(&mut ready)
         .unwrap();
-    assert!(
-        out.status.success(),
-        "launch failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ready = String::from_utf8_lossy(&out.stdout);
+    // --quiet: what it says (errors only) fits in the pipe until it exits.
+    let status = recording.wait().unwrap();
+    let mut stderr = String::new();
+    recording
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "launch failed: {stderr}");
     let info: serde_json::Value =
         serde_json::from_str(ready.trim().strip_prefix("READY ").unwrap()).unwrap();
     let pid = info["pid"].as_u64().unwrap() as u32;

@@ -5,8 +5,8 @@ use std::fmt::Write;
 use crate::error::Result;
 use crate::infer::engine::Engine;
 use crate::infer::sample::{Sample, SampleContext, ThreadSample};
-use crate::observed::GilWaitRanges;
 use crate::observed::KernelState;
+use crate::observed::{GilWaitRanges, in_range};
 use crate::process::kernel::ThreadFiles;
 use crate::process::tasks::{TidMap, read_namespace_pid};
 use crate::python::attach::{LayoutChoice, attach};
@@ -190,7 +190,7 @@ pub fn describe_kernel_state(kernel: Option<KernelState>, ranges: &GilWaitRanges
             match ranges
                 .named()
                 .into_iter()
-                .find(|(_, range)| range.is_some_and(|(start, end)| (start..end).contains(&arg0)))
+                .find(|(_, range)| in_range(arg0, *range))
             {
                 Some((name, _)) => format!("futex wait on the GIL's {name}"),
                 None => format!("futex wait at {arg0:#x} (not the GIL)"),

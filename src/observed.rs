@@ -92,8 +92,8 @@ pub struct GilWaitRanges {
     pub cond_waiter_words: Option<(u64, u64)>,
 }
 
-/// Whether `addr` lies in `range`, when the range is known.
-fn in_range(addr: u64, range: Option<(u64, u64)>) -> bool {
+/// Whether `addr` lies in `range` (`[start, end)`), when the range is known.
+pub fn in_range(addr: u64, range: Option<(u64, u64)>) -> bool {
     range.is_some_and(|(start, end)| addr >= start && addr < end)
 }
 

@@ -11,7 +11,7 @@
 
 use crate::infer::intervals::GilState;
 use crate::infer::rules::Decision;
-use crate::observed::{GilWaitRanges, Waiters};
+use crate::observed::{GilWaitRanges, Waiters, in_range};
 use crate::observed::{KernelState, SchedStat};
 
 /// What the sampler knows about one thread at one sample.
@@ -122,7 +122,7 @@ impl Basis {
 /// Asleep on `gil.cond` but not where its waiters sleep: inside `pthread_cond_signal`.
 fn signalling(addr: u64, gil: &GilWaitRanges) -> bool {
     gil.cond_waiter_words
-        .is_some_and(|(start, end)| gil.on_cond(addr) && !(addr >= start && addr < end))
+        .is_some_and(|words| gil.on_cond(addr) && !in_range(addr, Some(words)))
 }
 
 /// Decides one thread's GIL state at one sample from its evidence and where the GIL's waits lie

@@ -260,15 +260,7 @@ impl StackWatch {
                     // saw up to it. After a gap the hold goes on: the slice after gets the whole
                     // watch at its end. After a held-back stretch it is another hold: its watch
                     // starts over from the last read (no read now: the frame is checked as usual).
-                    let shown = hold.frames.first().cloned();
-                    let reader = &mut self.reader;
-                    if let Some(watch) = hold.still.watch(|at| reader.frame_text(at).or(shown)) {
-                        sink(Finding::HoldFrames {
-                            tid,
-                            t_ns: hold.last_ns,
-                            watch: Box::new(watch),
-                        });
-                    }
+                    send_watch(&mut self.reader, tid, hold, sink);
                     if decided.after_stretch {
                         hold.still = Stillness::new(hold.still.last, t, Holder::of(seen));
                     }
@@ -340,18 +332,7 @@ impl StackWatch {
     /// text at the instruction that stood still longest (its line from the code object read for
     /// the stack: no read of the target).
     fn end(&mut self, tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
-        let shown = hold.frames.first().cloned();
-        let reader = &mut self.reader;
-        let watch = hold.still.watch(|at| reader.frame_text(at).or(shown));
-        if let Some(watch) = watch {
-            // At the hold's last sample, not its last read: the trace's last slice of the hold
-            // may have had no read of its own (after a gap).
-            sink(Finding::HoldFrames {
-                tid,
-                t_ns: hold.last_ns,
-                watch: Box::new(watch),
-            });
-        }
+        send_watch(&mut self.reader, tid, hold, sink);
     }
 
     /// The recording ends: the holds still watched end with it, so the last slice of each is
@@ -368,6 +349,20 @@ impl StackWatch {
         report.read = self.reader.stats;
         report.innermost_checks = self.innermost_checks;
         report.reused = self.stacks_reused;
+    }
+}
+
+/// What `hold`'s frame reads found so far, with the frame's text at the instruction that stood
+/// still longest. Sent at the hold's last sample, not its last read: the trace's last slice of the
+/// hold may have had no read of its own (after a gap).
+fn send_watch(reader: &mut StackReader, tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
+    let shown = hold.frames.first().cloned();
+    if let Some(watch) = hold.still.watch(|at| reader.frame_text(at).or(shown)) {
+        sink(Finding::HoldFrames {
+            tid,
+            t_ns: hold.last_ns,
+            watch: Box::new(watch),
+        });
     }
 }
 

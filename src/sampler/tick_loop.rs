@@ -63,6 +63,18 @@ struct Sampler<'a> {
     report: SamplerReport,
 }
 
+/// A stack watch's finding: into the saved stream first (where there is one), then downstream.
+fn log_and_send(
+    log: &mut Option<&mut dyn SampleLog>,
+    sink: &mut dyn FnMut(Finding),
+    finding: Finding,
+) {
+    if let Some(log) = log.as_mut() {
+        log.stack(&finding);
+    }
+    sink(finding)
+}
+
 /// Samples `target` until the duration ends, `stop` is set, or the target exits. Intervals and counter
 /// changes go to `sink` as they close; every sample and stack to `log` where there is one.
 pub fn run_sampler(
@@ -103,12 +115,7 @@ pub fn run_sampler(
         .name_threads(memory, &target.layout, target.runtime, refs, names);
     state.report.name_reads = state.namer.stats;
     if let Some(watch) = state.stacks.as_mut() {
-        watch.finish(&mut |finding| {
-            if let Some(log) = log.as_mut() {
-                log.stack(&finding);
-            }
-            sink(finding)
-        });
+        watch.finish(&mut |finding| log_and_send(&mut log, sink, finding));
         watch.report_into(&mut state.report.stacks);
     }
     state.engine.finish(sink);
@@ -341,10 +348,7 @@ impl Sampler<'_> {
             for decided in self.engine.decided() {
                 let seen = &sample.threads[decided.index];
                 watch.observe(memory, seen, decided, sample.t_ns, &mut |stack| {
-                    if let Some(log) = log.as_mut() {
-                        log.stack(&stack);
-                    }
-                    sink(stack)
+                    log_and_send(log, sink, stack)
                 });
             }
         }

@@ -9,6 +9,8 @@
 //! What must hold: no thread is left unread at two ticks in a row while it is really inside the GIL
 //! (waiting for it, holding it or handing it off). The rule's own blind spot (module docs there) is a
 //! wait that begins and ends within one tick's reads; a wait that lasts is seen at the next tick.
+//! The streams hold two count reads a tick, so the replay judges each tick's first try only; the
+//! sampler's retries (sampler/thread_reads.rs, `count_out`) apply the same rule to later readings.
 
 #[macro_use]
 mod common;
@@ -69,12 +71,14 @@ fn no_thread_stays_unread_in_the_gil(label: &str) {
             continue;
         };
         judged += 1;
+        let in_gil = |i: usize| {
+            let t = &sample.threads[i];
+            sample.word.last_holder == t.tstate || sample.mutex_owner == Some(t.their_tid)
+        };
         let idle = |i: usize| {
             let t = &sample.threads[i];
-            let in_gil =
-                sample.word.last_holder == t.tstate || sample.mutex_owner == Some(t.their_tid);
             let since = views.get(&t.tid).and_then(|v| v.idle_since);
-            !in_gil && since.is_some_and(|s| sample.read_ns.saturating_sub(s) >= IDLE_AFTER_NS)
+            !in_gil(i) && since.is_some_and(|s| sample.read_ns.saturating_sub(s) >= IDLE_AFTER_NS)
         };
         let unread: Vec<usize> = (0..sample.threads.len()).filter(|&i| idle(i)).collect();
         let read_threads = || {
@@ -85,7 +89,22 @@ fn no_thread_stays_unread_in_the_gil(label: &str) {
                 .filter(|(i, _)| !unread.contains(i))
                 .map(|(_, t)| t)
         };
+        // Read threads other than the holder that slept on gil.cond at their last reading and are
+        // runnable now (sampler/thread_reads.rs keeps the same list).
+        let woken_from_cond = (0..sample.threads.len())
+            .filter(|i| !unread.contains(i))
+            .filter(|&i| {
+                let t = &sample.threads[i];
+                let was_on_cond = views
+                    .get(&t.tid)
+                    .and_then(|v| v.kernel)
+                    .and_then(|k| k.futex_addr())
+                    .is_some_and(|a| ranges.on_cond(a));
+                !in_gil(i) && was_on_cond && t.kernel == Some(KernelState::Running)
+            })
+            .count() as u32;
         let read = ReadThreads {
+            woken_from_cond,
             asleep: asleep_in_waits(read_threads(), &ranges),
             mutex_owner_read: match sample.mutex_owner {
                 None | Some(0) => true,

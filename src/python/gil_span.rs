@@ -41,6 +41,17 @@ pub struct GilReading {
     pub mutex_contended: Option<bool>,
 }
 
+/// The waiter counts and the GIL mutex's words, read again on their own (`Target::read_waiter_words`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaiterWords {
+    /// Threads registered on `gil.cond` and `gil.switch_cond`.
+    pub waiters: Waiters,
+    /// As `GilReading::mutex_owner`.
+    pub mutex_owner: Option<u32>,
+    /// As `GilReading::mutex_contended`.
+    pub mutex_contended: Option<bool>,
+}
+
 /// Bounds one read of the GIL structure (about 200 bytes in every CPython layout): a layout whose
 /// fields lie further apart reads as a fault rather than as a larger read.
 pub(crate) const GIL_SPAN_MAX: usize = 512;

@@ -10,7 +10,7 @@ use crate::observed::{GilWord, Waiters};
 use crate::process::maps::read_file_mappings;
 use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
 use crate::python::find_binary::Binary;
-use crate::python::gil_span::{GIL_SPAN_MAX, GilReading, WaiterCountAddrs};
+use crate::python::gil_span::{GIL_SPAN_MAX, GilReading, WaiterCountAddrs, WaiterWords};
 use crate::python::layout::{Flavour, Layout};
 use crate::python::layout_choice::LayoutSource;
 use crate::python::objects::ObjectReader;
@@ -159,10 +159,23 @@ impl Target {
 impl Target {
     /// Reads both waiter counts in one read.
     pub fn read_waiters(&self, at: &WaiterCountAddrs) -> std::result::Result<Waiters, ReadError> {
+        self.read_waiter_words(at).map(|words| words.waiters)
+    }
+
+    /// Reads both waiter counts and the GIL mutex's owner and lock word, in one read (they lie in
+    /// the span `WaiterCountAddrs::span_end` bounds).
+    pub fn read_waiter_words(
+        &self,
+        at: &WaiterCountAddrs,
+    ) -> std::result::Result<WaiterWords, ReadError> {
         let mut buf = [0u8; GIL_SPAN_MAX];
         let (span, _) =
             self.read_span(at.take_wrefs.0, at.span_end(), &mut buf, None, &mut [0; 8])?;
-        at.decode(span)
+        Ok(WaiterWords {
+            waiters: at.decode(span)?,
+            mutex_owner: at.decode_mutex_owner(span),
+            mutex_contended: at.decode_mutex_contended(span),
+        })
     }
 
     /// Target bytes `start..end`, one read into `buf`; a span longer than the buffer is refused as

@@ -404,6 +404,7 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
         "kernel_reads_counted_out": report.kernel_reads_counted_out,
         "counted_out_refuted": report.counted_out_refuted,
+        "counted_out_on_retry": report.counted_out_on_retry,
         "thread_name_reads": report.name_reads.reads,
         "thread_names_read": report.name_reads.names,
         "thread_name_reads_torn": report.name_reads.torn,

@@ -62,6 +62,9 @@ pub struct SamplerReport {
     pub kernel_reads_counted_out: u64,
     /// Ticks whose counts did not rule the idle threads out, so that they were read after all.
     pub counted_out_refuted: u64,
+    /// Ticks whose counts ruled the idle threads out only once the other threads and the counts
+    /// were read again (`ThreadTable::count_out`).
+    pub counted_out_on_retry: u64,
     /// The Python names of the threads seen, by tid (our PID namespace).
     pub thread_names: BTreeMap<u32, String>,
     /// How reading the threads' Python names went (python/names.rs).
@@ -110,6 +113,7 @@ impl SamplerReport {
             kernel_reads_skipped: 0,
             kernel_reads_counted_out: 0,
             counted_out_refuted: 0,
+            counted_out_on_retry: 0,
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
             name_reads: NameStats::default(),

@@ -8,9 +8,10 @@ use crate::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside
 use crate::infer::sample::{Sample, ThreadSample};
 use crate::observed::{GilWaitRanges, KernelState, Waiters};
 use crate::process::kernel::{KernelReading, SleepProof, ThreadFiles};
-use crate::python::gil_span::WaiterCountAddrs;
+use crate::python::gil_span::{WaiterCountAddrs, WaiterWords};
 use crate::python::runtime::ThreadRef;
 use crate::python::target::Target;
+use crate::sampler::clock::{monotonic_ns, sleep_until};
 use crate::sampler::report::SamplerReport;
 
 /// A thread asleep in the same non-GIL wait (a queue, a socket, `time.sleep`) for this long is read
@@ -33,6 +34,21 @@ const COUNTED_OUT_READ_EVERY: u64 = 1024;
 /// cost zoo's small targets, one idle main thread beside the workers: 0.8–1 more system call per
 /// tick before this, docs/cost.md).
 const COUNTED_OUT_FROM: usize = IDLE_READ_EVERY as usize;
+
+/// How many times a tick whose counts did not rule its idle threads out reads its other threads and
+/// the counts again before it reads the idle ones (`ThreadTable::count_out`). On a 2-core machine
+/// with 2 spinners beside 398 threads in `Event.wait`, most refuted ticks were a hand-off under way
+/// (a waiter registered on `gil.cond` but not asleep yet, the GIL's mutex retaken, the counts
+/// moving between their two reads): over within tens of microseconds.
+const COUNT_OUT_RETRIES: usize = 4;
+
+/// Before each retry after the first, the tick sleeps this long: a real-time sampler keeps the target's threads
+/// off its own CPU, and the one whose next step settles the counts is often among them (on that
+/// machine, most ticks refuted after two immediate retries were a hand-off still under way: the GIL's
+/// mutex retaken by a woken waiter, the counts moving). 4 retries, 3 of them after this sleep, left
+/// 11–20 of 38,000 ticks refuted, against 220–330 with 2; reading 398 idle threads instead takes
+/// several periods.
+const LET_THE_TARGET_RUN_NS: u64 = 20_000;
 
 /// Set in the environment, every tick also reads the waiter counts a second time after the kernel
 /// readings and saves them (`Sample::waiters_again`), so that a stream recorded with
@@ -57,8 +73,13 @@ pub(super) struct ThreadTable {
     pub(super) threads: Vec<WatchedThread>,
     /// The tick's idle threads left unread for now (indices into `threads` and the sample's threads).
     unread: Vec<usize>,
+    /// The others (the same indices): the threads whose readings are the evidence for the unread.
+    read: Vec<usize>,
     /// How many threads were idle (and outside the GIL) at the last tick.
     idle_last_tick: usize,
+    /// The tick's threads, other than the holder, found asleep on `gil.cond` at their last reading
+    /// and read again now (infer/counted_out.rs, `ReadThreads::woken_from_cond`).
+    woken_from_cond: Vec<usize>,
 }
 
 impl ThreadTable {
@@ -83,6 +104,8 @@ impl ThreadTable {
         // from one tick to the next, and only what changed is written.
         out.truncate(self.threads.len());
         self.unread.clear();
+        self.read.clear();
+        self.woken_from_cond.clear();
         let tick = report.samples;
         let skipped_before = report.kernel_reads_skipped;
         let count_out = idle.counted_out && self.idle_last_tick >= COUNTED_OUT_FROM;
@@ -96,8 +119,13 @@ impl ThreadTable {
                 || sample.mutex_owner == Some(tracked.thread.their_tid);
             idle_now += usize::from(is_idle && !in_gil);
             let turn = |every: u64| (tick + u64::from(tracked.thread.tid)).is_multiple_of(every);
-            let kernel = if is_idle && !in_gil && count_out && !turn(COUNTED_OUT_READ_EVERY) {
+            let left_unread = is_idle && !in_gil && count_out && !turn(COUNTED_OUT_READ_EVERY);
+            if left_unread {
                 self.unread.push(index);
+            } else {
+                self.read.push(index);
+            }
+            let kernel = if left_unread {
                 tracked.last_kernel
             } else if is_idle
                 && !in_gil
@@ -108,6 +136,13 @@ impl ThreadTable {
                 report.kernel_reads_skipped += 1;
                 tracked.last_kernel
             } else {
+                let was_on_cond = tracked
+                    .last_kernel
+                    .and_then(|k| k.futex_addr())
+                    .is_some_and(|addr| ranges.on_cond(addr));
+                if was_on_cond && !in_gil {
+                    self.woken_from_cond.push(index);
+                }
                 read_tracked(tracked, now, ranges, report)
             };
             let seen = ThreadSample {
@@ -131,38 +166,112 @@ impl ThreadTable {
         else {
             return None;
         };
-        // The idle threads left unread: the counts, read again now, must show every waiter among
-        // the threads read, or the idle ones are read too.
-        let again = target.read_waiters(at).ok();
-        let unread = &self.unread;
-        let read_threads = || {
-            out.iter()
-                .enumerate()
-                .filter(|(i, _)| unread.binary_search(i).is_err())
-                .map(|(_, t)| t)
+        let first = WaiterWords {
+            waiters: counted,
+            mutex_owner: sample.mutex_owner,
+            mutex_contended,
         };
-        let read = ReadThreads {
-            asleep: asleep_in_waits(read_threads(), ranges),
-            mutex_owner_read: match sample.mutex_owner {
-                None | Some(0) => true,
-                Some(owner) => read_threads().any(|t| t.their_tid == owner),
-            },
-        };
-        if again
-            .is_some_and(|again| unread_are_outside_the_gil(counted, again, read, mutex_contended))
-        {
-            report.kernel_reads_counted_out += unread.len() as u64;
-            sample.all_kernel_read = false;
-            return again;
+        match self.count_out(target, at, first, &mut sample.threads, ranges, report) {
+            Some(proof) => {
+                report.kernel_reads_counted_out += self.unread.len() as u64;
+                sample.all_kernel_read = false;
+                // Counts read after re-readings no longer bracket the tick's first readings.
+                (proof.rereads == 0).then_some(proof.again)
+            }
+            None => {
+                report.counted_out_refuted += 1;
+                for &index in &self.unread {
+                    let tracked = &mut self.threads[index];
+                    let out = &mut sample.threads[index];
+                    out.kernel = read_tracked(tracked, now, ranges, report);
+                    out.slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
+                }
+                None
+            }
         }
-        report.counted_out_refuted += 1;
-        for &index in &self.unread {
-            let tracked = &mut self.threads[index];
-            out[index].kernel = read_tracked(tracked, now, ranges, report);
-            out[index].slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
+    }
+
+    /// Whether the idle threads left unread are outside the GIL (infer/counted_out.rs): the waiter
+    /// words `before` (read with the GIL's), the threads' readings, and the counts read again now.
+    /// Where that fails, the read threads are read again and then the counts, up to
+    /// `COUNT_OUT_RETRIES` times, while that costs fewer reads than the unread threads: counts
+    /// that moved, a mutex briefly contended or a waiter not yet asleep are over in microseconds,
+    /// and reading a few hundred idle threads would take longer than a period.
+    fn count_out(
+        &mut self,
+        target: &Target,
+        at: &WaiterCountAddrs,
+        mut before: WaiterWords,
+        out: &mut [ThreadSample],
+        ranges: &GilWaitRanges,
+        report: &mut SamplerReport,
+    ) -> Option<CountedOut> {
+        for rereads in 0..=COUNT_OUT_RETRIES {
+            let after = target.read_waiter_words(at).ok()?;
+            let read = self.evidence(out, before.mutex_owner, ranges);
+            if unread_are_outside_the_gil(
+                before.waiters,
+                after.waiters,
+                read,
+                before.mutex_contended,
+            ) {
+                if rereads > 0 {
+                    report.counted_out_on_retry += 1;
+                }
+                return Some(CountedOut {
+                    again: after.waiters,
+                    rereads,
+                });
+            }
+            if rereads == COUNT_OUT_RETRIES || self.read.len() + 1 >= self.unread.len() {
+                break;
+            }
+            let mut now = monotonic_ns();
+            if rereads > 0 {
+                // Often the thread that would settle it (a waiter about to sleep, the mutex's
+                // owner about to let it go) is runnable on this CPU, kept off it by this
+                // real-time tick: let it run.
+                sleep_until(now + LET_THE_TARGET_RUN_NS);
+                now = monotonic_ns();
+            }
+            for &index in &self.read {
+                let (tracked, seen) = (&mut self.threads[index], &mut out[index]);
+                seen.kernel = read_tracked(tracked, now, ranges, report);
+                seen.slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
+            }
+            before = after;
         }
         None
     }
+
+    /// What the tick's readings of the threads it read show (`ReadThreads`).
+    fn evidence(
+        &self,
+        out: &[ThreadSample],
+        mutex_owner: Option<u32>,
+        ranges: &GilWaitRanges,
+    ) -> ReadThreads {
+        let read_threads = || self.read.iter().map(|&i| &out[i]);
+        ReadThreads {
+            asleep: asleep_in_waits(read_threads(), ranges),
+            woken_from_cond: self
+                .woken_from_cond
+                .iter()
+                .filter(|&&i| out[i].kernel == Some(KernelState::Running))
+                .count() as u32,
+            mutex_owner_read: match mutex_owner {
+                None | Some(0) => true,
+                Some(owner) => read_threads().any(|t| t.their_tid == owner),
+            },
+        }
+    }
+}
+
+/// The counts proved the unread threads outside the GIL: the counts read last, and how many times
+/// the read threads were read again first.
+struct CountedOut {
+    again: Waiters,
+    rereads: usize,
 }
 
 /// How a tick may spare the reads of idle threads (`IDLE_AFTER_NS`).

@@ -121,6 +121,12 @@ mod tests {
         Waiters { take, drop }
     }
 
+    /// Whether counts that read `take`/`drop` both times, the mutex free, leave the unread outside.
+    fn steady_counts_prove(read: ReadThreads, take: u32, drop: u32) -> bool {
+        let counts = waiters(take, drop);
+        unread_are_outside_the_gil(counts, counts, read, Some(false))
+    }
+
     #[test]
     fn threads_asleep_on_each_condition_variable_are_counted_apart_from_the_mutexes_and_other_waits()
      {
@@ -145,18 +151,8 @@ mod tests {
             asleep: waiters(1, 0),
             mutex_owner_read: true,
         };
-        assert!(unread_are_outside_the_gil(
-            waiters(1, 0),
-            waiters(1, 0),
-            read,
-            Some(false)
-        ));
-        assert!(unread_are_outside_the_gil(
-            waiters(0, 0),
-            waiters(0, 0),
-            read,
-            Some(false)
-        ));
+        assert!(steady_counts_prove(read, 1, 0));
+        assert!(steady_counts_prove(read, 0, 0));
     }
 
     #[test]
@@ -166,12 +162,7 @@ mod tests {
             asleep: waiters(1, 0),
             mutex_owner_read: true,
         };
-        assert!(!unread_are_outside_the_gil(
-            waiters(2, 0),
-            waiters(2, 0),
-            read,
-            Some(false)
-        ));
+        assert!(!steady_counts_prove(read, 2, 0));
     }
 
     #[test]
@@ -181,19 +172,9 @@ mod tests {
             asleep: waiters(0, 0),
             mutex_owner_read: true,
         };
-        assert!(unread_are_outside_the_gil(
-            waiters(1, 0),
-            waiters(1, 0),
-            read,
-            Some(false)
-        ));
+        assert!(steady_counts_prove(read, 1, 0));
         // Not for two.
-        assert!(!unread_are_outside_the_gil(
-            waiters(2, 0),
-            waiters(2, 0),
-            read,
-            Some(false)
-        ));
+        assert!(!steady_counts_prove(read, 2, 0));
     }
 
     #[test]
@@ -216,12 +197,7 @@ mod tests {
             ));
         }
         // take_gil's count still decides.
-        assert!(!unread_are_outside_the_gil(
-            waiters(1, 1),
-            waiters(1, 1),
-            read,
-            Some(false)
-        ));
+        assert!(!steady_counts_prove(read, 1, 1));
     }
 
     #[test]
@@ -267,11 +243,6 @@ mod tests {
             asleep: waiters(0, 0),
             mutex_owner_read: false,
         };
-        assert!(!unread_are_outside_the_gil(
-            waiters(0, 0),
-            waiters(0, 0),
-            read,
-            Some(false)
-        ));
+        assert!(!steady_counts_prove(read, 0, 0));
     }
 }

@@ -42,12 +42,12 @@ const COUNTED_OUT_FROM: usize = IDLE_READ_EVERY as usize;
 /// moving between their two reads): over within tens of microseconds.
 const COUNT_OUT_RETRIES: usize = 4;
 
-/// Before each retry after the first, the tick sleeps this long: a real-time sampler keeps the target's threads
-/// off its own CPU, and the one whose next step settles the counts is often among them (on that
-/// machine, most ticks refuted after two immediate retries were a hand-off still under way: the GIL's
-/// mutex retaken by a woken waiter, the counts moving). 4 retries, 3 of them after this sleep, left
-/// 11–20 of 38,000 ticks refuted, against 220–330 with 2; reading 398 idle threads instead takes
-/// several periods.
+/// Before each retry after the first, the tick sleeps this long: a real-time sampler keeps the
+/// target's threads off its own CPU, and the one whose next step settles the counts is often among
+/// them (on that machine, most ticks refuted after two immediate retries were a hand-off still under
+/// way: the GIL's mutex retaken by a woken waiter, the counts moving). 4 retries, 3 of them after
+/// this sleep, left 11–20 of 38,000 ticks refuted, against 220–330 with 2; reading 398 idle threads
+/// instead takes several periods.
 const LET_THE_TARGET_RUN_NS: u64 = 20_000;
 
 /// Set in the environment, every tick also reads the waiter counts a second time after the kernel
@@ -181,10 +181,8 @@ impl ThreadTable {
             None => {
                 report.counted_out_refuted += 1;
                 for &index in &self.unread {
-                    let tracked = &mut self.threads[index];
-                    let out = &mut sample.threads[index];
-                    out.kernel = read_tracked(tracked, now, ranges, report);
-                    out.slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
+                    let (tracked, seen) = (&mut self.threads[index], &mut sample.threads[index]);
+                    read_into(tracked, seen, now, ranges, report);
                 }
                 None
             }
@@ -235,9 +233,13 @@ impl ThreadTable {
                 now = monotonic_ns();
             }
             for &index in &self.read {
-                let (tracked, seen) = (&mut self.threads[index], &mut out[index]);
-                seen.kernel = read_tracked(tracked, now, ranges, report);
-                seen.slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
+                read_into(
+                    &mut self.threads[index],
+                    &mut out[index],
+                    now,
+                    ranges,
+                    report,
+                );
             }
             before = after;
         }
@@ -281,6 +283,18 @@ pub(super) struct IdleReads {
     pub(super) every_few_ticks: bool,
     /// Leave them unread while the waiter counts rule them out (infer/counted_out.rs).
     pub(super) counted_out: bool,
+}
+
+/// A thread read again after the tick's first pass: its kernel state and sleep proof into `seen`.
+fn read_into(
+    tracked: &mut WatchedThread,
+    seen: &mut ThreadSample,
+    now: u64,
+    ranges: &GilWaitRanges,
+    report: &mut SamplerReport,
+) {
+    seen.kernel = read_tracked(tracked, now, ranges, report);
+    seen.slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
 }
 
 /// Reads one thread's kernel state (or proves its last one unchanged) and keeps what spares later

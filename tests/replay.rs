@@ -307,3 +307,50 @@ fn skipping_the_recount_where_it_decides_nothing_changes_no_record() {
     }
     assert!(skipped > 0 && kept > 0, "skipped {skipped}, kept {kept}");
 }
+
+#[test]
+fn parking_idle_threads_changes_no_record() {
+    use gilsample::infer::intervals::GilState::Released;
+    // The engine leaves threads asleep outside the GIL unstepped until it must look at them again
+    // (infer/parked.rs). Every golden stream, stepped with parking and without, must give the very
+    // same records in the same order, while parking leaves some thread-samples unstepped.
+    let mut parked = 0;
+    for case in golden_cases() {
+        let (context, samples) = saved_samples(&case.join("samples.gilsamples"));
+        let (mut with, mut without) = (Engine::new(context.clone()), Engine::new(context));
+        without.without_parking();
+        let (mut from_with, mut from_without) = (Vec::new(), Vec::new());
+        for sample in &samples {
+            with.step(sample, &mut |r| from_with.push(r));
+            without.step(sample, &mut |r| from_without.push(r));
+            // What parking leaves out of `decided` is a thread that stayed released.
+            let mut kept = with.decided().iter().peekable();
+            for d in without.decided() {
+                if kept.next_if(|k| *k == d).is_none() {
+                    let stayed = (d.previous, d.state) == (Some(Released), Released);
+                    assert!(stayed, "{}: {d:?} left out", case.display());
+                }
+            }
+            assert!(
+                kept.next().is_none(),
+                "{}: parking decided more",
+                case.display()
+            );
+        }
+        with.finish(&mut |r| from_with.push(r));
+        without.finish(&mut |r| from_without.push(r));
+        assert_eq!(without.parked_thread_samples(), 0);
+        eprintln!(
+            "{}: {} parked",
+            case.display(),
+            with.parked_thread_samples()
+        );
+        parked += with.parked_thread_samples();
+        assert!(
+            from_with == from_without,
+            "{}: the records differ",
+            case.display()
+        );
+    }
+    assert!(parked > 0, "no golden stream has a thread to park");
+}

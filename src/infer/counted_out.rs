@@ -46,14 +46,26 @@ pub fn asleep_in_waits<'a>(
     ranges: &GilWaitRanges,
 ) -> Waiters {
     let mut asleep = Waiters::default();
-    for addr in threads.filter_map(|t| t.kernel.and_then(|k| k.futex_addr())) {
-        if ranges.on_cond(addr) {
-            asleep.take += 1;
-        } else if ranges.on_switch_cond(addr) {
-            asleep.drop += 1;
-        }
+    for thread in threads {
+        count_if_asleep_in_wait(&mut asleep, thread, ranges);
     }
     asleep
+}
+
+/// Adds `thread` to `asleep` where the kernel shows it asleep in one of the GIL's counted waits.
+pub fn count_if_asleep_in_wait(
+    asleep: &mut Waiters,
+    thread: &ThreadSample,
+    ranges: &GilWaitRanges,
+) {
+    let Some(addr) = thread.kernel.and_then(|k| k.futex_addr()) else {
+        return;
+    };
+    if ranges.on_cond(addr) {
+        asleep.take += 1;
+    } else if ranges.on_switch_cond(addr) {
+        asleep.drop += 1;
+    }
 }
 
 /// The evidence of one tick about the threads it read.

@@ -3,18 +3,19 @@
 //! memory, /proc or a clock, so a saved stream replays into the same records as the live run, and
 //! every rule can be run on recorded samples (docs/classification.md has the rules).
 
-use crate::infer::classify::{Basis, Census, ThreadEvidence, census, classify};
-use crate::infer::counted_out::asleep_in_waits;
-use crate::infer::findings::{Finding, Handoff, LiveSnapshot};
+use crate::infer::classify::{Basis, Census, census};
+use crate::infer::counted_out::count_if_asleep_in_wait;
+use crate::infer::findings::{Finding, LiveSnapshot};
 use crate::infer::gil_flag_rule::{FlagDecider, FlagStats};
-use crate::infer::handoff_age::{HandoffAge, may_have_lasted};
+use crate::infer::handoff_age::HandoffAge;
 use crate::infer::held_blocked::blocking_syscall;
 use crate::infer::intervals::{GilState, TimelineParams};
+use crate::infer::parked::{Parked, placed_asleep_outside};
 use crate::infer::quiet::{QuietWatch, params_for};
-use crate::infer::rules::{Decision, DecisionCounts};
-use crate::infer::sample::{Sample, SampleContext, ThreadSample, Wants};
-use crate::infer::thread::{MAX_STRETCH_NS, Stretch, ThreadInference};
-use crate::observed::KernelState;
+use crate::infer::rules::DecisionCounts;
+use crate::infer::sample::{Sample, SampleContext, Wants};
+use crate::infer::thread::ThreadInference;
+use crate::infer::thread_step::{decide, hold_back, note_hold, want_for_next};
 use crate::observed::Waiters;
 
 /// What inference counted over a recording.
@@ -94,6 +95,24 @@ pub struct Engine {
     decided: Vec<Decided>,
     holder_tid: Option<u32>,
     quiet: QuietWatch,
+    /// What the threads of the last sample want read at the next (`wants`).
+    wanted: Wants,
+    /// The tids of `threads`, in their order: matched against each sample's without touching the
+    /// threads' own state.
+    tids: Vec<u32>,
+    /// Threads asleep outside the GIL, left unstepped (infer/parked.rs).
+    parked: Parked,
+}
+
+/// What a sample's threads moved, gathered while they are stepped, for the whole sample's counts.
+#[derive(Clone, Copy, Default)]
+struct Moved {
+    /// Threads placed in `take_gil`.
+    taking: u32,
+    /// A thread was placed in `take_gil` or `drop_gil`, or held back undecided (quiet.rs).
+    gil_waits: bool,
+    /// A stretch is held back after the sample.
+    pending: bool,
 }
 
 impl Engine {
@@ -119,12 +138,27 @@ impl Engine {
             decided: Vec::with_capacity(64),
             holder_tid: None,
             quiet: QuietWatch::default(),
+            wanted: Wants::default(),
+            tids: Vec::with_capacity(64),
+            parked: Parked::default(),
         }
     }
 
     /// Keep how each thread was decided at each sample, for `explained`.
     pub fn explain(&mut self) {
         self.explained = Some(Vec::new());
+        self.parked.disable(&mut self.threads);
+    }
+
+    /// Step every thread at every sample, parked or not (infer/parked.rs): what tests compare
+    /// parking against.
+    pub fn without_parking(&mut self) {
+        self.parked.disable(&mut self.threads);
+    }
+
+    /// Thread-samples left unstepped because the thread was parked (infer/parked.rs).
+    pub fn parked_thread_samples(&self) -> u64 {
+        self.parked.skipped()
     }
 
     /// How each thread of the last sample was decided (by its index in the sample); empty unless
@@ -148,7 +182,9 @@ impl Engine {
         }
     }
 
-    /// The threads decided at the last sample, with their states before and now.
+    /// The threads decided at the last sample, with their states before and now. A parked thread
+    /// (infer/parked.rs) is not among them: it stayed released, asleep outside the GIL, as it was
+    /// decided at a sample before, which nothing that watches decisions needs to see again.
     pub fn decided(&self) -> &[Decided] {
         &self.decided
     }
@@ -180,9 +216,9 @@ impl Engine {
                         .iter()
                         .zip(&sample.threads)
                         .any(|(thread, seen)| {
-                            thread.timeline.current() == Some(GilState::Take)
-                                && seen.runs()
+                            seen.runs()
                                 && !sample.holds(seen)
+                                && thread.timeline.current() == Some(GilState::Take)
                         })
             }
         }
@@ -190,20 +226,13 @@ impl Engine {
 
     /// What the next sample should read beyond the GIL and the kernel states: schedstat where a rule
     /// compares it with an earlier one (a held-back stretch's CPU arrival, rule 8's arrivals since a
-    /// sleep in `take_gil`, rule 9's wake-ups since holding).
+    /// sleep in `take_gil`, rule 9's wake-ups since holding). Gathered while the last sample was
+    /// stepped (`want_for_next`), not in another walk over the threads.
     pub fn wants(&self, out: &mut Wants) {
-        out.schedstat_always.clear();
-        out.schedstat_if_running.clear();
-        for thread in &self.threads {
-            if thread.pending.is_some() {
-                out.schedstat_always.push(thread.tid);
-            } else if matches!(
-                thread.timeline.current(),
-                Some(GilState::Take | GilState::Hold | GilState::Drop)
-            ) {
-                out.schedstat_if_running.push(thread.tid);
-            }
-        }
+        out.schedstat_always
+            .clone_from(&self.wanted.schedstat_always);
+        out.schedstat_if_running
+            .clone_from(&self.wanted.schedstat_if_running);
         out.skip_periods = self.quiet.skip_periods(self.ctx.period_ns);
     }
 
@@ -220,21 +249,27 @@ impl Engine {
         let t = sample.t_ns;
         let params = params_for(self.params, sample);
         let ranges = self.ctx.ranges;
-        let mut taking = 0u32;
+        let mut moved = Moved::default();
         self.decided.clear();
         self.holder_tid = None;
+        self.wanted.schedstat_always.clear();
+        self.wanted.schedstat_if_running.clear();
         if let Some(explained) = self.explained.as_mut() {
             explained.clear();
         }
+        let gap = self.parked.gap_before(t, params.max_gap_ns);
         for (index, (thread, seen)) in self.threads.iter_mut().zip(&sample.threads).enumerate() {
+            if self.parked.stays(index, seen, sample, &ranges, gap) {
+                continue;
+            }
+            self.parked.catch_up(index, thread);
             let holds = sample.holds(seen);
             if holds {
                 self.holder_tid = Some(thread.tid);
             }
             let previous = thread.timeline.current();
-            let evidence = evidence_for(thread, seen, sample, census, no_switch_request);
-            thread.owned_gil_mutex = evidence.owns_gil_mutex == Some(true);
-            let mut decision = classify(&evidence, &ranges);
+            let outside = placed_asleep_outside(seen, sample, &ranges);
+            let mut decision = decide(thread, seen, sample, census, no_switch_request, &ranges);
             if let Some(flags) = self.flags.as_mut() {
                 decision = flags.decide(seen.gil_flags, decision, holds || !word.locked);
             }
@@ -261,48 +296,45 @@ impl Engine {
                     hold_back(
                         thread, seen, after, previous, sample, &params, decisions, sink,
                     );
-                    continue;
+                    moved.gil_waits = true;
                 }
-                Basis::Direct => {}
-                Basis::Rule(decision) => decisions.count(decision),
-            }
-            let after_stretch = thread.pending.is_some();
-            if after_stretch {
-                let next = thread
-                    .definite_switch
-                    .map(|before| (state, word.switch_number.wrapping_sub(before)));
-                thread.settle(Some((t, seen.schedstat)), next, &params, decisions, sink);
-            }
-            thread.definite_switch = Some(word.switch_number);
-            if state == GilState::Hold {
-                thread.at_hold = seen.schedstat;
-                thread.hold_handoff_after = self.handoff_age.after_ns();
-                if let Some((from_tid, last_held_ns)) = self.last_hold
-                    && from_tid != thread.tid
-                {
-                    sink(Finding::Handoff(Handoff {
-                        from_tid,
-                        to_tid: thread.tid,
-                        last_held_ns,
-                        taken_ns: t,
-                    }));
+                Basis::Direct | Basis::Rule(_) => {
+                    if let Basis::Rule(decision) = basis {
+                        decisions.count(decision);
+                    }
+                    let after_stretch = thread.pending.is_some();
+                    if after_stretch {
+                        let next = thread
+                            .definite_switch
+                            .map(|before| (state, word.switch_number.wrapping_sub(before)));
+                        thread.settle(Some((t, seen.schedstat)), next, &params, decisions, sink);
+                    }
+                    thread.definite_switch = Some(word.switch_number);
+                    if state == GilState::Hold {
+                        self.last_hold = Some(note_hold(thread, seen, self.last_hold, t, sink));
+                        thread.hold_handoff_after = self.handoff_age.after_ns();
+                    }
+                    self.decided.push(Decided {
+                        index,
+                        tid: thread.tid,
+                        previous,
+                        state,
+                        after_gap: thread.timeline.gap_before(t, &params),
+                        after_stretch,
+                    });
+                    thread
+                        .timeline
+                        .observe(t, state, &params, &mut |iv| sink(Finding::Interval(iv)));
+                    moved.taking += u32::from(state == GilState::Take);
+                    moved.gil_waits |= matches!(state, GilState::Take | GilState::Drop);
                 }
-                self.last_hold = Some((thread.tid, t));
             }
-            self.decided.push(Decided {
-                index,
-                tid: thread.tid,
-                previous,
-                state,
-                after_gap: thread.timeline.gap_before(t, &params),
-                after_stretch,
-            });
-            thread
-                .timeline
-                .observe(t, state, &params, &mut |iv| sink(Finding::Interval(iv)));
-            taking += u32::from(state == GilState::Take);
+            moved.pending |= thread.pending.is_some();
+            want_for_next(thread, &mut self.wanted);
+            self.parked.stepped_thread(index, outside);
         }
-        self.after_sample(sample, taking, sink);
+        self.parked.stepped(t, word.switch_number);
+        self.after_sample(sample, moved, sink);
     }
 
     /// A new switch interval goes out before this sample's intervals: the trace judges the holds
@@ -320,20 +352,17 @@ impl Engine {
 
     /// The counts and tracks a whole sample moves once its threads are decided: waiters, the quiet
     /// rate, hand-offs seen and counted.
-    fn after_sample(&mut self, sample: &Sample, taking: u32, sink: &mut dyn FnMut(Finding)) {
+    fn after_sample(&mut self, sample: &Sample, moved: Moved, sink: &mut dyn FnMut(Finding)) {
         let (word, t) = (sample.word, sample.t_ns);
+        let taking = moved.taking;
         self.counts.thread_samples += self.threads.len() as u64;
-        // `decided` is in index order: one walk pairs it with the threads.
-        let mut decided = self.decided.iter().peekable();
-        let states =
-            (0..self.threads.len()).map(|i| decided.next_if(|d| d.index == i).map(|d| d.state));
         self.counts.waiting_samples += u64::from(taking);
         if !word.locked {
             self.counts.waiting_samples_gil_free += u64::from(taking);
         }
-        let pending = self.threads.iter().any(|t| t.pending.is_some());
+        let waits = moved.gil_waits;
         self.quiet
-            .observe(sample, self.ctx.period_ns, states, pending, sink);
+            .observe(sample, self.ctx.period_ns, waits, moved.pending, sink);
         if self.waiters != Some(taking) {
             self.waiters = Some(taking);
             sink(Finding::Waiters {
@@ -356,7 +385,14 @@ impl Engine {
     /// in it: it is decided within `MAX_STRETCH_NS`). For a live view (`gilsample top`, through
     /// `Finding::Live`); the trace gets these later, closed, with the same starts.
     pub fn open_so_far(&self, out: &mut LiveSnapshot) {
-        for thread in &self.threads {
+        let last_ns = self.parked.last_ns();
+        for (index, thread) in self.threads.iter().enumerate() {
+            if let Some(last_ns) = last_ns.filter(|_| self.parked.is_parked(index)) {
+                let mut timeline = thread.timeline.clone();
+                timeline.seen_until(last_ns);
+                out.open.extend(timeline.open_so_far(&self.params));
+                continue;
+            }
             out.open.extend(thread.timeline.open_so_far(&self.params));
             out.open_blocked
                 .extend(thread.blocked.open_so_far(thread.tid, &self.params));
@@ -365,6 +401,7 @@ impl Engine {
 
     /// The recording ended: every thread's held-back stretch is decided and its interval closed.
     pub fn finish(&mut self, sink: &mut dyn FnMut(Finding)) {
+        self.parked.catch_up_all(&mut self.threads);
         let params = self.params;
         for thread in &mut self.threads {
             thread.close(None, &params, &mut self.counts.decisions, sink);
@@ -373,18 +410,19 @@ impl Engine {
 
     /// The tracked threads are the sample's, in its order.
     fn has_the_threads_of(&self, sample: &Sample) -> bool {
-        self.threads.len() == sample.threads.len()
+        self.tids.len() == sample.threads.len()
             && self
-                .threads
+                .tids
                 .iter()
                 .zip(&sample.threads)
-                .all(|(a, b)| a.tid == b.tid)
+                .all(|(a, b)| *a == b.tid)
     }
 
     /// Matches the tracked threads to the sample's: threads no longer in it are gone (closed at the
     /// sample's read time, when the sampler's walk saw them missing), new ones begin.
     fn follow_threads(&mut self, sample: &Sample, sink: &mut dyn FnMut(Finding)) {
         if !self.has_the_threads_of(sample) {
+            self.parked.catch_up_all(&mut self.threads);
             let params = self.params;
             let counts = &mut self.counts.decisions;
             let mut kept: Vec<ThreadInference> = Vec::with_capacity(sample.threads.len());
@@ -397,13 +435,12 @@ impl Engine {
             for seen in &sample.threads {
                 match old.iter().position(|t| t.tid == seen.tid) {
                     Some(at) => kept.push(old.swap_remove(at)),
-                    None => kept.push(ThreadInference::new(seen.tid, seen.tstate)),
+                    None => kept.push(ThreadInference::new(seen.tid)),
                 }
             }
             self.threads = kept;
-        }
-        for (thread, seen) in self.threads.iter_mut().zip(&sample.threads) {
-            thread.tstate = seen.tstate;
+            self.tids.clear();
+            self.tids.extend(sample.threads.iter().map(|t| t.tid));
         }
     }
 
@@ -419,15 +456,18 @@ impl Engine {
         let Some(before) = sample.waiters else {
             return Census::Unknown;
         };
-        let running = sample
-            .threads
-            .iter()
-            .filter(|t| t.runs() && !sample.holds(t))
-            .count();
-        if running == 0 || again != Some(before) {
+        if again != Some(before) {
             return Census::Unknown;
         }
-        let asleep = asleep_in_waits(sample.threads.iter(), &self.ctx.ranges);
+        // One walk for both: with hundreds of threads, each walk over them is a cost of every tick.
+        let (mut running, mut asleep) = (0, Waiters::default());
+        for thread in &sample.threads {
+            running += usize::from(thread.runs() && !sample.holds(thread));
+            count_if_asleep_in_wait(&mut asleep, thread, &self.ctx.ranges);
+        }
+        if running == 0 {
+            return Census::Unknown;
+        }
         census(before, asleep, running, sample.all_kernel_read)
     }
 }
@@ -452,86 +492,5 @@ impl StacksFirst {
     /// What the last sample settled, once its stacks are out (and at the end).
     pub fn release(&mut self, sink: &mut dyn FnMut(Finding)) {
         self.settled.drain(..).for_each(sink);
-    }
-}
-
-/// What one sample says about one tracked thread, for `classify`.
-fn evidence_for(
-    thread: &ThreadInference,
-    seen: &ThreadSample,
-    sample: &Sample,
-    census: Census,
-    no_switch_request: bool,
-) -> ThreadEvidence {
-    let word = sample.word;
-    let holds = sample.holds(seen);
-    let previous = thread.timeline.current();
-    let owns_gil_mutex = sample.mutex_owner.map(|owner| owner == seen.their_tid);
-    // Rule 8 compares a running thread last seen asleep in take_gil with that sleep, at a sample
-    // where the counts place nobody running in a wait.
-    let arrivals_since_take_sleep = thread
-        .take_sleep_slices
-        .filter(|_| {
-            census == Census::NoneWaiting
-                && previous == Some(GilState::Take)
-                && seen.kernel == Some(KernelState::Running)
-                && !holds
-        })
-        .and_then(|slices| Some(seen.schedstat?.timeslices.saturating_sub(slices)));
-    ThreadEvidence {
-        holds,
-        released_last: seen.tstate == word.last_holder && !word.locked,
-        kernel: seen.kernel,
-        previous,
-        handoffs_since_previous: thread
-            .definite_switch
-            .map(|p| word.switch_number.wrapping_sub(p)),
-        census,
-        owns_gil_mutex,
-        left_gil_mutex: thread.owned_gil_mutex && owns_gil_mutex == Some(false),
-        no_switch_request,
-        arrivals_since_take_sleep,
-    }
-}
-
-/// A sample rule 9 holds back: it joins the thread's stretch (begun here if none is open), which is
-/// settled at a gap in the samples or once it has lasted `MAX_STRETCH_NS`.
-#[allow(clippy::too_many_arguments)]
-fn hold_back(
-    thread: &mut ThreadInference,
-    seen: &ThreadSample,
-    after: GilState,
-    previous: Option<GilState>,
-    sample: &Sample,
-    params: &TimelineParams,
-    decisions: &mut DecisionCounts,
-    sink: &mut dyn FnMut(Finding),
-) {
-    let t = sample.t_ns;
-    if thread.pending.is_none() && after == GilState::Drop && previous == Some(GilState::Take) {
-        decisions.count(Decision::StretchAfterUnseenHold);
-    }
-    let interval_us = sample.word.interval_us;
-    let stretch = thread.pending.get_or_insert_with(|| Stretch {
-        before: after,
-        // Judged once, when the stretch begins: the hold ended before it.
-        switch_request_possible: after == GilState::Hold
-            && interval_us
-                .zip(thread.hold_handoff_after)
-                .is_some_and(|(interval_us, since)| may_have_lasted(since, interval_us, t)),
-        first_ns: t,
-        last_ns: t,
-        at_start: seen.schedstat,
-        arrival: None,
-    });
-    // A stretch is a run of consecutive samples: where the sampler fell behind it is settled at the
-    // gap (this sample is dropped; the next starts afresh).
-    let broken = t.saturating_sub(stretch.last_ns) > params.max_gap_ns;
-    if !broken && stretch.last_ns != t {
-        stretch.watch(seen.schedstat, t);
-        stretch.last_ns = t;
-    }
-    if broken || t.saturating_sub(stretch.first_ns) > MAX_STRETCH_NS {
-        thread.settle(Some((t, seen.schedstat)), None, params, decisions, sink);
     }
 }

@@ -88,6 +88,11 @@ impl HeldWhileBlocked {
         params: &TimelineParams,
         emit: &mut dyn FnMut(BlockedStretch),
     ) {
+        if !holds && self.open.is_none() {
+            // What the rest would do for the many threads that neither hold nor were holding.
+            self.last_sample_ns = Some(t);
+            return;
+        }
         // Across a gap the timeline splits the hold into two slices: the stretch splits with it.
         let gap = self
             .last_sample_ns
@@ -117,6 +122,13 @@ impl HeldWhileBlocked {
             }
         }
         self.last_sample_ns = Some(t);
+    }
+
+    /// The thread neither held nor was seen holding at every sample up to `t_ns`, which the engine
+    /// did not step one by one (infer/parked.rs).
+    pub fn seen_until(&mut self, t_ns: u64) {
+        debug_assert!(self.open.is_none());
+        self.last_sample_ns = Some(t_ns);
     }
 
     /// The open stretch as far as the samples have seen it, once seen at two (a stretch seen at one

@@ -151,6 +151,14 @@ impl ThreadTimeline {
         })
     }
 
+    /// The open interval was seen, without a gap, at every sample up to `t_ns`, which the engine
+    /// did not step one by one (infer/parked.rs).
+    pub fn seen_until(&mut self, t_ns: u64) {
+        if let Some(open) = self.open.as_mut() {
+            open.last_seen_ns = open.last_seen_ns.max(t_ns);
+        }
+    }
+
     /// Feeds one sample; closed intervals go to `emit`. Samples must come in time order.
     pub fn observe(
         &mut self,

@@ -14,7 +14,7 @@
 //! first change: at most one slow period off, once per quiet stretch (docs/cost.md, "Adaptive rate").
 
 use crate::infer::findings::Finding;
-use crate::infer::intervals::{GilState, TimelineParams};
+use crate::infer::intervals::TimelineParams;
 use crate::infer::sample::Sample;
 use crate::observed::GilWord;
 use crate::observed::KernelState;
@@ -67,14 +67,14 @@ pub struct QuietWatch {
 }
 
 impl QuietWatch {
-    /// One sample, after inference decided it: `states` are its threads' decided states (a thread
-    /// held back in a stretch has none), `pending` says whether any stretch is held back. A change of
-    /// the sampling rate is sent to `sink`, placed at the tick that chose it.
+    /// One sample, after inference decided it: `gil_waits` says whether it placed a thread in
+    /// `take_gil` or `drop_gil` or held one back undecided, `pending` whether any stretch is held
+    /// back. A change of the sampling rate is sent to `sink`, placed at the tick that chose it.
     pub fn observe(
         &mut self,
         sample: &Sample,
         period_ns: u64,
-        states: impl Iterator<Item = Option<GilState>>,
+        gil_waits: bool,
         pending: bool,
         sink: &mut dyn FnMut(Finding),
     ) {
@@ -95,10 +95,6 @@ impl QuietWatch {
             (w.locked, w.last_holder, w.switch_number)
                 == (word.locked, word.last_holder, word.switch_number)
         });
-        let mut gil_waits = false;
-        for state in states {
-            gil_waits |= matches!(state, None | Some(GilState::Take | GilState::Drop));
-        }
         let nobody_counted = sample.waiters.is_none_or(|w| w.take == 0 && w.drop == 0);
         // Compared and kept in place: with hundreds of threads, most unchanged from one tick to
         // the next, writing only what changed is what keeps this cheap.
@@ -141,6 +137,7 @@ impl QuietWatch {
 mod tests {
     use super::*;
     use crate::addr::RemoteAddr;
+    use crate::infer::intervals::GilState;
     use crate::infer::sample::ThreadSample;
 
     const PERIOD: u64 = 100_000;
@@ -177,14 +174,14 @@ mod tests {
         let mut watch = QuietWatch::default();
         let mut rates = Vec::new();
         let mut sink = |r: Finding| rates.push(r);
-        let hold = || std::iter::once(Some(GilState::Hold));
+        let no_waits = false;
         let mut t = 0;
         for _ in 0..=QUIET_AFTER {
             t += PERIOD;
             watch.observe(
                 &sample(t, 3, KernelState::Running),
                 PERIOD,
-                hold(),
+                no_waits,
                 false,
                 &mut sink,
             );
@@ -193,11 +190,11 @@ mod tests {
         // A slow tick: the same, so still quiet.
         let mut slow = sample(t + 5 * PERIOD, 3, KernelState::Running);
         slow.skipped_periods = 4;
-        watch.observe(&slow, PERIOD, hold(), false, &mut sink);
+        watch.observe(&slow, PERIOD, no_waits, false, &mut sink);
         assert_eq!(watch.skip_periods(PERIOD), 4);
         // The GIL changed hands (or was taken again) in between: full rate at once.
         let moved = sample(t + 10 * PERIOD, 4, KernelState::Running);
-        watch.observe(&moved, PERIOD, hold(), false, &mut sink);
+        watch.observe(&moved, PERIOD, no_waits, false, &mut sink);
         assert_eq!(watch.skip_periods(PERIOD), 0);
         assert_eq!(
             rates,
@@ -228,7 +225,10 @@ mod tests {
                     KernelState::Running
                 };
                 let s = sample(i * PERIOD, 3, kernel);
-                watch.observe(&s, PERIOD, states.iter().copied(), pending, &mut sink);
+                let waits = states
+                    .iter()
+                    .any(|s| matches!(s, None | Some(GilState::Take | GilState::Drop)));
+                watch.observe(&s, PERIOD, waits, pending, &mut sink);
             }
             watch.skip_periods(PERIOD)
         };

@@ -99,7 +99,8 @@ pub struct Wants {
 impl Wants {
     /// Whether to read the schedstat of thread `tid`, which `runs` or not and `holds` the GIL or
     /// not. The holder's is always read: a sample that places it in `hold_gil` keeps it, for the
-    /// stretch that may follow the hold (rule 9).
+    /// stretch that may follow the hold (rule 9). Asked for every thread at every tick.
+    #[inline]
     pub fn schedstat(&self, tid: u32, runs: bool, holds: bool) -> bool {
         holds
             || self.schedstat_always.contains(&tid)

@@ -1,7 +1,6 @@
 //! What inference keeps per thread between samples: its timeline, the stretch it is holding back
 //! (classify.rs, rule 9), and the few readings of earlier samples the rules compare against.
 
-use crate::addr::RemoteAddr;
 use crate::infer::classify::{
     Arrival, back_in_take_after_a_switch_request, settle_in_hindsight, settle_stretch,
     woke_twice_since_holding,
@@ -21,8 +20,6 @@ pub const MAX_STRETCH_NS: u64 = 50_000_000;
 pub struct ThreadInference {
     /// The thread's id in gilsample's PID namespace.
     pub tid: u32,
-    /// The address of its `PyThreadState` in the target.
-    pub tstate: RemoteAddr,
     /// Its open interval.
     pub timeline: ThreadTimeline,
     /// `switch_number` at the thread's last definite sample.
@@ -81,10 +78,9 @@ impl Stretch {
 
 impl ThreadInference {
     /// A thread seen for the first time: nothing known yet.
-    pub fn new(tid: u32, tstate: RemoteAddr) -> ThreadInference {
+    pub fn new(tid: u32) -> ThreadInference {
         ThreadInference {
             tid,
-            tstate,
             timeline: ThreadTimeline::new(tid),
             definite_switch: None,
             pending: None,
@@ -222,7 +218,7 @@ mod tests {
                 intervals.push(iv)
             }
         };
-        let mut thread = ThreadInference::new(1234, RemoteAddr(0x1000));
+        let mut thread = ThreadInference::new(1234);
         thread.at_hold = Some(at_hold);
         thread
             .timeline

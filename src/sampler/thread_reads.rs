@@ -3,6 +3,9 @@
 //! all while the GIL's waiter counts rule it out of every GIL wait (infer/counted_out.rs), and a
 //! sleeper's reading is proven unchanged by schedstat where it can be.
 
+use std::collections::HashMap;
+
+use crate::addr::RemoteAddr;
 use crate::infer::classify::asleep_elsewhere;
 use crate::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside_the_gil};
 use crate::infer::sample::{Sample, ThreadSample};
@@ -80,9 +83,42 @@ pub(super) struct ThreadTable {
     /// The tick's threads, other than the holder, found asleep on `gil.cond` at their last reading
     /// and read again now (infer/counted_out.rs, `ReadThreads::woken_from_cond`).
     woken_from_cond: Vec<usize>,
+    /// Where `index_of_thread_state` last found what it looked for.
+    last_found: usize,
+    /// Each thread's index by tid (`reindex`).
+    index_by_tid: HashMap<u32, usize>,
 }
 
 impl ThreadTable {
+    /// The index of the thread whose thread state is at `tstate`, if it is one of the table's.
+    /// Asked for the GIL's holder at every tick, which changes far less often: where it was found
+    /// last is looked at first, and the walk over every thread is left for a new holder.
+    pub(super) fn index_of_thread_state(&mut self, tstate: RemoteAddr) -> Option<usize> {
+        let at_last = self.threads.get(self.last_found);
+        if at_last.is_some_and(|t| t.thread.tstate == tstate) {
+            return Some(self.last_found);
+        }
+        let index = self
+            .threads
+            .iter()
+            .position(|t| t.thread.tstate == tstate)?;
+        self.last_found = index;
+        Some(index)
+    }
+
+    /// The index of thread `tid` (ours), as of the last `reindex`.
+    pub(super) fn index_of(&self, tid: u32) -> Option<usize> {
+        self.index_by_tid.get(&tid).copied()
+    }
+
+    /// The threads changed: `index_of` follows.
+    pub(super) fn reindex(&mut self) {
+        self.index_by_tid.clear();
+        let tids = self.threads.iter().map(|t| t.thread.tid);
+        self.index_by_tid
+            .extend(tids.enumerate().map(|(i, tid)| (tid, i)));
+    }
+
     /// Each thread's kernel state into `sample.threads` (in the thread table's order), and
     /// `sample.all_kernel_read`: none was carried over from an earlier tick. Idle threads are left
     /// unread as `idle` allows; where the waiter counts were read again to rule them out, and

@@ -260,12 +260,8 @@ impl Sampler<'_> {
         live: &LiveCounters,
     ) -> Result<(), Option<EndReason>> {
         let word = reading.word;
-        let holder_unknown = word.locked
-            && !self
-                .table
-                .threads
-                .iter()
-                .any(|t| t.thread.tstate == word.last_holder);
+        let holder_unknown =
+            word.locked && self.table.index_of_thread_state(word.last_holder).is_none();
         if t0 - pace.last_walk < config.refresh_ns && !holder_unknown && !pace.walk_now {
             return Ok(());
         }
@@ -408,8 +404,32 @@ impl Sampler<'_> {
     }
 
     /// The readings the engine asked for at the last tick.
-    fn read_wanted(&self, sample: &mut Sample, wants: &Wants, check_gil_flags: bool) {
+    fn read_wanted(&mut self, sample: &mut Sample, wants: &Wants, check_gil_flags: bool) {
         let (locked, last_holder) = (sample.word.locked, sample.word.last_holder);
+        if self.gil_flags.is_none() {
+            // Only schedstat, of the holder and the few threads the engine named: looked up
+            // rather than asked of every thread (hundreds, in a large process).
+            let holder = locked
+                .then(|| self.table.index_of_thread_state(last_holder))
+                .flatten();
+            let named = wants.schedstat_always.iter();
+            let named = named.chain(&wants.schedstat_if_running);
+            let indices = named
+                .filter_map(|&tid| self.table.index_of(tid))
+                .chain(holder);
+            for index in indices {
+                let (Some(seen), Some(tracked)) =
+                    (sample.threads.get_mut(index), self.table.threads.get(index))
+                else {
+                    continue;
+                };
+                let holds = locked && seen.tstate == last_holder;
+                if seen.schedstat.is_none() && wants.schedstat(seen.tid, seen.runs(), holds) {
+                    seen.schedstat = tracked.files.read_schedstat();
+                }
+            }
+            return;
+        }
         for (seen, tracked) in sample.threads.iter_mut().zip(&self.table.threads) {
             let holds = locked && seen.tstate == last_holder;
             if wants.schedstat(seen.tid, seen.runs(), holds) {
@@ -491,6 +511,7 @@ impl Sampler<'_> {
         if let Some(watch) = self.stacks.as_mut() {
             watch.retain(|tid| refs.iter().any(|r| r.tid == tid));
         }
+        self.table.reindex();
         self.report.max_threads = self.report.max_threads.max(self.table.threads.len());
         self.report.thread_walks += 1;
         Ok(())

@@ -87,8 +87,8 @@ pub(crate) fn check_is_user_process(pid: u32) -> Result<()> {
 }
 
 /// Checks the layout against the live process: the thread list walks to real tids of the process, and
-/// a locked GIL's holder is one of those threads. A few attempts absorb a thread starting or exiting
-/// in the middle of the check.
+/// a locked GIL's holder is one of those threads. A few attempts, spread over about a sixth of a
+/// second, absorb a thread starting or exiting in the middle of the check.
 pub(crate) fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
     let pid = target.pid;
     let mut walker = ThreadWalker::default();
@@ -99,7 +99,10 @@ pub(crate) fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
     // it now or had it a moment ago; the holder is checked only when no hand-off happened during the
     // walk. A wrong layout fails every attempt: its "tids" are garbage.
     let mut before = tid_map.their_tids()?;
-    for _ in 0..10 {
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            std::thread::sleep(pause_before(attempt));
+        }
         let word_before = target
             .read_gil_word()
             .map_err(|e| read_error(pid, e, "the GIL"))?;
@@ -159,6 +162,16 @@ pub(crate) fn validate(target: &Target, tid_map: &mut TidMap) -> Result<()> {
     })
 }
 
+const ATTEMPTS: u32 = 10;
+
+/// An exiting thread leaves the list before it drops the GIL; preempted between the two (a loaded
+/// machine, a target that churns threads), it keeps the GIL word steady with a holder the walk cannot
+/// find for as long as it waits for a core. Back-to-back attempts all land in that window, so later
+/// ones wait longer: 1, 2, 4 … 32 ms, 0.16 s in all, paid only when an attempt fails.
+fn pause_before(attempt: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(1 << (attempt - 1).min(5))
+}
+
 pub(crate) fn read_error(pid: u32, e: ReadError, what: &str) -> Error {
     match e {
         ReadError::Permission => crate::process::access::permission_error(pid, what),
@@ -183,5 +196,17 @@ pub(crate) fn walk_error(pid: u32, e: WalkError) -> Error {
             why: "_PyRuntime has no interpreter or thread yet".into(),
         },
         WalkError::Corrupt(why) => Error::LayoutInvalid { pid, why },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_attempts_wait_longer_each_time_and_a_sixth_of_a_second_in_all() {
+        let pauses: Vec<u128> = (1..ATTEMPTS).map(|a| pause_before(a).as_millis()).collect();
+        assert!(pauses.windows(2).all(|w| w[0] <= w[1]), "{pauses:?}");
+        assert_eq!(pauses.iter().sum::<u128>(), 159, "{pauses:?}");
     }
 }

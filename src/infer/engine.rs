@@ -3,7 +3,7 @@
 //! memory, /proc or a clock, so a saved stream replays into the same records as the live run, and
 //! every rule can be run on recorded samples (docs/classification.md has the rules).
 
-use crate::infer::classify::{Basis, Census, census};
+use crate::infer::classify::{Basis, Census, asleep_elsewhere, census};
 use crate::infer::counted_out::count_if_asleep_in_wait;
 use crate::infer::findings::{Finding, LiveSnapshot};
 use crate::infer::gil_flag_rule::{FlagDecider, FlagStats};
@@ -259,7 +259,9 @@ impl Engine {
         }
         let gap = self.parked.gap_before(t, params.max_gap_ns);
         for (index, (thread, seen)) in self.threads.iter_mut().zip(&sample.threads).enumerate() {
-            if self.parked.stays(index, seen, sample, &ranges, gap) {
+            let asleep_outside_gil = seen.kernel.is_some_and(|k| asleep_elsewhere(&k, &ranges));
+            let outside = placed_asleep_outside(asleep_outside_gil, seen, sample);
+            if self.parked.stays(index, outside, gap) {
                 continue;
             }
             self.parked.catch_up(index, thread);
@@ -268,8 +270,15 @@ impl Engine {
                 self.holder_tid = Some(thread.tid);
             }
             let previous = thread.timeline.current();
-            let outside = placed_asleep_outside(seen, sample, &ranges);
-            let mut decision = decide(thread, seen, sample, census, no_switch_request, &ranges);
+            let mut decision = decide(
+                thread,
+                seen,
+                asleep_outside_gil,
+                sample,
+                census,
+                no_switch_request,
+                &ranges,
+            );
             if let Some(flags) = self.flags.as_mut() {
                 decision = flags.decide(seen.gil_flags, decision, holds || !word.locked);
             }

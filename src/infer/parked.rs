@@ -15,11 +15,9 @@
 //! Nothing a parked thread would have settled is lost or moved: tests/replay.rs steps every golden
 //! stream with and without parking and compares the records one by one.
 
-use crate::infer::classify::asleep_elsewhere;
 use crate::infer::intervals::GilState;
 use crate::infer::sample::{Sample, ThreadSample};
 use crate::infer::thread::ThreadInference;
-use crate::observed::GilWaitRanges;
 
 /// Which threads are parked, and the sample they are parked at.
 #[derive(Debug)]
@@ -46,10 +44,14 @@ impl Default for Parked {
 }
 
 /// Whether the sample places `seen` by rule 5 and leaves nothing of it to keep but its released
-/// interval: asleep outside the GIL's waits, not the holder, not the mutex's owner, no 3.15 flags
-/// read (those count agreements).
-pub fn placed_asleep_outside(seen: &ThreadSample, sample: &Sample, ranges: &GilWaitRanges) -> bool {
-    seen.kernel.is_some_and(|k| asleep_elsewhere(&k, ranges))
+/// interval: asleep outside the GIL's waits (`asleep_outside_gil`, `classify::asleep_elsewhere`),
+/// not the holder, not the mutex's owner, no 3.15 flags read (those count agreements).
+pub fn placed_asleep_outside(
+    asleep_outside_gil: bool,
+    seen: &ThreadSample,
+    sample: &Sample,
+) -> bool {
+    asleep_outside_gil
         && !sample.holds(seen)
         && sample.mutex_owner != Some(seen.their_tid)
         && seen.gil_flags.is_none()
@@ -67,19 +69,11 @@ impl Parked {
         self.skipped
     }
 
-    /// Whether thread `index`, parked, stays parked at `sample` (`gap`: the sample comes after a
-    /// gap, which ends every open interval). Counts it when it does.
-    pub fn stays(
-        &mut self,
-        index: usize,
-        seen: &ThreadSample,
-        sample: &Sample,
-        ranges: &GilWaitRanges,
-        gap: bool,
-    ) -> bool {
-        let stays = self.parked.get(index) == Some(&true)
-            && !gap
-            && placed_asleep_outside(seen, sample, ranges);
+    /// Whether thread `index`, parked, stays parked at a sample that places it as `placed_outside`
+    /// says (`placed_asleep_outside`; `gap`: the sample comes after a gap, which ends every open
+    /// interval). Counts it when it does.
+    pub fn stays(&mut self, index: usize, placed_outside: bool, gap: bool) -> bool {
+        let stays = self.parked.get(index) == Some(&true) && !gap && placed_outside;
         self.skipped += u64::from(stays);
         stays
     }

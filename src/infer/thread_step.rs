@@ -3,7 +3,7 @@
 //! hand-off, and what the thread wants read at the next sample. The engine (engine.rs) calls these
 //! once per thread and sample; they touch that thread's state only.
 
-use crate::infer::classify::{Basis, Census, ThreadEvidence, asleep_elsewhere, classify};
+use crate::infer::classify::{Basis, Census, ThreadEvidence, classify};
 use crate::infer::findings::{Finding, Handoff};
 use crate::infer::handoff_age::may_have_lasted;
 use crate::infer::intervals::{GilState, TimelineParams};
@@ -13,19 +13,20 @@ use crate::infer::thread::{MAX_STRETCH_NS, Stretch, ThreadInference};
 use crate::observed::{GilWaitRanges, KernelState};
 
 /// How `classify` places one thread at `sample`. A thread asleep in a syscall other than a GIL
-/// wait, and not the holder, is released whatever else the sample says (rule 5, and `classify`
-/// checks nothing before it that could apply): most threads of a large process sleep so, and
-/// placing them needs none of the rest of the evidence (tests check that `classify` agrees).
+/// wait (`asleep_outside_gil`: `classify::asleep_elsewhere`, which the engine has already asked),
+/// and not the holder, is released whatever else the sample says (rule 5, and `classify` checks
+/// nothing before it that could apply): most threads of a large process sleep so, and placing them
+/// needs none of the rest of the evidence (tests check that `classify` agrees).
 pub fn decide(
     thread: &mut ThreadInference,
     seen: &ThreadSample,
+    asleep_outside_gil: bool,
     sample: &Sample,
     census: Census,
     no_switch_request: bool,
     ranges: &GilWaitRanges,
 ) -> (GilState, Basis) {
-    let asleep_elsewhere = seen.kernel.is_some_and(|k| asleep_elsewhere(&k, ranges));
-    if asleep_elsewhere && !sample.holds(seen) {
+    if asleep_outside_gil && !sample.holds(seen) {
         thread.owned_gil_mutex = sample.mutex_owner == Some(seen.their_tid);
         return (GilState::Released, Basis::Direct);
     }

@@ -268,7 +268,9 @@ impl Sampler<'_> {
         pace.last_walk = t0;
         pace.walk_now = false;
         match self.refresh() {
-            Ok(()) => {
+            Ok(unbound) => {
+                // Walk again at the next tick until every new thread state names its own thread.
+                pace.walk_now = unbound;
                 live.threads
                     .store(self.table.threads.len() as u64, Ordering::Relaxed);
                 Ok(())
@@ -460,9 +462,19 @@ impl Sampler<'_> {
 
     /// Re-walks the thread list: forgets threads that are gone (the engine closes them at the next
     /// sample, which lacks them), opens the /proc files of new ones.
-    fn refresh(&mut self) -> Result<(), WalkError> {
+    /// Walks the thread list into the table. `Ok(true)`: two thread states named the same thread.
+    /// Before 3.11 a new thread's state carries its creator's `pthread_t` until the new thread
+    /// starts and sets its own, and the head of the list does not move when it does: without
+    /// another walk the new thread would stay unseen (or its creator's state be taken for it) until
+    /// the next `refresh_ns`.
+    fn refresh(&mut self) -> Result<bool, WalkError> {
         let target = self.target;
         target.walk_threads(&mut self.walker, &mut self.refs)?;
+        let unbound = self
+            .refs
+            .iter()
+            .enumerate()
+            .any(|(i, r)| self.refs[..i].iter().any(|earlier| earlier.tid == r.tid));
         // The thread states hold ids of the target's PID namespace; /proc and the trace use ours.
         match self.tid_map.as_mut() {
             Some(map) if map.translates() => self.refs.retain_mut(|r| match map.to_ours(r.tid) {
@@ -514,7 +526,7 @@ impl Sampler<'_> {
         self.table.reindex();
         self.report.max_threads = self.report.max_threads.max(self.table.threads.len());
         self.report.thread_walks += 1;
-        Ok(())
+        Ok(unbound)
     }
 }
 

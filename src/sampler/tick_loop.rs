@@ -7,7 +7,8 @@
 //! `Sample`; the engine turns it into records, and the stacks of threads that began to wait or hold
 //! are read after. The thread list is re-walked when its head moves (CPython puts every new thread
 //! state at the head; the head is read with the GIL words, in the same system call), whenever the
-//! GIL holder is not a known thread, and every `refresh_ns` for threads that exit elsewhere in the
+//! GIL holder is not a known thread, at the next tick while two thread states name one thread (a
+//! starting thread before 3.11), and every `refresh_ns` for threads that exit elsewhere in the
 //! list: a thread that starts is seen at the next tick, one that exits within `refresh_ns` (its
 //! kernel state reads as unknown meanwhile). Nothing on the per-tick path allocates once the
 //! thread table is built.

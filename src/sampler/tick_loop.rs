@@ -462,9 +462,8 @@ impl Sampler<'_> {
     }
 
     /// Re-walks the thread list: forgets threads that are gone (the engine closes them at the next
-    /// sample, which lacks them), opens the /proc files of new ones.
-    /// Walks the thread list into the table. `Ok(true)`: two thread states named the same thread.
-    /// Before 3.11 a new thread's state carries its creator's `pthread_t` until the new thread
+    /// sample, which lacks them), opens the /proc files of new ones. `Ok(true)`: two thread states
+    /// named the same thread. Before 3.11 a new thread's state carries its creator's `pthread_t` until the new thread
     /// starts and sets its own, and the head of the list does not move when it does: without
     /// another walk the new thread would stay unseen (or its creator's state be taken for it) until
     /// the next `refresh_ns`.

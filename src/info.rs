@@ -11,8 +11,8 @@ use crate::process::kernel::ThreadFiles;
 use crate::process::tasks::{TidMap, read_namespace_pid};
 use crate::python::attach::{LayoutChoice, attach};
 use crate::python::names::ThreadNamer;
-use crate::python::runtime::ThreadWalker;
 use crate::python::target::Target;
+use crate::python::thread_list::ThreadWalker;
 use crate::sampler::config::SamplerConfig;
 
 /// What `gilsample info` prints for process `pid`: attaches with `choice` and describes the

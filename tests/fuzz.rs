@@ -22,9 +22,10 @@ use gilsample::python::linetable::LineTableFormat;
 use gilsample::python::names::{MAX_NAME_CHARS, ThreadNamer};
 use gilsample::python::objects::{MAX_DICT_ENTRIES, ObjectReader, TypeObjects};
 use gilsample::python::runtime::{
-    ThreadRef, ThreadWalker, TidSource, find_gil, find_tid_source, read_interpreters,
+    ThreadRef, TidSource, find_gil, find_tid_source, read_interpreters,
 };
 use gilsample::python::stacks::{SHOWN_FRAMES, StackReader};
+use gilsample::python::thread_list::ThreadWalker;
 use gilsample::python::version::PyVersion;
 use gilsample::report::analyze::analyze;
 use gilsample::report::load::load;

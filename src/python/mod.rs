@@ -16,5 +16,6 @@ pub mod stacks;
 pub mod target;
 #[cfg(test)]
 pub(crate) mod test_heap;
+pub mod thread_list;
 pub mod validate;
 pub mod version;

@@ -10,6 +10,7 @@ use crate::addr::RemoteAddr;
 use crate::observed::GilWord;
 use crate::process::memory::{MemorySource, ReadError};
 use crate::python::layout::Layout;
+use crate::python::thread_list::read_thread_states;
 use crate::symbols::dwarf::FieldInfo;
 
 /// More threads than any real program has; a longer list means the walk is reading garbage.
@@ -128,7 +129,7 @@ impl GilWordFields {
     }
 }
 
-fn read_field(
+pub(super) fn read_field(
     mem: &dyn MemorySource,
     base: RemoteAddr,
     layout: &Layout,
@@ -143,7 +144,7 @@ fn read_field(
     Ok(mem.read_addr(addr)?)
 }
 
-fn check_pointer(addr: RemoteAddr, what: &str) -> Result<RemoteAddr, WalkError> {
+pub(super) fn check_pointer(addr: RemoteAddr, what: &str) -> Result<RemoteAddr, WalkError> {
     if addr.is_plausible_pointer(8) {
         Ok(addr)
     } else {
@@ -207,124 +208,6 @@ pub fn find_gil(
     check_pointer(gil, "interp->ceval.gil")
 }
 
-/// Reads the `PyThreadState` list of every interpreter into `out` as (tstate, pthread_t or tid) pairs,
-/// before tid resolution. Bounded and cycle-checked.
-fn read_thread_states(
-    mem: &dyn MemorySource,
-    layout: &Layout,
-    runtime: RemoteAddr,
-    id_field: &str,
-    out: &mut Vec<(RemoteAddr, u64)>,
-    seen: &mut HashSet<RemoteAddr>,
-    head_field: &mut Option<RemoteAddr>,
-) -> Result<(), WalkError> {
-    out.clear();
-    seen.clear();
-    for (i, interp) in read_interpreters(mem, layout, runtime)?
-        .into_iter()
-        .enumerate()
-    {
-        if i == 0 {
-            *head_field = layout
-                .field("interp.threads.head")
-                .and_then(|f| interp.offset(f.offset));
-        }
-        let mut tstate = read_field(mem, interp, layout, "interp.threads.head")?;
-        while !tstate.is_null() {
-            check_pointer(tstate, "thread state pointer")?;
-            if out.len() >= MAX_THREADS || !seen.insert(tstate) {
-                return Err(WalkError::Corrupt(
-                    "the thread list loops or is implausibly long".into(),
-                ));
-            }
-            let id = read_field(mem, tstate, layout, id_field)?.0;
-            out.push((tstate, id));
-            tstate = read_field(mem, tstate, layout, "tstate.next")?;
-        }
-    }
-    Ok(())
-}
-
-/// Walks the thread lists and resolves each thread state to its OS tid. Reusable buffers keep the
-/// periodic re-walk during sampling allocation-free once warmed up.
-#[derive(Default)]
-pub struct ThreadWalker {
-    raw: Vec<(RemoteAddr, u64)>,
-    seen: HashSet<RemoteAddr>,
-    head_field: Option<RemoteAddr>,
-}
-
-impl ThreadWalker {
-    /// Where the first interpreter keeps the head of its thread list, as the last walk found it:
-    /// CPython puts every new thread state at the head, so a change there says a thread started.
-    pub fn head_field(&self) -> Option<RemoteAddr> {
-        self.head_field
-    }
-
-    /// Walks every interpreter's thread list from `runtime` into `out`, each thread state with its
-    /// OS thread id found through `tids`.
-    pub fn walk(
-        &mut self,
-        mem: &dyn MemorySource,
-        layout: &Layout,
-        runtime: RemoteAddr,
-        tids: TidSource,
-        out: &mut Vec<ThreadRef>,
-    ) -> Result<(), WalkError> {
-        let id_field = match tids {
-            TidSource::NativeThreadId => "tstate.native_thread_id",
-            TidSource::PthreadTid { .. } => "tstate.thread_id",
-        };
-        read_thread_states(
-            mem,
-            layout,
-            runtime,
-            id_field,
-            &mut self.raw,
-            &mut self.seen,
-            &mut self.head_field,
-        )?;
-        out.clear();
-        // A thread state being created or freed while it is read (a target that churns threads)
-        // can hold any id: such a state is passed over. Only when every id is impossible does the
-        // layout itself look wrong.
-        let mut impossible = None;
-        for &(tstate, id) in &self.raw {
-            let tid = match tids {
-                TidSource::NativeThreadId => id,
-                TidSource::PthreadTid { offset } => {
-                    // A thread state not yet bound to an OS thread has no pthread_t.
-                    if id == 0 {
-                        continue;
-                    }
-                    let mut buf = [0u8; 4];
-                    let addr = RemoteAddr(id).offset(offset).ok_or(ReadError::Fault)?;
-                    mem.read_into(addr, &mut buf)?;
-                    u32::from_ne_bytes(buf) as u64
-                }
-            };
-            if tid == 0 {
-                continue;
-            }
-            let Ok(tid) = u32::try_from(tid) else {
-                impossible.get_or_insert(tid);
-                continue;
-            };
-            out.push(ThreadRef {
-                tstate,
-                tid,
-                their_tid: tid,
-            });
-        }
-        match impossible {
-            Some(tid) if out.is_empty() => Err(WalkError::Corrupt(format!(
-                "thread id {tid} is out of range"
-            ))),
-            _ => Ok(()),
-        }
-    }
-}
-
 /// Decides how thread states map to tids. For 3.11+ that is `native_thread_id`; before, it finds the
 /// offset of `tid` inside glibc's `struct pthread` as the one offset at which every thread's
 /// `pthread_t` block holds a distinct tid of the process.
@@ -346,6 +229,7 @@ pub fn find_tid_source(
         &mut raw,
         &mut HashSet::new(),
         &mut None,
+        (&[], &mut Vec::new()),
     )?;
     let mut pthreads: Vec<u64> = raw
         .iter()
@@ -389,6 +273,7 @@ mod tests {
     use super::*;
     use crate::process::memory::SnapshotMemory;
     use crate::python::layout::{Flavour, find_shipped};
+    use crate::python::thread_list::ThreadWalker;
 
     /// A 3.9 runtime with one interpreter and the given thread states (tstate address, pthread_t).
     fn runtime_39(

@@ -14,7 +14,8 @@ use crate::python::gil_span::{GIL_SPAN_MAX, GilReading, WaiterCountAddrs, Waiter
 use crate::python::layout::{Flavour, Layout};
 use crate::python::layout_choice::LayoutSource;
 use crate::python::objects::ObjectReader;
-use crate::python::runtime::{GilWordFields, ThreadRef, ThreadWalker, TidSource, WalkError};
+use crate::python::runtime::{GilWordFields, ThreadRef, TidSource, WalkError};
+use crate::python::thread_list::ThreadWalker;
 use crate::python::version::PyVersion;
 
 /// A target ready to be sampled: everything the sampler needs, checked against the live process.

@@ -11,8 +11,9 @@ use crate::process::maps::proc_error;
 use crate::process::memory::{MemorySource, ReadError};
 use crate::process::tasks::TidMap;
 use crate::python::layout::Flavour;
-use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
+use crate::python::runtime::{ThreadRef, WalkError};
 use crate::python::target::Target;
+use crate::python::thread_list::ThreadWalker;
 
 /// A free-threaded build may run with the GIL disabled; then there is nothing to record, and saying so
 /// beats writing an empty trace.

@@ -18,14 +18,15 @@ use std::sync::atomic::Ordering;
 use crate::infer::engine::{Engine, StacksFirst};
 use crate::infer::sample::{Sample, SampleContext, Wants};
 use crate::observed::GilWaitRanges;
-use crate::process::kernel::{SleepProof, ThreadFiles};
+use crate::process::kernel::ThreadFiles;
 use crate::process::memory::ReadError;
 use crate::process::syscalls::counted;
 use crate::process::tasks::TidMap;
 use crate::python::gil_span::{GilReading, WaiterCountAddrs};
 use crate::python::names::ThreadNamer;
-use crate::python::runtime::{ThreadRef, ThreadWalker, WalkError};
+use crate::python::runtime::{ThreadRef, WalkError};
 use crate::python::target::Target;
+use crate::python::thread_list::ThreadWalker;
 use crate::sampler::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sampler::config::{LiveCounters, SampleLog, SamplerConfig};
 use crate::sampler::dodge::CpuDodge;
@@ -33,7 +34,7 @@ use crate::sampler::gil_flag_reader::GilFlagReader;
 use crate::sampler::priority::{Scheduling, apply_to_current_thread};
 use crate::sampler::report::{EndReason, SamplerReport};
 use crate::sampler::stack_watch::StackWatch;
-use crate::sampler::thread_reads::{CHECK_COUNTED_OUT, IdleReads, ThreadTable, WatchedThread};
+use crate::sampler::thread_reads::{CHECK_COUNTED_OUT, IdleReads, ThreadTable};
 
 use crate::infer::findings::{Finding, LiveSnapshot};
 
@@ -107,7 +108,15 @@ pub fn run_sampler(
             Err(why) => state.report.stacks.unavailable = Some(why),
         }
     }
-    let end = state.run(config, stop, live, sink, &mut log);
+    // The first walk opens every thread's /proc files and reads every thread's name: with 400 threads
+    // about 40 ms, which at the first tick was a hole of 400 samples at the start of the recording.
+    // Taken before the recording's start instead; where it fails, the first tick walks again.
+    let first_walk = state.refresh().ok();
+    state.report.start_ns = monotonic_ns();
+    state.report.end_ns = state.report.start_ns;
+    live.threads
+        .store(state.table.threads.len() as u64, Ordering::Relaxed);
+    let end = state.run(config, first_walk, stop, live, sink, &mut log);
     // Names again at the end, for threads renamed since they were first seen.
     let (refs, names) = (&state.refs, &mut state.report.thread_names);
     let memory = &target.memory;
@@ -129,9 +138,11 @@ pub fn run_sampler(
 }
 
 impl Sampler<'_> {
+    /// `first_walk`: what the walk before the start found (`refresh`), where it succeeded.
     fn run(
         &mut self,
         config: &SamplerConfig,
+        first_walk: Option<bool>,
         stop: &dyn Fn() -> bool,
         live: &LiveCounters,
         sink: &mut dyn FnMut(Finding),
@@ -139,6 +150,10 @@ impl Sampler<'_> {
     ) -> EndReason {
         let period = config.period_ns;
         let mut pace = Pace::new(self.report.start_ns);
+        if let Some(unbound) = first_walk {
+            pace.last_walk = self.report.start_ns;
+            pace.walk_now = unbound;
+        }
         let mut dodge = if config.dodge_holder && self.report.scheduling == Scheduling::Fifo {
             CpuDodge::new(self.target.pid)
         } else {
@@ -463,18 +478,13 @@ impl Sampler<'_> {
 
     /// Re-walks the thread list: forgets threads that are gone (the engine closes them at the next
     /// sample, which lacks them), opens the /proc files of new ones. `Ok(true)`: two thread states
-    /// named the same thread. Before 3.11 a new thread's state carries its creator's `pthread_t` until the new thread
-    /// starts and sets its own, and the head of the list does not move when it does: without
-    /// another walk the new thread would stay unseen (or its creator's state be taken for it) until
-    /// the next `refresh_ns`.
+    /// named the same thread. Before 3.11 a new thread's state carries its creator's `pthread_t`
+    /// until the new thread starts and sets its own, and the head of the list does not move when it
+    /// does: without another walk the new thread would stay unseen (or its creator's state be taken
+    /// for it) until the next `refresh_ns`.
     fn refresh(&mut self) -> Result<bool, WalkError> {
         let target = self.target;
         target.walk_threads(&mut self.walker, &mut self.refs)?;
-        let unbound = self
-            .refs
-            .iter()
-            .enumerate()
-            .any(|(i, r)| self.refs[..i].iter().any(|earlier| earlier.tid == r.tid));
         // The thread states hold ids of the target's PID namespace; /proc and the trace use ours.
         match self.tid_map.as_mut() {
             Some(map) if map.translates() => self.refs.retain_mut(|r| match map.to_ours(r.tid) {
@@ -488,42 +498,20 @@ impl Sampler<'_> {
             None => self.refs.clear(),
         }
         let refs = &self.refs;
-        self.table
-            .threads
-            .retain(|tracked| refs.iter().any(|r| r.tid == tracked.thread.tid));
-        for r in refs {
-            if let Some(tracked) = self
-                .table
-                .threads
-                .iter_mut()
-                .find(|t| t.thread.tid == r.tid)
-            {
-                tracked.thread.tstate = r.tstate;
-                continue;
-            }
-            // A thread that exited between the walk and here has no files; the next walk drops it.
-            let Ok(files) = ThreadFiles::open(target.pid, r.tid) else {
-                continue;
-            };
-            self.report
-                .thread_names
+        let names = &mut self.report.thread_names;
+        let unbound = self.table.follow(refs, |r| {
+            let files = ThreadFiles::open(target.pid, r.tid).ok()?;
+            names
                 .entry(r.tid)
                 .or_insert_with(|| thread_name(target.pid, r.tid));
-            self.table.threads.push(WatchedThread {
-                thread: *r,
-                files,
-                last_kernel: None,
-                idle_since: None,
-                sleep_proof: SleepProof::default(),
-            });
-        }
+            Some(files)
+        });
         let names = &mut self.report.thread_names;
         self.namer
             .name_new_threads(&target.memory, &target.layout, target.runtime, refs, names);
         if let Some(watch) = self.stacks.as_mut() {
-            watch.retain(|tid| refs.iter().any(|r| r.tid == tid));
+            watch.retain(|tid| self.table.index_of(tid).is_some());
         }
-        self.table.reindex();
         self.report.max_threads = self.report.max_threads.max(self.table.threads.len());
         self.report.thread_walks += 1;
         Ok(unbound)

@@ -180,6 +180,103 @@ proptest! {
     }
 }
 
+const LIST_RUNTIME: u64 = 0x10_0000;
+const LIST_INTERP: u64 = 0x20_0000;
+
+/// The address of thread state `i` in `listed_memory`.
+fn state_at(i: u64) -> u64 {
+    0x30_0000 + 0x1000 * i
+}
+
+/// One interpreter whose thread list links `states` thread states in `order` (the rest are mapped
+/// but unlinked), state i with native id `ids[i]`; then `changes` (state, word, value) written over
+/// the states, values mostly other states' addresses: lists that are cut, joined, looped, or lead
+/// outside every mapping.
+fn listed_memory(
+    layout: &Layout,
+    states: u64,
+    order: &[u64],
+    ids: &[u64],
+    changes: &[(u64, u64, u64)],
+) -> SnapshotMemory {
+    let field = |name: &str| layout.required(name).offset;
+    let mut mem = SnapshotMemory::new();
+    mem.insert(RemoteAddr(LIST_RUNTIME), vec![0; 0x10000]);
+    mem.insert(RemoteAddr(LIST_INTERP), vec![0; 0x10000]);
+    mem.put_u64(
+        RemoteAddr(LIST_RUNTIME + field("runtime.interpreters.head")),
+        LIST_INTERP,
+    );
+    for i in 0..states {
+        mem.insert(RemoteAddr(state_at(i)), vec![0; 0x400]);
+        mem.put_u64(
+            RemoteAddr(state_at(i) + field("tstate.native_thread_id")),
+            ids[i as usize],
+        );
+    }
+    let head = order.first().map(|&i| state_at(i)).unwrap_or(0);
+    mem.put_u64(RemoteAddr(LIST_INTERP + field("interp.threads.head")), head);
+    for (k, &i) in order.iter().enumerate() {
+        let next = order.get(k + 1).map(|&j| state_at(j)).unwrap_or(0);
+        mem.put_u64(RemoteAddr(state_at(i) + field("tstate.next")), next);
+    }
+    for &(i, word, value) in changes {
+        mem.put_u64(RemoteAddr(state_at(i % states) + (word % 0x80) * 8), value);
+    }
+    mem
+}
+
+/// A list of up to 80 states, two orders of them (a walk's, then the next walk's), ids, and changes.
+#[allow(clippy::type_complexity)]
+fn two_lists_strategy()
+-> impl Strategy<Value = (u64, Vec<u64>, Vec<u64>, Vec<u64>, Vec<(u64, u64, u64)>)> {
+    (1u64..80).prop_flat_map(|n| {
+        let order = Just((0..n).collect::<Vec<u64>>()).prop_shuffle();
+        let sub = (order.clone(), 0..=n as usize).prop_map(|(o, k)| o[..k].to_vec());
+        let value = prop_oneof![
+            4 => (0..n).prop_map(state_at),
+            1 => Just(0u64),
+            1 => any::<u64>(),
+        ];
+        let tweaks = prop::collection::vec((0..n, 0u64..0x80, value), 0..4);
+        (
+            Just(n),
+            sub.clone(),
+            sub,
+            prop::collection::vec(1u64..1 << 32, n as usize),
+            tweaks,
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(config("walk-read-ahead"))]
+    #[test]
+    fn a_walk_reading_ahead_along_the_last_finds_what_a_fresh_walk_finds(
+        (n, before, after, ids, changes) in two_lists_strategy(),
+    ) {
+        // The last walk's list only says where to read ahead: after the list changed (threads
+        // started and exited, in any order, links cut or looped), the walk that reads ahead along
+        // it gives what a walk with nothing to go on gives, errors included.
+        let runtime = RemoteAddr(LIST_RUNTIME);
+        for key in ["3.11", "3.12", "3.14"] {
+            let layout = find_shipped(key, Flavour::Default, "x86_64").unwrap().unwrap();
+            let source = TidSource::NativeThreadId;
+            let mut walker = ThreadWalker::default();
+            let first = listed_memory(&layout, n, &before, &ids, &[]);
+            let mut out = Vec::new();
+            prop_assert!(walker.walk(&first, &layout, runtime, source, &mut out).is_ok());
+            prop_assert_eq!(out.len(), before.len());
+            let changed = listed_memory(&layout, n, &after, &ids, &changes);
+            let (mut ahead, mut fresh) = (Vec::new(), Vec::new());
+            let read_ahead = walker.walk(&changed, &layout, runtime, source, &mut ahead);
+            let walked = ThreadWalker::default().walk(&changed, &layout, runtime, source, &mut fresh);
+            prop_assert_eq!(read_ahead, walked);
+            prop_assert_eq!(ahead, fresh);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(config("thread-names"))]
     #[test]

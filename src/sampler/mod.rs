@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod dodge;
 pub mod gil_flag_reader;
+mod pace;
 pub mod priority;
 pub mod report;
 pub mod stack_watch;

@@ -7,8 +7,9 @@
 //! `Sample`; the engine turns it into records, and the stacks of threads that began to wait or hold
 //! are read after. The thread list is re-walked when its head moves (CPython puts every new thread
 //! state at the head; the head is read with the GIL words, in the same system call), whenever the
-//! GIL holder is not a known thread, at the next tick while two thread states name one thread (a
-//! starting thread before 3.11), and every `refresh_ns` for threads that exit elsewhere in the
+//! GIL holder is not a known thread, after one, two, four… periods while two thread states name one
+//! thread (a starting thread before 3.11; `pace.rs`), and every `refresh_ns` for threads that exit
+//! elsewhere in the
 //! list: a thread that starts is seen at the next tick, one that exits within `refresh_ns` (its
 //! kernel state reads as unknown meanwhile). Nothing on the per-tick path allocates once the
 //! thread table is built.
@@ -31,6 +32,7 @@ use crate::sampler::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
 use crate::sampler::config::{LiveCounters, SampleLog, SamplerConfig};
 use crate::sampler::dodge::CpuDodge;
 use crate::sampler::gil_flag_reader::GilFlagReader;
+use crate::sampler::pace::Pace;
 use crate::sampler::priority::{Scheduling, apply_to_current_thread};
 use crate::sampler::report::{EndReason, SamplerReport};
 use crate::sampler::stack_watch::StackWatch;
@@ -152,7 +154,8 @@ impl Sampler<'_> {
         let mut pace = Pace::new(self.report.start_ns);
         if let Some(unbound) = first_walk {
             pace.last_walk = self.report.start_ns;
-            pace.walk_now = unbound;
+            pace.unbound
+                .after_walk(pace.last_walk, unbound, period, config.refresh_ns);
         }
         let mut dodge = if config.dodge_holder && self.report.scheduling == Scheduling::Fifo {
             CpuDodge::new(self.target.pid)
@@ -278,15 +281,20 @@ impl Sampler<'_> {
         let word = reading.word;
         let holder_unknown =
             word.locked && self.table.index_of_thread_state(word.last_holder).is_none();
-        if t0 - pace.last_walk < config.refresh_ns && !holder_unknown && !pace.walk_now {
+        let unbound_due = pace.unbound.due(t0);
+        if t0 - pace.last_walk < config.refresh_ns
+            && !holder_unknown
+            && !pace.walk_now
+            && !unbound_due
+        {
             return Ok(());
         }
         pace.last_walk = t0;
         pace.walk_now = false;
         match self.refresh() {
             Ok(unbound) => {
-                // Walk again at the next tick until every new thread state names its own thread.
-                pace.walk_now = unbound;
+                pace.unbound
+                    .after_walk(t0, unbound, config.period_ns, config.refresh_ns);
                 live.threads
                     .store(self.table.threads.len() as u64, Ordering::Relaxed);
                 Ok(())
@@ -515,37 +523,6 @@ impl Sampler<'_> {
         self.report.max_threads = self.report.max_threads.max(self.table.threads.len());
         self.report.thread_walks += 1;
         Ok(unbound)
-    }
-}
-
-/// The loop's own state from one tick to the next.
-struct Pace {
-    /// When the next tick is due (CLOCK_MONOTONIC).
-    deadline: u64,
-    /// When the thread list was last walked.
-    last_walk: u64,
-    /// Since when every read has faulted, while they do.
-    faulting_since: Option<u64>,
-    /// Periods skipped before the coming tick (infer/quiet.rs).
-    skipping: u32,
-    /// The thread list's head at the last tick, and whether it moved since the last walk.
-    thread_list_head: Option<u64>,
-    walk_now: bool,
-    /// When the next live snapshot is due (`SamplerConfig::live_every_ns`).
-    next_live_ns: u64,
-}
-
-impl Pace {
-    fn new(start_ns: u64) -> Pace {
-        Pace {
-            deadline: start_ns,
-            last_walk: 0,
-            faulting_since: None,
-            skipping: 0,
-            thread_list_head: None,
-            walk_now: false,
-            next_live_ns: 0,
-        }
     }
 }
 

@@ -1,0 +1,95 @@
+//! The tick loop's own state from one tick to the next: when the next tick is due, when the thread
+//! list was walked and when it is walked again, and how long reads have been failing.
+
+/// The loop's own state from one tick to the next.
+pub(super) struct Pace {
+    /// When the next tick is due (CLOCK_MONOTONIC).
+    pub(super) deadline: u64,
+    /// When the thread list was last walked.
+    pub(super) last_walk: u64,
+    /// Since when every read has faulted, while they do.
+    pub(super) faulting_since: Option<u64>,
+    /// Periods skipped before the coming tick (infer/quiet.rs).
+    pub(super) skipping: u32,
+    /// The thread list's head at the last tick, and whether it moved since the last walk.
+    pub(super) thread_list_head: Option<u64>,
+    pub(super) walk_now: bool,
+    pub(super) unbound: UnboundWalks,
+    /// When the next live snapshot is due (`SamplerConfig::live_every_ns`).
+    pub(super) next_live_ns: u64,
+}
+
+impl Pace {
+    pub(super) fn new(start_ns: u64) -> Pace {
+        Pace {
+            deadline: start_ns,
+            last_walk: 0,
+            faulting_since: None,
+            skipping: 0,
+            thread_list_head: None,
+            walk_now: false,
+            unbound: UnboundWalks::default(),
+            next_live_ns: 0,
+        }
+    }
+}
+
+/// The walks again while two thread states name one thread (`Sampler::refresh`): after one period,
+/// then two, four… up to `refresh_ns`. A thread that starts is seen at the next tick or soon after
+/// (later only if it waits for a CPU that long), and a state that never names its own thread (one a
+/// C extension made and left) costs a few walks per `refresh_ns`, not one per tick.
+#[derive(Default)]
+pub(super) struct UnboundWalks {
+    /// The wait before the next walk, and when it is due; none while every state names its own.
+    wait_ns: u64,
+    due_ns: Option<u64>,
+}
+
+impl UnboundWalks {
+    pub(super) fn after_walk(&mut self, t0: u64, unbound: bool, period: u64, refresh_ns: u64) {
+        if !unbound {
+            *self = UnboundWalks::default();
+            return;
+        }
+        self.wait_ns = if self.wait_ns == 0 {
+            period
+        } else {
+            (self.wait_ns * 2).min(refresh_ns)
+        };
+        self.due_ns = Some(t0 + self.wait_ns);
+    }
+
+    pub(super) fn due(&self, t0: u64) -> bool {
+        self.due_ns.is_some_and(|at| t0 >= at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PERIOD: u64 = 100_000;
+    const REFRESH: u64 = 100_000_000;
+
+    #[test]
+    fn walks_while_unbound_come_at_one_two_four_periods_up_to_the_refresh() {
+        let mut walks = UnboundWalks::default();
+        let mut t = 0;
+        let mut waits = Vec::new();
+        for _ in 0..14 {
+            walks.after_walk(t, true, PERIOD, REFRESH);
+            let due = walks.due_ns.unwrap();
+            assert!(!walks.due(due - 1) && walks.due(due));
+            waits.push((due - t) / PERIOD);
+            t = due;
+        }
+        assert_eq!(waits[..5], [1, 2, 4, 8, 16]);
+        assert_eq!(*waits.last().unwrap(), REFRESH / PERIOD);
+        // Bound again: no walk is due before the regular refresh, and the next unbound walk is
+        // a period away again.
+        walks.after_walk(t, false, PERIOD, REFRESH);
+        assert!(!walks.due(t + REFRESH));
+        walks.after_walk(t, true, PERIOD, REFRESH);
+        assert_eq!(walks.due_ns, Some(t + PERIOD));
+    }
+}

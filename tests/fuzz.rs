@@ -21,11 +21,9 @@ use gilsample::python::layout::{FIELD_QUERIES, Flavour, Layout, find_shipped};
 use gilsample::python::linetable::LineTableFormat;
 use gilsample::python::names::{MAX_NAME_CHARS, ThreadNamer};
 use gilsample::python::objects::{MAX_DICT_ENTRIES, ObjectReader, TypeObjects};
-use gilsample::python::runtime::{
-    ThreadRef, TidSource, find_gil, find_tid_source, read_interpreters,
-};
+use gilsample::python::runtime::{ThreadRef, TidSource, find_gil, read_interpreters};
 use gilsample::python::stacks::{SHOWN_FRAMES, StackReader};
-use gilsample::python::thread_list::ThreadWalker;
+use gilsample::python::thread_list::{ThreadWalker, find_tid_source};
 use gilsample::python::version::PyVersion;
 use gilsample::report::analyze::analyze;
 use gilsample::report::load::load;

@@ -18,8 +18,9 @@ use crate::python::find_binary::find_interpreter;
 use crate::python::gil_span::{GIL_SPAN_MAX, WaiterCountAddrs};
 use crate::python::layout::{Flavour, Layout};
 use crate::python::layout_choice::{LayoutRequest, choose_layout, flavour_of};
-use crate::python::runtime::{GilWordFields, find_gil, find_tid_source};
+use crate::python::runtime::{GilWordFields, find_gil};
 use crate::python::target::Target;
+use crate::python::thread_list::find_tid_source;
 use crate::python::validate::{
     check_gil_enabled, check_is_user_process, read_error, validate, walk_error,
 };

@@ -3,22 +3,16 @@
 //!
 //! Every pointer comes from the target and is untrusted: each is checked for plausibility before use,
 //! every list walk is bounded and detects cycles, and a read that fails is reported, never unwrapped.
-
-use std::collections::HashSet;
-
 use crate::addr::RemoteAddr;
 use crate::observed::GilWord;
 use crate::process::memory::{MemorySource, ReadError};
 use crate::python::layout::Layout;
-use crate::python::thread_list::read_thread_states;
 use crate::symbols::dwarf::FieldInfo;
 
 /// More threads than any real program has; a longer list means the walk is reading garbage.
 pub const MAX_THREADS: usize = 10_000;
 /// Subinterpreters are few; more means garbage.
 pub const MAX_INTERPRETERS: usize = 256;
-/// How far into glibc's `struct pthread` the `tid` field is searched for.
-const PTHREAD_SEARCH_BYTES: usize = 2048;
 
 /// Why a walk of the thread list failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -208,179 +202,10 @@ pub fn find_gil(
     check_pointer(gil, "interp->ceval.gil")
 }
 
-/// Decides how thread states map to tids. For 3.11+ that is `native_thread_id`; before, it finds the
-/// offset of `tid` inside glibc's `struct pthread` as the one offset at which every thread's
-/// `pthread_t` block holds a distinct tid of the process.
-pub fn find_tid_source(
-    mem: &dyn MemorySource,
-    layout: &Layout,
-    runtime: RemoteAddr,
-    process_tids: &HashSet<u32>,
-) -> Result<TidSource, WalkError> {
-    if layout.field("tstate.native_thread_id").is_some() {
-        return Ok(TidSource::NativeThreadId);
-    }
-    let mut raw = Vec::new();
-    read_thread_states(
-        mem,
-        layout,
-        runtime,
-        "tstate.thread_id",
-        &mut raw,
-        &mut HashSet::new(),
-        &mut None,
-        (&[], &mut Vec::new()),
-    )?;
-    let mut pthreads: Vec<u64> = raw
-        .iter()
-        .map(|&(_, id)| id)
-        .filter(|&id| id != 0)
-        .collect();
-    // A thread state created for a thread that has not started yet still carries its creator's
-    // pthread_t (CPython < 3.11 sets it in the new thread): count each pthread once.
-    pthreads.sort_unstable();
-    pthreads.dedup();
-    if pthreads.is_empty() {
-        return Err(WalkError::NotInitialized);
-    }
-    let mut blocks = Vec::with_capacity(pthreads.len());
-    for &pthread in &pthreads {
-        check_pointer(RemoteAddr(pthread), "pthread_t")?;
-        let mut block = vec![0u8; PTHREAD_SEARCH_BYTES];
-        mem.read_into(RemoteAddr(pthread), &mut block)?;
-        blocks.push(block);
-    }
-    let offset = (0..PTHREAD_SEARCH_BYTES - 4).step_by(4).find(|&off| {
-        let values: Vec<u32> = blocks
-            .iter()
-            .map(|b| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap()))
-            .collect();
-        let distinct: HashSet<u32> = values.iter().copied().collect();
-        values.iter().all(|v| process_tids.contains(v)) && distinct.len() == values.len()
-    });
-    match offset {
-        Some(offset) => Ok(TidSource::PthreadTid {
-            offset: offset as u64,
-        }),
-        None => Err(WalkError::Corrupt(
-            "no tid field found in the threads' struct pthread (is this glibc?)".into(),
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::memory::SnapshotMemory;
     use crate::python::layout::{Flavour, find_shipped};
-    use crate::python::thread_list::ThreadWalker;
-
-    /// A 3.9 runtime with one interpreter and the given thread states (tstate address, pthread_t).
-    fn runtime_39(
-        threads: &[(u64, u64)],
-        pthread_tids: &[(u64, u32)],
-    ) -> (SnapshotMemory, Layout, RemoteAddr) {
-        let layout = find_shipped("3.9", Flavour::Default, "x86_64")
-            .unwrap()
-            .unwrap();
-        let runtime = RemoteAddr(0x10_0000);
-        let interp = RemoteAddr(0x20_0000);
-        let mut mem = SnapshotMemory::new();
-        mem.insert(runtime, vec![0; 0x1000]);
-        mem.insert(interp, vec![0; 0x1000]);
-        mem.put_u64(
-            RemoteAddr(runtime.0 + layout.required("runtime.interpreters.head").offset),
-            interp.0,
-        );
-        mem.put_u64(
-            RemoteAddr(interp.0 + layout.required("interp.threads.head").offset),
-            threads[0].0,
-        );
-        for (i, &(tstate, pthread)) in threads.iter().enumerate() {
-            mem.insert(RemoteAddr(tstate), vec![0; 0x200]);
-            let next = threads.get(i + 1).map(|t| t.0).unwrap_or(0);
-            mem.put_u64(
-                RemoteAddr(tstate + layout.required("tstate.next").offset),
-                next,
-            );
-            mem.put_u64(
-                RemoteAddr(tstate + layout.required("tstate.thread_id").offset),
-                pthread,
-            );
-        }
-        for &(pthread, tid) in pthread_tids {
-            let mut block = vec![0u8; 0x800];
-            block[720..724].copy_from_slice(&tid.to_ne_bytes());
-            mem.insert(RemoteAddr(pthread), block);
-        }
-        (mem, layout, runtime)
-    }
-
-    #[test]
-    fn finds_glibcs_tid_offset_and_walks_to_tids() {
-        let (mem, layout, runtime) = runtime_39(
-            &[(0x30_0000, 0x40_0000), (0x31_0000, 0x41_0000)],
-            &[(0x40_0000, 77), (0x41_0000, 78)],
-        );
-        let tids = HashSet::from([77, 78]);
-        let source = find_tid_source(&mem, &layout, runtime, &tids).unwrap();
-        assert_eq!(source, TidSource::PthreadTid { offset: 720 });
-        let mut out = Vec::new();
-        ThreadWalker::default()
-            .walk(&mem, &layout, runtime, source, &mut out)
-            .unwrap();
-        assert_eq!(out.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![77, 78]);
-    }
-
-    #[test]
-    fn a_thread_state_still_carrying_its_creators_pthread_is_tolerated() {
-        // Before 3.11 a new thread's state holds its creator's pthread_t until the thread starts.
-        let (mem, layout, runtime) = runtime_39(
-            &[(0x30_0000, 0x40_0000), (0x31_0000, 0x40_0000)],
-            &[(0x40_0000, 77)],
-        );
-        let source = find_tid_source(&mem, &layout, runtime, &HashSet::from([77])).unwrap();
-        assert_eq!(source, TidSource::PthreadTid { offset: 720 });
-    }
-
-    #[test]
-    fn a_looping_thread_list_is_an_error_not_a_hang() {
-        let (mut mem, layout, runtime) = runtime_39(
-            &[(0x30_0000, 0x40_0000), (0x31_0000, 0x40_0000)],
-            &[(0x40_0000, 77)],
-        );
-        mem.put_u64(
-            RemoteAddr(0x31_0000 + layout.required("tstate.next").offset),
-            0x30_0000,
-        );
-        let mut out = Vec::new();
-        let walked = ThreadWalker::default().walk(
-            &mem,
-            &layout,
-            runtime,
-            TidSource::PthreadTid { offset: 720 },
-            &mut out,
-        );
-        assert!(matches!(walked, Err(WalkError::Corrupt(why)) if why.contains("loops")));
-    }
-
-    #[test]
-    fn a_pointer_into_nowhere_is_a_fault() {
-        let (mut mem, layout, runtime) = runtime_39(&[(0x30_0000, 0x40_0000)], &[(0x40_0000, 77)]);
-        mem.put_u64(
-            RemoteAddr(0x30_0000 + layout.required("tstate.next").offset),
-            0x7777_0000,
-        );
-        let mut out = Vec::new();
-        let walked = ThreadWalker::default().walk(
-            &mem,
-            &layout,
-            runtime,
-            TidSource::PthreadTid { offset: 720 },
-            &mut out,
-        );
-        assert_eq!(walked, Err(WalkError::Read(ReadError::Fault)));
-    }
 
     #[test]
     fn gil_words_include_the_switch_interval() {

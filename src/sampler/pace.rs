@@ -3,8 +3,12 @@
 
 /// The loop's own state from one tick to the next.
 pub(super) struct Pace {
-    /// When the next tick is due (CLOCK_MONOTONIC).
+    /// When the next tick is due (CLOCK_MONOTONIC): deadlines stay on one grid of periods.
     pub(super) deadline: u64,
+    /// The next tick starts no sooner than this, a quarter period after the last one ended, so a
+    /// real-time sampler never monopolises a CPU. A tick that overran into the next period delays
+    /// only the next tick, not the grid: the one after is on time again.
+    pub(super) rest_until: u64,
     /// When the thread list was last walked.
     pub(super) last_walk: u64,
     /// Since when every read has faulted, while they do.
@@ -23,6 +27,7 @@ impl Pace {
     pub(super) fn new(start_ns: u64) -> Pace {
         Pace {
             deadline: start_ns,
+            rest_until: 0,
             last_walk: 0,
             faulting_since: None,
             skipping: 0,

@@ -225,10 +225,11 @@ impl Sampler<'_> {
         }
     }
 
-    /// Sleeps until the tick's deadline and moves it on; a tick that started over a period late is
-    /// counted, and the deadlines it missed are let go. Returns when it woke.
+    /// Sleeps until the tick's deadline (or the end of the last tick's rest) and moves it on; a
+    /// tick that started over a period late is counted, and the deadlines it missed are let go.
+    /// Returns when it woke.
     fn wait_for_tick(&mut self, pace: &mut Pace, period: u64, live: &LiveCounters) -> u64 {
-        sleep_until(pace.deadline);
+        sleep_until(pace.deadline.max(pace.rest_until));
         let woke = monotonic_ns();
         if woke > pace.deadline + period {
             self.report.late_samples += 1;
@@ -378,7 +379,7 @@ impl Sampler<'_> {
     }
 
     /// What the tick leaves for the next: the periods to skip while quiet, a move off the holder's
-    /// CPU, the counts, and a deadline at least a quarter period away.
+    /// CPU, the counts, and a quarter period's rest (`Pace::rest_until`).
     fn after_tick(
         &mut self,
         sample: &Sample,
@@ -407,9 +408,7 @@ impl Sampler<'_> {
         self.report.samples += 1;
         self.report.end_ns = sample.t_ns;
         live.samples.store(self.report.samples, Ordering::Relaxed);
-        // Leave at least a quarter period idle even when a tick overran, so a real-time sampler
-        // never monopolises a CPU.
-        pace.deadline = pace.deadline.max(monotonic_ns() + period / 4);
+        pace.rest_until = monotonic_ns() + period / 4;
     }
 
     /// What a live view gets at sample `t_ns` (`SamplerConfig::live_every_ns`).

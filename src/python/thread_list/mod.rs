@@ -19,6 +19,9 @@ use crate::python::runtime::{
     MAX_THREADS, ThreadRef, TidSource, WalkError, check_pointer, read_field, read_interpreters,
 };
 
+/// How far into glibc's `struct pthread` the `tid` field is searched for.
+const PTHREAD_SEARCH_BYTES: usize = 2048;
+
 /// How many thread states one read-ahead asks for (`MemorySource::read_each` takes them 16 to a
 /// system call).
 const READ_AHEAD: usize = 64;
@@ -298,159 +301,65 @@ impl ThreadWalker {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::cell::Cell;
-
-    use super::*;
-    use crate::process::memory::SnapshotMemory;
-    use crate::python::layout::{Flavour, find_shipped};
-
-    /// A snapshot that counts its reads: one per `read_into`, one per `read_each` (a system call
-    /// each in a live process).
-    struct Counted {
-        mem: SnapshotMemory,
-        reads: Cell<usize>,
+/// Decides how thread states map to tids. For 3.11+ that is `native_thread_id`; before, it finds the
+/// offset of `tid` inside glibc's `struct pthread` as the one offset at which every thread's
+/// `pthread_t` block holds a distinct tid of the process.
+pub fn find_tid_source(
+    mem: &dyn MemorySource,
+    layout: &Layout,
+    runtime: RemoteAddr,
+    process_tids: &HashSet<u32>,
+) -> Result<TidSource, WalkError> {
+    if layout.field("tstate.native_thread_id").is_some() {
+        return Ok(TidSource::NativeThreadId);
     }
-
-    impl MemorySource for Counted {
-        fn read_into(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), ReadError> {
-            self.reads.set(self.reads.get() + 1);
-            self.mem.read_into(addr, buf)
-        }
-
-        fn read_each(&self, reads: &mut [(RemoteAddr, &mut [u8])]) -> usize {
-            self.reads.set(self.reads.get() + 1);
-            let mut filled = 0;
-            for (addr, buf) in reads.iter_mut() {
-                if self.mem.read_into(*addr, buf).is_err() {
-                    break;
-                }
-                filled += 1;
-            }
-            filled
-        }
+    let mut raw = Vec::new();
+    read_thread_states(
+        mem,
+        layout,
+        runtime,
+        "tstate.thread_id",
+        &mut raw,
+        &mut HashSet::new(),
+        &mut None,
+        (&[], &mut Vec::new()),
+    )?;
+    let mut pthreads: Vec<u64> = raw
+        .iter()
+        .map(|&(_, id)| id)
+        .filter(|&id| id != 0)
+        .collect();
+    // A thread state created for a thread that has not started yet still carries its creator's
+    // pthread_t (CPython < 3.11 sets it in the new thread): count each pthread once.
+    pthreads.sort_unstable();
+    pthreads.dedup();
+    if pthreads.is_empty() {
+        return Err(WalkError::NotInitialized);
     }
-
-    const RUNTIME: u64 = 0x10_0000;
-    const INTERP: u64 = 0x20_0000;
-
-    /// A 3.11 runtime with one interpreter and thread states at 0x30_0000 + 0x1000 * i, listed in
-    /// `order` (indices), each with native id 100 + i.
-    fn runtime_311(mem: &mut SnapshotMemory, layout: &Layout, count: u64, order: &[u64]) {
-        let field = |name: &str| layout.required(name).offset;
-        mem.insert(RemoteAddr(RUNTIME), vec![0; 0x1000]);
-        mem.insert(RemoteAddr(INTERP), vec![0; 0x1000]);
-        mem.put_u64(
-            RemoteAddr(RUNTIME + field("runtime.interpreters.head")),
-            INTERP,
-        );
-        let state = |i: u64| 0x30_0000 + 0x1000 * i;
-        for i in 0..count {
-            mem.insert(RemoteAddr(state(i)), vec![0; 0x400]);
-            mem.put_u64(
-                RemoteAddr(state(i) + field("tstate.native_thread_id")),
-                100 + i,
-            );
-        }
-        let head = order.first().map(|&i| state(i)).unwrap_or(0);
-        mem.put_u64(RemoteAddr(INTERP + field("interp.threads.head")), head);
-        for (k, &i) in order.iter().enumerate() {
-            let next = order.get(k + 1).map(|&j| state(j)).unwrap_or(0);
-            mem.put_u64(RemoteAddr(state(i) + field("tstate.next")), next);
-        }
+    let mut blocks = Vec::with_capacity(pthreads.len());
+    for &pthread in &pthreads {
+        check_pointer(RemoteAddr(pthread), "pthread_t")?;
+        let mut block = vec![0u8; PTHREAD_SEARCH_BYTES];
+        mem.read_into(RemoteAddr(pthread), &mut block)?;
+        blocks.push(block);
     }
-
-    fn walk(walker: &mut ThreadWalker, mem: &Counted, layout: &Layout) -> Vec<u32> {
-        let mut out = Vec::new();
-        walker
-            .walk(
-                mem,
-                layout,
-                RemoteAddr(RUNTIME),
-                TidSource::NativeThreadId,
-                &mut out,
-            )
-            .unwrap();
-        out.iter().map(|t| t.tid).collect()
-    }
-
-    #[test]
-    fn a_walk_reads_ahead_along_the_last_and_still_follows_the_list_as_it_is() {
-        let layout = find_shipped("3.11", Flavour::Default, "x86_64")
-            .unwrap()
-            .unwrap();
-        let all: Vec<u64> = (0..200).collect();
-        let mut counted = Counted {
-            mem: SnapshotMemory::new(),
-            reads: Cell::new(0),
-        };
-        runtime_311(&mut counted.mem, &layout, 201, &all);
-        let mut walker = ThreadWalker::default();
-        let expected: Vec<u32> = (100..300).collect();
-        assert_eq!(walk(&mut walker, &counted, &layout), expected);
-        let first = counted.reads.replace(0);
-        assert_eq!(walk(&mut walker, &counted, &layout), expected);
-        let again = counted.reads.replace(0);
-        // The interpreter list and heads (3 reads), then 200 states 64 to a read-ahead.
-        assert!(
-            first > 200,
-            "the first walk read one state at a time: {first}"
-        );
-        assert!(again <= 3 + 4, "the second read ahead: {again} reads");
-
-        // A thread starts (its state goes to the head) and one in the middle exits: the walk finds
-        // the list as it is now, not as it was.
-        let mut order = vec![200];
-        order.extend((0..200).filter(|&i| i != 77));
-        runtime_311(&mut counted.mem, &layout, 201, &order);
-        let now: Vec<u32> = order.iter().map(|&i| 100 + i as u32).collect();
-        assert_eq!(walk(&mut walker, &counted, &layout), now);
-        assert_eq!(walk(&mut walker, &counted, &layout), now);
-    }
-
-    #[test]
-    fn a_state_freed_since_the_last_walk_is_read_past_or_reported() {
-        let layout = find_shipped("3.11", Flavour::Default, "x86_64")
-            .unwrap()
-            .unwrap();
-        let mut counted = Counted {
-            mem: SnapshotMemory::new(),
-            reads: Cell::new(0),
-        };
-        runtime_311(&mut counted.mem, &layout, 3, &[0, 1, 2]);
-        let mut walker = ThreadWalker::default();
-        assert_eq!(walk(&mut walker, &counted, &layout), vec![100, 101, 102]);
-        // State 1 is unmapped and unlinked: the read-ahead stops there, the list goes on without it.
-        let mut mem = SnapshotMemory::new();
-        runtime_311(&mut mem, &layout, 3, &[0, 2]);
-        let mut without = SnapshotMemory::new();
-        for i in [0u64, 2] {
-            let at = RemoteAddr(0x30_0000 + 0x1000 * i);
-            let mut bytes = vec![0u8; 0x400];
-            mem.read_into(at, &mut bytes).unwrap();
-            without.insert(at, bytes);
-        }
-        for at in [RUNTIME, INTERP] {
-            let mut bytes = vec![0u8; 0x1000];
-            mem.read_into(RemoteAddr(at), &mut bytes).unwrap();
-            without.insert(RemoteAddr(at), bytes);
-        }
-        counted.mem = without;
-        assert_eq!(walk(&mut walker, &counted, &layout), vec![100, 102]);
-        // The list still links to the freed state: that is the error a walk reports.
-        let field = layout.required("tstate.next").offset;
-        counted
-            .mem
-            .put_u64(RemoteAddr(0x30_0000 + field), 0x30_1000);
-        let mut out = Vec::new();
-        let walked = walker.walk(
-            &counted,
-            &layout,
-            RemoteAddr(RUNTIME),
-            TidSource::NativeThreadId,
-            &mut out,
-        );
-        assert_eq!(walked, Err(WalkError::Read(ReadError::Fault)));
+    let offset = (0..PTHREAD_SEARCH_BYTES - 4).step_by(4).find(|&off| {
+        let values: Vec<u32> = blocks
+            .iter()
+            .map(|b| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap()))
+            .collect();
+        let distinct: HashSet<u32> = values.iter().copied().collect();
+        values.iter().all(|v| process_tids.contains(v)) && distinct.len() == values.len()
+    });
+    match offset {
+        Some(offset) => Ok(TidSource::PthreadTid {
+            offset: offset as u64,
+        }),
+        None => Err(WalkError::Corrupt(
+            "no tid field found in the threads' struct pthread (is this glibc?)".into(),
+        )),
     }
 }
+
+#[cfg(test)]
+mod tests;

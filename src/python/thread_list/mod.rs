@@ -184,8 +184,9 @@ pub(super) fn read_thread_states(
     Ok(())
 }
 
-/// Walks the thread lists and resolves each thread state to its OS tid. Reusable buffers keep the
-/// periodic re-walk during sampling allocation-free once warmed up.
+/// Walks the thread lists and resolves each thread state to its OS tid. It keeps the last walk's
+/// list to read ahead along, and reuses its buffers from one walk to the next (a read-ahead still
+/// makes a few small vectors: walks are far rarer than ticks).
 #[derive(Default)]
 pub struct ThreadWalker {
     raw: Vec<(RemoteAddr, u64)>,

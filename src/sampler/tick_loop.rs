@@ -9,9 +9,8 @@
 //! state at the head; the head is read with the GIL words, in the same system call), whenever the
 //! GIL holder is not a known thread, after one, two, four… periods while two thread states name one
 //! thread (a starting thread before 3.11; `pace.rs`), and every `refresh_ns` for threads that exit
-//! elsewhere in the
-//! list: a thread that starts is seen at the next tick, one that exits within `refresh_ns` (its
-//! kernel state reads as unknown meanwhile). Nothing on the per-tick path allocates once the
+//! elsewhere in the list: a thread that starts is seen at the next tick, one that exits within
+//! `refresh_ns` (its kernel state reads as unknown meanwhile). Nothing on the per-tick path allocates once the
 //! thread table is built.
 
 use std::sync::atomic::Ordering;

@@ -74,6 +74,19 @@ fn a_thread_state_still_carrying_its_creators_pthread_is_tolerated() {
     assert_eq!(source, TidSource::PthreadTid { offset: 720 });
 }
 
+/// Walks `mem` with a fresh walker, tids from glibc's `struct pthread` at the offset `runtime_39`
+/// puts them.
+fn walk_39(mem: &SnapshotMemory, layout: &Layout, runtime: RemoteAddr) -> Result<(), WalkError> {
+    let mut out = Vec::new();
+    ThreadWalker::default().walk(
+        mem,
+        layout,
+        runtime,
+        TidSource::PthreadTid { offset: 720 },
+        &mut out,
+    )
+}
+
 #[test]
 fn a_looping_thread_list_is_an_error_not_a_hang() {
     let (mut mem, layout, runtime) = runtime_39(
@@ -84,14 +97,7 @@ fn a_looping_thread_list_is_an_error_not_a_hang() {
         RemoteAddr(0x31_0000 + layout.required("tstate.next").offset),
         0x30_0000,
     );
-    let mut out = Vec::new();
-    let walked = ThreadWalker::default().walk(
-        &mem,
-        &layout,
-        runtime,
-        TidSource::PthreadTid { offset: 720 },
-        &mut out,
-    );
+    let walked = walk_39(&mem, &layout, runtime);
     assert!(matches!(walked, Err(WalkError::Corrupt(why)) if why.contains("loops")));
 }
 
@@ -102,14 +108,7 @@ fn a_pointer_into_nowhere_is_a_fault() {
         RemoteAddr(0x30_0000 + layout.required("tstate.next").offset),
         0x7777_0000,
     );
-    let mut out = Vec::new();
-    let walked = ThreadWalker::default().walk(
-        &mem,
-        &layout,
-        runtime,
-        TidSource::PthreadTid { offset: 720 },
-        &mut out,
-    );
+    let walked = walk_39(&mem, &layout, runtime);
     assert_eq!(walked, Err(WalkError::Read(ReadError::Fault)));
 }
 
@@ -128,14 +127,7 @@ impl MemorySource for Counted {
 
     fn read_each(&self, reads: &mut [(RemoteAddr, &mut [u8])]) -> usize {
         self.reads.set(self.reads.get() + 1);
-        let mut filled = 0;
-        for (addr, buf) in reads.iter_mut() {
-            if self.mem.read_into(*addr, buf).is_err() {
-                break;
-            }
-            filled += 1;
-        }
-        filled
+        self.mem.read_each(reads)
     }
 }
 

@@ -543,7 +543,13 @@ fn top_lines_prints_a_table_every_interval_until_stopped() {
         );
         let rows = plain_rows(&table.join("\n"));
         assert_eq!(rows.len(), 2, "{table:?}");
-        assert_eq!(table[4], "(and 1 more thread)", "{table:?}");
+        // The third spinner, and the main thread in a window where it still waited for the GIL on
+        // its way from printing READY to its endless wait (on a loaded machine that can fall
+        // in any early window): a count with the right plural, never a third row.
+        assert!(
+            ["(and 1 more thread)", "(and 2 more threads)"].contains(&table[4].as_str()),
+            "{table:?}"
+        );
     }
 }
 

@@ -26,6 +26,7 @@ Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--secon
                                  [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--floor] [--json out.json]
        scripts/bench_overhead.py --zoo [--python PY] [--reps 7] [--seconds 3] [--pin]
                                  [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--with-top] [--only NAME,...]
+                                 [--variant FLAGS ...]
                                  [--json out.json]
 Needs root, a release build (cargo build --release; for --floor and --zoo also --example wake_floor), py-spy
 on PATH, and for the eBPF row bpftrace, giltruth (--giltruth PATH or $GILTRUTH; scripts/README.md) and a
@@ -211,6 +212,8 @@ def zoo_observers(args):
         observers = [o for o in observers if o[0] in ("alone", "gilsample", "gilsample --no-stacks")]
     if args.baseline:
         observers.append(("gilsample baseline", lambda a, out: run_gilsample(a, out, args.baseline)))
+    for flags in args.variant or []:
+        observers.append(("gilsample " + flags, lambda a, out, flags=flags: run_gilsample(a, out, extra=flags.split())))
     if args.with_top:
         # `top` in plain mode (no terminal needed), a table a second, saving the trace as record does.
         observers.append(("gilsample top --lines 5", lambda a, out: run_gilsample(
@@ -349,6 +352,8 @@ def main():
                              "(examples/wake_floor.rs)")
     parser.add_argument("--zoo", action="store_true", help="measure the zoo of workload shapes (module docs)")
     parser.add_argument("--only", help="with --zoo: only these workloads (their first word, comma-separated)")
+    parser.add_argument("--variant", action="append", metavar="FLAGS",
+                        help="with --zoo: also gilsample with these flags (quoted, repeatable: --variant '--cpus 1')")
     parser.add_argument("--with-top", action="store_true",
                         help="with --zoo: also `gilsample top --lines 5` (what watching live costs beside record)")
     parser.add_argument("--json")

@@ -22,7 +22,7 @@ use gilsample::python::linetable::LineTableFormat;
 use gilsample::python::names::{MAX_NAME_CHARS, ThreadNamer};
 use gilsample::python::objects::{MAX_DICT_ENTRIES, ObjectReader, TypeObjects};
 use gilsample::python::runtime::{ThreadRef, TidSource, find_gil, read_interpreters};
-use gilsample::python::stacks::{SHOWN_FRAMES, StackReader};
+use gilsample::python::stacks::{RecentTops, SHOWN_FRAMES, StackReader};
 use gilsample::python::thread_list::{ThreadWalker, find_tid_source};
 use gilsample::python::version::PyVersion;
 use gilsample::report::analyze::analyze;
@@ -323,8 +323,13 @@ proptest! {
             let version = PyVersion::from_hex(hex);
             let objects = ObjectReader::new(&layout, version, TypeObjects::default()).unwrap();
             let mut reader = StackReader::new(&layout, version, objects).unwrap();
+            // Guesses carried from one thread state to the next: whatever they hold, the read
+            // near them answers as the pointers do.
+            let mut recent = RecentTops::default();
             for tstate in [0x10_0000u64, 0x20_0000, 0x30_0100, 0x40_0200] {
                 let _ = reader.innermost(&mem, RemoteAddr(tstate));
+                let near = reader.innermost_watched_near(&mem, RemoteAddr(tstate), &mut recent);
+                prop_assert_eq!(near.ok(), reader.innermost_watched(&mem, RemoteAddr(tstate)).ok());
                 if let Ok(stack) = reader.read_stack(&mem, RemoteAddr(tstate)) {
                     prop_assert!(stack.len() <= SHOWN_FRAMES + 1);
                 }

@@ -25,6 +25,8 @@ use crate::python::objects::{ObjectError, ObjectReader, ObjectResult};
 use crate::python::version::PyVersion;
 use crate::symbols::dwarf::FieldInfo;
 
+pub use innermost::RecentTops;
+
 /// Frames walked at most; a deeper stack is cut (its outermost frames are not read).
 pub const MAX_FRAMES: usize = 256;
 /// Frames kept per stack, innermost first; the rest are counted in a last entry.
@@ -330,48 +332,6 @@ impl StackReader {
         })
     }
 
-    /// The innermost Python frame of `tstate`, to notice when a thread moves on (None: no Python
-    /// frame). One or two reads.
-    pub fn innermost(
-        &self,
-        mem: &dyn MemorySource,
-        tstate: RemoteAddr,
-    ) -> ObjectResult<Option<FrameId>> {
-        let frame = self.top_frame(mem, tstate)?;
-        if frame == 0 {
-            return Ok(None);
-        }
-        let (code, instr, _) = self.read_frame(mem, frame)?;
-        Ok(Some(FrameId { frame, code, instr }))
-    }
-
-    /// The innermost frame as `innermost` gives it, and a digest of the first `SLOT_BYTES` of its
-    /// locals and value stack, read with it (`None` where the layout does not place them or they
-    /// do not read): Python code changes them as it runs, a native call does not. One or two reads.
-    pub fn innermost_watched(
-        &self,
-        mem: &dyn MemorySource,
-        tstate: RemoteAddr,
-    ) -> ObjectResult<Option<(FrameId, Option<u64>)>> {
-        let frame = self.top_frame(mem, tstate)?;
-        if frame == 0 {
-            return Ok(None);
-        }
-        if let Some(at) = self.slots {
-            let mut bytes = vec![0u8; (at + SLOT_BYTES) as usize];
-            // Past the end of the frame's memory the slots do not read: the header alone is.
-            if mem.read_into(RemoteAddr(frame), &mut bytes).is_ok() {
-                let (code, instr, _) = self.decode_frame(&bytes)?;
-                let mut digest = std::hash::DefaultHasher::new();
-                std::hash::Hash::hash(&bytes[at as usize..], &mut digest);
-                let slots = std::hash::Hasher::finish(&digest);
-                return Ok(Some((FrameId { frame, code, instr }, Some(slots))));
-            }
-        }
-        let (code, instr, _) = self.read_frame(mem, frame)?;
-        Ok(Some((FrameId { frame, code, instr }, None)))
-    }
-
     /// The stack of `tstate`, innermost first, as `function (file:line)` lines; at most
     /// `SHOWN_FRAMES`, then a line counting the rest.
     pub fn read_stack(
@@ -545,9 +505,6 @@ impl StackReader {
     }
 }
 
-/// Bytes of a frame's locals and value stack `innermost_watched` digests: the first 16 slots.
-const SLOT_BYTES: u64 = 128;
-
 /// Target memory is mapped in pages of at least this size.
 const PAGE: u64 = 4096;
 
@@ -586,5 +543,6 @@ fn read_le(bytes: &[u8], offset: u64, size: u64) -> ObjectResult<u64> {
     Ok(u64::from_le_bytes(word))
 }
 
+mod innermost;
 #[cfg(test)]
 mod tests;

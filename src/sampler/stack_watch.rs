@@ -3,9 +3,12 @@
 //! - A thread that starts waiting for the GIL (`take_gil` after anything else): its stack, once.
 //!   A thread blocked in `take_gil` runs no Python code, so that one read is the wait's stack.
 //! - A thread that starts holding it: its stack; then every `CHECK_EVERY` samples of the hold its
-//!   innermost frame (one or two reads), and the whole stack again only when that frame is another
+//!   innermost frame, and the whole stack again only when that frame is another
 //!   (another frame, or another code object in it). Each stack is reported with the number of
 //!   samples it stood for, so a hold that moved between functions says where its time went.
+//!
+//! Each of these reads the innermost frame first, together with the places the thread was last
+//! found at: one system call where it is at one of them (python/stacks/innermost.rs).
 //!
 //! Stacks go downstream as `Finding::Stack`; trace/stacks.rs puts them into the slices' args.
 
@@ -19,7 +22,8 @@ use crate::infer::intervals::GilState;
 use crate::infer::native_call::FrameWatch;
 use crate::infer::sample::ThreadSample;
 use crate::observed::KernelState;
-use crate::python::stacks::{FrameId, StackReader, StackStats};
+use crate::python::objects::ObjectResult;
+use crate::python::stacks::{FrameId, RecentTops, StackReader, StackStats};
 use crate::python::target::Target;
 
 /// Samples of a hold between checks of the holder's innermost frame: at 10 kHz a check per
@@ -162,8 +166,12 @@ pub struct StackWatch {
     holds: Vec<(u32, Hold)>,
     /// Per thread: the innermost frame (frame, code, instruction) at its last stack read and that
     /// stack. A thread back at the very same instruction of the very same frame has the same stack
-    /// (a worker loop that lets the GIL go around each call): one or two reads instead of a walk.
+    /// (a worker loop that lets the GIL go around each call): one read instead of a walk where the
+    /// frame is one of the thread's last two places (`recent`).
     last: BTreeMap<u32, (FrameId, Frames)>,
+    /// Per thread: where its innermost frame was found at its last reads, read with the pointer to
+    /// it (one system call instead of two or three where it is still there: python/stacks/innermost.rs).
+    recent: BTreeMap<u32, RecentTops>,
     innermost_checks: u64,
     /// Stack reads answered from the thread's last one: same frame, same instruction.
     pub stacks_reused: u64,
@@ -177,6 +185,7 @@ impl StackWatch {
             reader: StackReader::new(&target.layout, target.version, objects)?,
             holds: Vec::new(),
             last: BTreeMap::new(),
+            recent: BTreeMap::new(),
             innermost_checks: 0,
             stacks_reused: 0,
         })
@@ -191,7 +200,7 @@ impl StackWatch {
         tid: u32,
         tstate: RemoteAddr,
     ) -> Option<(Option<Watched>, Frames)> {
-        let watched = self.reader.innermost_watched(mem, tstate).ok()?;
+        let watched = self.innermost_watched(mem, tid, tstate).ok()?;
         let innermost = watched.map(|(id, _)| id);
         if let (Some(now), Some((then, frames))) = (innermost, self.last.get(&tid))
             && now == *then
@@ -212,9 +221,21 @@ impl StackWatch {
         Some((watched, frames))
     }
 
+    /// `tid`'s innermost frame, read near where it was found last.
+    fn innermost_watched(
+        &mut self,
+        mem: &dyn crate::process::memory::MemorySource,
+        tid: u32,
+        tstate: RemoteAddr,
+    ) -> ObjectResult<Option<Watched>> {
+        let recent = self.recent.entry(tid).or_default();
+        self.reader.innermost_watched_near(mem, tstate, recent)
+    }
+
     /// Forgets threads that are gone (called with the live tids after a thread-list walk).
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
         self.last.retain(|tid, _| live(*tid));
+        self.recent.retain(|tid, _| live(*tid));
         self.holds.retain(|(tid, _)| live(*tid));
     }
 
@@ -273,7 +294,8 @@ impl StackWatch {
                 }
                 hold.until_check = CHECK_EVERY;
                 self.innermost_checks += 1;
-                let now = self.reader.innermost_watched(mem, tstate).ok();
+                let recent = self.recent.entry(tid).or_default();
+                let now = self.reader.innermost_watched_near(mem, tstate, recent).ok();
                 if now.map(|w| key(w.map(|(id, _)| id))) == Some(hold.innermost) {
                     // Same frame: report the samples so far, so they count even if the hold's end
                     // is settled before this watch sees it.

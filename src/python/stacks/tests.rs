@@ -128,8 +128,10 @@ impl MemorySource for Counting {
     }
 }
 
-#[test]
-fn a_data_stack_of_frames_is_read_in_one_window_and_their_code_in_one_batch() {
+/// A 3.12 thread state whose data stack holds three frames, `outer` calling `middle` calling
+/// `inner`, one after another (callers below callees); returns the heap, the thread state, the
+/// C frame that points to the innermost, and the frames' addresses, outermost first.
+fn data_stack_312() -> (Heap, u64, u64, [u64; 3]) {
     let layout = find_shipped("3.12", Flavour::Default, "x86_64")
         .unwrap()
         .unwrap();
@@ -151,7 +153,6 @@ fn a_data_stack_of_frames_is_read_in_one_window_and_their_code_in_one_batch() {
             code
         })
         .collect();
-    // Three frames one after another, callers below callees, as on a thread's data stack.
     let size = heap
         .layout
         .field("iframe")
@@ -159,22 +160,23 @@ fn a_data_stack_of_frames_is_read_in_one_window_and_their_code_in_one_batch() {
         .size
         .next_multiple_of(16);
     let stack = heap.alloc(3 * size);
+    let frames = [stack, stack + size, stack + 2 * size];
     for (i, &code) in codes.iter().enumerate() {
-        let frame = stack + i as u64 * size;
-        heap.put(frame + heap.field("iframe.executable"), code, 8);
+        heap.put(frames[i] + heap.field("iframe.executable"), code, 8);
         if i > 0 {
-            heap.put(frame + heap.field("iframe.previous"), frame - size, 8);
+            heap.put(frames[i] + heap.field("iframe.previous"), frames[i - 1], 8);
         }
     }
     let cframe = heap.alloc(64);
-    heap.put(
-        cframe + heap.field("cframe.current_frame"),
-        stack + 2 * size,
-        8,
-    );
+    heap.put(cframe + heap.field("cframe.current_frame"), frames[2], 8);
     let tstate = heap.alloc(512);
     heap.put(tstate + heap.field("tstate.cframe"), cframe, 8);
+    (heap, tstate, cframe, frames)
+}
 
+#[test]
+fn a_data_stack_of_frames_is_read_in_one_window_and_their_code_in_one_batch() {
+    let (heap, tstate, _, _) = data_stack_312();
     let mut reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
     let mem = Counting {
         inner: memory(&heap),
@@ -235,4 +237,52 @@ fn a_frames_slots_are_digested_with_it_and_its_text_comes_from_the_cached_code()
     // A frame whose code object is not cached has no text.
     let unknown = FrameId { code: 0x42, ..id };
     assert_eq!(reader.frame_text(unknown), None);
+}
+
+/// The innermost frame read near where the thread was found last: one system call while it is at
+/// one of its last two places, and always the answer its pointers give.
+#[test]
+fn the_innermost_frame_near_its_last_places_is_one_read_and_what_the_pointers_say() {
+    let (mut heap, tstate, cframe, frames) = data_stack_312();
+    let reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
+    let current = heap.field("cframe.current_frame");
+    let read = |heap: &Heap, recent: &mut RecentTops| {
+        let mem = Counting {
+            inner: memory(heap),
+            calls: Default::default(),
+        };
+        let near = reader
+            .innermost_watched_near(&mem, RemoteAddr(tstate), recent)
+            .unwrap();
+        let plain = reader.innermost_watched(&memory(heap), RemoteAddr(tstate));
+        assert_eq!(near, plain.unwrap());
+        (near.map(|(id, _)| id.frame), mem.calls.get())
+    };
+    let mut recent = RecentTops::default();
+    // Nothing to guess yet: the batch, then the C frame's pointer, then the frame.
+    assert_eq!(read(&heap, &mut recent), (Some(frames[2]), 3));
+    assert_eq!(read(&heap, &mut recent), (Some(frames[2]), 1));
+    // Back in its caller: the C frame was guessed right, the frame is read after the batch.
+    heap.put(cframe + current, frames[1], 8);
+    assert_eq!(read(&heap, &mut recent), (Some(frames[1]), 2));
+    // Both places are remembered: one read at either.
+    heap.put(cframe + current, frames[2], 8);
+    assert_eq!(read(&heap, &mut recent), (Some(frames[2]), 1));
+    heap.put(cframe + current, frames[1], 8);
+    assert_eq!(read(&heap, &mut recent), (Some(frames[1]), 1));
+    // The same place at another instruction: the bytes of this read, not of an earlier one.
+    heap.put(frames[1] + heap.field("iframe.instr_ptr"), 0x1234, 8);
+    let (id, _) = reader
+        .innermost_watched_near(&memory(&heap), RemoteAddr(tstate), &mut recent)
+        .unwrap()
+        .unwrap();
+    assert_eq!(id.instr, 0x1234);
+    // Another C frame (a nested run of the interpreter loop): its pointer and frame after the batch.
+    let other = heap.alloc(64);
+    heap.put(other + current, frames[0], 8);
+    heap.put(tstate + heap.field("tstate.cframe"), other, 8);
+    assert_eq!(read(&heap, &mut recent), (Some(frames[0]), 3));
+    // No Python frame there any more.
+    heap.put(other + current, 0, 8);
+    assert_eq!(read(&heap, &mut recent), (None, 1));
 }

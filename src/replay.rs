@@ -232,6 +232,7 @@ fn print_summary(target: TargetReport, rate_hz: f64, verbose: bool) {
         launchers: Vec::new(),
         merged: None,
         command: None,
+        samplers_pinned: false,
     };
     let answers = answers(&report);
     eprint!("{}", format_summary(&report, &answers, verbose, rate_hz));

@@ -80,6 +80,9 @@ pub fn format_summary(
             format_target(&mut out, target);
         }
     }
+    if let Some(hint) = samplers_on_one_core_hint(report) {
+        let _ = writeln!(out, "{hint}");
+    }
     if report.targets.len() > 1 {
         let known: Vec<ProcessAnswer> = answers.iter().flatten().cloned().collect();
         text::format_ranking(&mut out, &known);
@@ -267,6 +270,27 @@ pub const STALL_PERIODS_WARNED: f64 = 10.0;
 
 /// The warning for a recording that kept its rate overall but has holes: ticks that started late
 /// (the sampler waited for a CPU) or reads that stalled (the target was changing its memory map).
+/// Several processes, one sampler each, whose ticks waited for a CPU: the job's cores are busy,
+/// and every sampler's wake preempts the job. On one CPU together (`--cpus`), and on one grid of
+/// deadlines (sampler/pace.rs), they preempt it once a period instead of once per process.
+fn samplers_on_one_core_hint(report: &RecordReport) -> Option<String> {
+    let n = report.targets.len();
+    let late = report.targets.iter().any(|t| {
+        let s = &t.sampler;
+        s.samples > 0
+            && s.late_samples as f64 / (s.samples + s.late_samples) as f64 >= LATE_SHARE_WARNED
+    });
+    (n > 1 && late && !report.samplers_pinned).then(|| {
+        format!(
+            "hint: {n} processes, a sampler each, and the samplers waited for CPUs: the cores are \
+             busy, and each sampler's wake-up preempts the job. --cpus N keeps every sampler on \
+             core N, so the job is preempted there once a tick instead of once per process (4 \
+             processes on 2 busy cores kept 0.53 of their work instead of 0.27, at about 8,500 \
+             samples a second instead of 9,300: docs/cost.md, \"Several processes\")"
+        )
+    })
+}
+
 pub fn gaps_warning(
     s: &crate::sampler::report::SamplerReport,
     requested_hz: f64,
@@ -328,6 +352,7 @@ mod tests {
             launchers: Vec::new(),
             merged: None,
             command: None,
+            samplers_pinned: false,
         }
     }
 
@@ -383,5 +408,28 @@ mod tests {
         report.targets[0].sampler.longest_stall_ns = 500_000;
         let summary = format_summary(&report, &[None], false, 10_000.0);
         assert!(!summary.contains("warning"), "{summary}");
+    }
+
+    #[test]
+    fn several_processes_whose_samplers_waited_for_cpus_are_told_of_cpus() {
+        let mut report = report_at(9_900);
+        report.targets[0].sampler.late_samples = 150;
+        let one = format_summary(&report, &[None], false, 10_000.0);
+        assert!(!one.contains("hint: "), "{one}");
+        let mut other = report_at(9_900);
+        other.targets[0].pid = 4343;
+        report.targets.extend(other.targets);
+        let two = format_summary(&report, &[None, None], false, 10_000.0);
+        assert!(
+            two.contains("hint: 2 processes, a sampler each") && two.contains("--cpus N"),
+            "{two}"
+        );
+        report.samplers_pinned = true;
+        let pinned = format_summary(&report, &[None, None], false, 10_000.0);
+        assert!(!pinned.contains("hint: "), "{pinned}");
+        report.samplers_pinned = false;
+        report.targets[0].sampler.late_samples = 0;
+        let on_time = format_summary(&report, &[None, None], false, 10_000.0);
+        assert!(!on_time.contains("hint: "), "{on_time}");
     }
 }

@@ -339,6 +339,7 @@ impl Session<'_> {
             merged,
             // Handed over by `record`, which owns it.
             command: None,
+            samplers_pinned: opts.cpus.is_some(),
         })
     }
 

@@ -61,6 +61,8 @@ pub struct RecordReport {
     /// still be running (the recording ended by `--duration` or a signal), and is waited for after
     /// the answer is printed.
     pub command: Option<Launched>,
+    /// gilsample's threads were kept on the CPUs `--cpus` gave.
+    pub samplers_pinned: bool,
 }
 
 impl RecordReport {

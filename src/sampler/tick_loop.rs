@@ -150,7 +150,7 @@ impl Sampler<'_> {
         log: &mut Option<&mut dyn SampleLog>,
     ) -> EndReason {
         let period = config.period_ns;
-        let mut pace = Pace::new(self.report.start_ns);
+        let mut pace = Pace::new(self.report.start_ns, period);
         if let Some(unbound) = first_walk {
             pace.last_walk = self.report.start_ns;
             pace.unbound

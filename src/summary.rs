@@ -268,8 +268,6 @@ pub const LATE_SHARE_WARNED: f64 = 0.01;
 /// `LATE_SHARE_WARNED`).
 pub const STALL_PERIODS_WARNED: f64 = 10.0;
 
-/// The warning for a recording that kept its rate overall but has holes: ticks that started late
-/// (the sampler waited for a CPU) or reads that stalled (the target was changing its memory map).
 /// Several processes, one sampler each, whose ticks waited for a CPU: the job's cores are busy,
 /// and every sampler's wake preempts the job. On one CPU together (`--cpus`), and on one grid of
 /// deadlines (sampler/pace.rs), they preempt it once a period instead of once per process.
@@ -291,6 +289,8 @@ fn samplers_on_one_core_hint(report: &RecordReport) -> Option<String> {
     })
 }
 
+/// The warning for a recording that kept its rate overall but has holes: ticks that started late
+/// (the sampler waited for a CPU) or reads that stalled (the target was changing its memory map).
 pub fn gaps_warning(
     s: &crate::sampler::report::SamplerReport,
     requested_hz: f64,

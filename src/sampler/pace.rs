@@ -80,6 +80,7 @@ mod tests {
     use super::*;
 
     const PERIOD: u64 = 100_000;
+    const REFRESH: u64 = 100_000_000;
 
     #[test]
     fn samplers_started_apart_tick_on_one_grid() {
@@ -90,7 +91,6 @@ mod tests {
         // A start on the grid is its own first deadline.
         assert_eq!(Pace::new(7 * PERIOD, PERIOD).deadline, 7 * PERIOD);
     }
-    const REFRESH: u64 = 100_000_000;
 
     #[test]
     fn walks_while_unbound_come_at_one_two_four_periods_up_to_the_refresh() {

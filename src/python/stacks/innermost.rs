@@ -16,7 +16,7 @@ use crate::process::memory::MemorySource;
 use crate::python::objects::ObjectResult;
 
 /// Bytes of a frame's locals and value stack `innermost_watched` digests: the first 16 slots.
-pub(super) const SLOT_BYTES: u64 = 128;
+const SLOT_BYTES: u64 = 128;
 
 /// Where a thread's innermost frame was found at its last two reads of it: (the C frame that
 /// pointed to it on 3.11 and 3.12, else 0; the frame), most recent first, 0 for none.
@@ -35,22 +35,21 @@ impl RecentTops {
     /// The frames to read with the pointer, each once.
     fn frames(&self) -> impl Iterator<Item = u64> {
         let [(_, a), (_, b)] = self.places;
-        [a, b]
-            .into_iter()
-            .enumerate()
-            .filter(move |&(i, f)| f != 0 && (i == 0 || f != a))
-            .map(|(_, f)| f)
+        distinct(a, b)
     }
 
     /// The C frames to read `current_frame` of, each once.
     fn cframes(&self) -> impl Iterator<Item = u64> {
         let [(a, _), (b, _)] = self.places;
-        [a, b]
-            .into_iter()
-            .enumerate()
-            .filter(move |&(i, c)| c != 0 && (i == 0 || c != a))
-            .map(|(_, c)| c)
+        distinct(a, b)
     }
+}
+
+/// `a`, then `b` where it is another address; never 0.
+fn distinct(a: u64, b: u64) -> impl Iterator<Item = u64> {
+    [a, if b == a { 0 } else { b }]
+        .into_iter()
+        .filter(|&at| at != 0)
 }
 
 impl StackReader {

@@ -32,7 +32,9 @@ impl Pace {
     /// 8,456 Hz instead of 8,154 (docs/cost.md, "Several processes").
     pub(super) fn new(start_ns: u64, period_ns: u64) -> Pace {
         Pace {
-            deadline: start_ns.next_multiple_of(period_ns.max(1)),
+            deadline: start_ns
+                .checked_next_multiple_of(period_ns.max(1))
+                .unwrap_or(start_ns),
             rest_until: 0,
             last_walk: 0,
             faulting_since: None,

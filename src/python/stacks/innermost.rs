@@ -8,7 +8,9 @@
 //! it is called from the same depth (before 3.11 a code object's frame object is reused), so
 //! `innermost_watched_near` reads the pointer together with the places the thread was found at last
 //! (`RecentTops`), in one `read_each`, and uses a guessed frame's bytes only where the pointers read
-//! in that same call lead to it. A wrong guess costs the reads the pointers would have cost anyway.
+//! in that same call lead to it. A wrong guess costs what the pointers would have cost, in a larger
+//! first read; a guessed place that no longer reads (a freed data-stack chunk) ends that first read
+//! there, and what it did not bring is read as without guesses.
 
 use super::{FrameId, StackReader, Top, check_pointer};
 use crate::addr::RemoteAddr;
@@ -32,29 +34,27 @@ impl RecentTops {
         }
     }
 
-    /// The frames to read with the pointer, each once.
-    fn frames(&self) -> impl Iterator<Item = u64> {
+    /// The frames to read with the pointer, each once; 0 for none.
+    fn frames(&self) -> [u64; 2] {
         let [(_, a), (_, b)] = self.places;
         distinct(a, b)
     }
 
-    /// The C frames to read `current_frame` of, each once.
-    fn cframes(&self) -> impl Iterator<Item = u64> {
+    /// The C frames to read `current_frame` of, each once; 0 for none.
+    fn cframes(&self) -> [u64; 2] {
         let [(a, _), (b, _)] = self.places;
         distinct(a, b)
     }
 }
 
-/// `a`, then `b` where it is another address; never 0.
-fn distinct(a: u64, b: u64) -> impl Iterator<Item = u64> {
+/// `a`, and `b` where it is another address.
+fn distinct(a: u64, b: u64) -> [u64; 2] {
     [a, if b == a { 0 } else { b }]
-        .into_iter()
-        .filter(|&at| at != 0)
 }
 
 impl StackReader {
     /// The innermost Python frame of `tstate`, to notice when a thread moves on (None: no Python
-    /// frame). One or two reads.
+    /// frame). Two reads, three on 3.11 and 3.12 (the C frame between).
     pub fn innermost(
         &self,
         mem: &dyn MemorySource,
@@ -70,8 +70,8 @@ impl StackReader {
 
     /// The innermost frame as `innermost` gives it, and a digest of the first `SLOT_BYTES` of its
     /// locals and value stack, read with it (`None` where the layout does not place them or they
-    /// do not read): Python code changes them as it runs, a native call does not. Two or three
-    /// reads (the pointers, then the frame).
+    /// do not read): Python code changes them as it runs, a native call does not. The pointers,
+    /// then the frame (again without its slots where they do not read): two to four reads.
     pub fn innermost_watched(
         &self,
         mem: &dyn MemorySource,
@@ -85,7 +85,7 @@ impl StackReader {
     }
 
     /// `innermost_watched`, in one read where the thread is at one of the places `recent` holds
-    /// (module docs), which it then updates. The same answer as `innermost_watched` from the same
+    /// and the frame's slots read there too (module docs); `recent` is then updated. The same answer as `innermost_watched` from the same
     /// memory, whatever `recent` holds.
     pub fn innermost_watched_near(
         &self,
@@ -98,23 +98,39 @@ impl StackReader {
             Top::ViaCFrame { cframe, current } => (cframe, Some(current)),
         };
         let frame_len = self.watched_len() as usize;
-        let cframes: Vec<u64> = match current_field {
-            Some(_) => recent.cframes().collect(),
-            None => Vec::new(),
+        if frame_len == 0 {
+            // A layout without frame fields has nothing to guess.
+            return self.innermost_watched(mem, tstate);
+        }
+        // Guesses are 0 where there is none; `at` is each one's place among the reads, where read.
+        let cframes = match current_field {
+            Some(_) => recent.cframes(),
+            None => [0; 2],
         };
-        let frames: Vec<u64> = recent.frames().collect();
+        let frames = recent.frames();
         let mut top_word = [0u8; 8];
-        let mut currents = vec![[0u8; 8]; cframes.len()];
-        let mut frame_bytes = vec![0u8; frame_len * frames.len()];
+        let mut currents = [[0u8; 8]; 2];
+        let mut frame_bytes = vec![0u8; 2 * frame_len];
+        let mut cframe_at = [usize::MAX; 2];
+        let mut frame_at = [usize::MAX; 2];
         let filled = {
+            // In this order: the kernel copies the ranges one after another, so a guessed frame's
+            // bytes are read after the pointers that lead to it.
             let mut reads: Vec<(RemoteAddr, &mut [u8])> = Vec::with_capacity(5);
             reads.push((RemoteAddr(tstate.0.wrapping_add(top_field)), &mut top_word));
-            for (&cframe, word) in cframes.iter().zip(currents.iter_mut()) {
-                let current = current_field.unwrap_or(0);
-                reads.push((RemoteAddr(cframe.wrapping_add(current)), word));
+            let current = current_field.unwrap_or(0);
+            for ((&cframe, word), at) in cframes.iter().zip(&mut currents).zip(&mut cframe_at) {
+                if cframe != 0 {
+                    *at = reads.len();
+                    reads.push((RemoteAddr(cframe.wrapping_add(current)), word));
+                }
             }
-            for (&frame, bytes) in frames.iter().zip(frame_bytes.chunks_mut(frame_len)) {
-                reads.push((RemoteAddr(frame), bytes));
+            let chunks = frame_bytes.chunks_mut(frame_len);
+            for ((&frame, bytes), at) in frames.iter().zip(chunks).zip(&mut frame_at) {
+                if frame != 0 {
+                    *at = reads.len();
+                    reads.push((RemoteAddr(frame), bytes));
+                }
             }
             mem.read_each(&mut reads)
         };
@@ -123,24 +139,26 @@ impl StackReader {
             return self.innermost_watched(mem, tstate);
         }
         let top = u64::from_ne_bytes(top_word);
-        let (cframe, frame) = match current_field {
-            None => (0, top),
+        // `in_one_read`: the frame's pointer came from the batch, so a guessed frame's bytes in it
+        // were read after it. A pointer read later may lead to a frame the batch saw before the
+        // thread put it there.
+        let (cframe, frame, in_one_read) = match current_field {
+            None => (0, top, true),
             Some(current) => {
                 if top == 0 {
                     return Ok(None);
                 }
                 check_pointer(top)?;
-                let guessed = cframes
-                    .iter()
-                    .zip(&currents)
-                    .take(filled - 1)
-                    .find(|(c, _)| **c == top)
-                    .map(|(_, word)| u64::from_ne_bytes(*word));
-                let frame = match guessed {
-                    Some(frame) => frame,
-                    None => mem.read_u64(RemoteAddr(top.wrapping_add(current)))?,
-                };
-                (top, frame)
+                let guessed = (0..2)
+                    .find(|&i| cframes[i] == top && cframe_at[i] < filled)
+                    .map(|i| u64::from_ne_bytes(currents[i]));
+                match guessed {
+                    Some(frame) => (top, frame, true),
+                    None => {
+                        let frame = mem.read_u64(RemoteAddr(top.wrapping_add(current)))?;
+                        (top, frame, false)
+                    }
+                }
             }
         };
         if frame == 0 {
@@ -148,13 +166,9 @@ impl StackReader {
         }
         check_pointer(frame)?;
         recent.note((cframe, frame));
-        let frames_filled = filled.saturating_sub(1 + cframes.len());
-        let guessed = frames
-            .iter()
-            .zip(frame_bytes.chunks(frame_len))
-            .take(frames_filled)
-            .find(|(f, _)| **f == frame)
-            .map(|(_, bytes)| bytes);
+        let guessed = (0..2)
+            .find(|&i| in_one_read && frames[i] == frame && frame_at[i] < filled)
+            .map(|i| &frame_bytes[i * frame_len..(i + 1) * frame_len]);
         match guessed {
             Some(bytes) => self.watched_from(frame, bytes).map(Some),
             None => self.watched_frame(mem, frame).map(Some),

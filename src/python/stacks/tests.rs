@@ -286,3 +286,62 @@ fn the_innermost_frame_near_its_last_places_is_one_read_and_what_the_pointers_sa
     heap.put(other + current, 0, 8);
     assert_eq!(read(&heap, &mut recent), (None, 1));
 }
+
+/// Serves the first system call from one memory and every later one from another: a target that
+/// moved on between the two.
+struct Moving {
+    before: SnapshotMemory,
+    after: SnapshotMemory,
+    calls: std::cell::Cell<usize>,
+}
+
+impl Moving {
+    fn now(&self) -> &SnapshotMemory {
+        self.calls.set(self.calls.get() + 1);
+        if self.calls.get() == 1 {
+            &self.before
+        } else {
+            &self.after
+        }
+    }
+}
+
+impl MemorySource for Moving {
+    fn read_into(&self, addr: RemoteAddr, buf: &mut [u8]) -> Result<(), ReadError> {
+        self.now().read_into(addr, buf)
+    }
+
+    fn read_each(&self, reads: &mut [(RemoteAddr, &mut [u8])]) -> usize {
+        self.now().read_each(reads)
+    }
+}
+
+/// A guessed frame's bytes stand only where the pointers of the same read lead to it: here the C
+/// frame was not guessed, its pointer is read after the batch, and the guessed frame it leads to
+/// had other bytes when the batch read them.
+#[test]
+fn a_guessed_frame_read_before_its_pointer_is_read_again() {
+    let (mut heap, tstate, _, frames) = data_stack_312();
+    let reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
+    let mut recent = RecentTops::default();
+    reader
+        .innermost_watched_near(&memory(&heap), RemoteAddr(tstate), &mut recent)
+        .unwrap();
+    // A nested run of the interpreter loop, whose C frame points at the same data-stack slot,
+    // where the thread has meanwhile put another call (another instruction).
+    let other = heap.alloc(64);
+    heap.put(other + heap.field("cframe.current_frame"), frames[2], 8);
+    heap.put(tstate + heap.field("tstate.cframe"), other, 8);
+    let before = memory(&heap);
+    heap.put(frames[2] + heap.field("iframe.instr_ptr"), 0x1234, 8);
+    let mem = Moving {
+        before,
+        after: memory(&heap),
+        calls: Default::default(),
+    };
+    let (id, _) = reader
+        .innermost_watched_near(&mem, RemoteAddr(tstate), &mut recent)
+        .unwrap()
+        .unwrap();
+    assert_eq!((id.frame, id.instr), (frames[2], 0x1234));
+}

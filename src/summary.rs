@@ -107,11 +107,7 @@ pub fn format_summary(
 fn format_target(out: &mut String, t: &TargetReport) {
     let s = &t.sampler;
     let secs = s.end_ns.saturating_sub(s.start_ns) as f64 / 1e9;
-    let late_pct = if s.samples > 0 {
-        100.0 * s.late_samples as f64 / (s.samples + s.late_samples) as f64
-    } else {
-        0.0
-    };
+    let late_pct = 100.0 * s.late_share();
     let missed = s
         .inference
         .handoffs_counted
@@ -273,11 +269,10 @@ pub const STALL_PERIODS_WARNED: f64 = 10.0;
 /// deadlines (sampler/pace.rs), they preempt it once a period instead of once per process.
 fn samplers_on_one_core_hint(report: &RecordReport) -> Option<String> {
     let n = report.targets.len();
-    let late = report.targets.iter().any(|t| {
-        let s = &t.sampler;
-        s.samples > 0
-            && s.late_samples as f64 / (s.samples + s.late_samples) as f64 >= LATE_SHARE_WARNED
-    });
+    let late = report
+        .targets
+        .iter()
+        .any(|t| t.sampler.late_share() >= LATE_SHARE_WARNED);
     (n > 1 && late && !report.samplers_pinned).then(|| {
         format!(
             "hint: {n} processes, a sampler each, and the samplers waited for CPUs: the cores are \
@@ -298,7 +293,7 @@ pub fn gaps_warning(
     if requested_hz.is_nan() || requested_hz <= 0.0 || s.samples == 0 {
         return None;
     }
-    let late_share = s.late_samples as f64 / (s.samples + s.late_samples) as f64;
+    let late_share = s.late_share();
     let stall_periods = s.longest_stall_ns as f64 * requested_hz / 1e9;
     let mut holes = Vec::new();
     if late_share >= LATE_SHARE_WARNED {

@@ -158,6 +158,14 @@ impl SamplerReport {
         }
     }
 
+    /// The share of the ticks that started over a period late (0 before any sample).
+    pub fn late_share(&self) -> f64 {
+        if self.samples == 0 {
+            return 0.0;
+        }
+        self.late_samples as f64 / (self.samples + self.late_samples) as f64
+    }
+
     /// The share of the recording's ticks that a quiet target let the sampler skip.
     pub fn skipped_share(&self) -> f64 {
         self.skipped_periods as f64 / (self.samples + self.skipped_periods).max(1) as f64

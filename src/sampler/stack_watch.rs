@@ -200,7 +200,7 @@ impl StackWatch {
         tid: u32,
         tstate: RemoteAddr,
     ) -> Option<(Option<Watched>, Frames)> {
-        let watched = self.innermost_watched(mem, tid, tstate).ok()?;
+        let watched = innermost_near(&self.reader, &mut self.recent, mem, tid, tstate).ok()?;
         let innermost = watched.map(|(id, _)| id);
         if let (Some(now), Some((then, frames))) = (innermost, self.last.get(&tid))
             && now == *then
@@ -219,17 +219,6 @@ impl StackWatch {
             }
         }
         Some((watched, frames))
-    }
-
-    /// `tid`'s innermost frame, read near where it was found last.
-    fn innermost_watched(
-        &mut self,
-        mem: &dyn crate::process::memory::MemorySource,
-        tid: u32,
-        tstate: RemoteAddr,
-    ) -> ObjectResult<Option<Watched>> {
-        let recent = self.recent.entry(tid).or_default();
-        self.reader.innermost_watched_near(mem, tstate, recent)
     }
 
     /// Forgets threads that are gone (called with the live tids after a thread-list walk).
@@ -294,8 +283,7 @@ impl StackWatch {
                 }
                 hold.until_check = CHECK_EVERY;
                 self.innermost_checks += 1;
-                let recent = self.recent.entry(tid).or_default();
-                let now = self.reader.innermost_watched_near(mem, tstate, recent).ok();
+                let now = innermost_near(&self.reader, &mut self.recent, mem, tid, tstate).ok();
                 if now.map(|w| key(w.map(|(id, _)| id))) == Some(hold.innermost) {
                     // Same frame: report the samples so far, so they count even if the hold's end
                     // is settled before this watch sees it.
@@ -372,6 +360,18 @@ impl StackWatch {
         report.innermost_checks = self.innermost_checks;
         report.reused = self.stacks_reused;
     }
+}
+
+/// `tid`'s innermost frame, read near where it was found last (`recent`, per thread). A function of
+/// the watch's fields rather than a method, so that it can be called while a hold is borrowed.
+fn innermost_near(
+    reader: &StackReader,
+    recent: &mut BTreeMap<u32, RecentTops>,
+    mem: &dyn crate::process::memory::MemorySource,
+    tid: u32,
+    tstate: RemoteAddr,
+) -> ObjectResult<Option<Watched>> {
+    reader.innermost_watched_near(mem, tstate, recent.entry(tid).or_default())
 }
 
 /// What `hold`'s frame reads found so far, with the frame's text at the instruction that stood

@@ -85,8 +85,8 @@ impl StackReader {
     }
 
     /// `innermost_watched`, in one read where the thread is at one of the places `recent` holds
-    /// and the frame's slots read there too (module docs); `recent` is then updated. The same answer as `innermost_watched` from the same
-    /// memory, whatever `recent` holds.
+    /// and the frame's slots read there too (module docs); `recent` is then updated. The same
+    /// answer as `innermost_watched` from the same memory, whatever `recent` holds.
     pub fn innermost_watched_near(
         &self,
         mem: &dyn MemorySource,

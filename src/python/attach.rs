@@ -56,10 +56,13 @@ pub fn attach(pid: u32, choice: LayoutChoice) -> Result<Target> {
 pub fn locate(pid: u32, choice: LayoutChoice) -> Result<Located> {
     check_is_user_process(pid)?;
     let mappings = read_file_mappings(pid)?;
+    // Kernel threads and zombies were refused above, so a process without a mapped file is between
+    // the two halves of exec: /proc/PID/exe already names the new program, whose segments are not
+    // mapped yet. Taken for "not Python" then, a Python just exec'd by `env` was a launcher for good.
     if mappings.is_empty() {
-        return Err(Error::NotPython {
+        return Err(Error::NotReady {
             pid,
-            why: "it has no file mappings (a kernel thread or a zombie)".into(),
+            why: "it is in the middle of exec (no file is mapped yet)".into(),
         });
     }
     // The interpreter's ELF is parsed once, in `find_interpreter`; everything below reads that parse.

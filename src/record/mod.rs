@@ -283,6 +283,14 @@ impl Session<'_> {
                     Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
                     _ => {
                         let mut found = self.roots_that_changed_program(roots);
+                        // A root judged a launcher is looked at again for a few rounds
+                        // (`look_again`): it may have been caught in the middle of exec.
+                        let unjudged: Vec<u32> = roots
+                            .iter()
+                            .copied()
+                            .filter(|pid| !self.known.contains(pid) && !found.contains(pid))
+                            .collect();
+                        found.extend(unjudged);
                         found.extend(descendants(roots));
                         self.try_attach(found, true, progress)?;
                     }
@@ -488,6 +496,8 @@ impl Session<'_> {
             match locate(pid, self.opts.layout).and_then(|located| located.connect()) {
                 Ok(target) => {
                     self.known.insert(pid);
+                    // No longer a launcher whose change of program makes it a candidate again.
+                    self.launchers.remove(&pid);
                     self.not_ready.remove(&pid);
                     if self.config.end_at_ns.is_none() && self.opts.duration.is_some() {
                         self.attached.push(target);

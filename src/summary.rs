@@ -264,22 +264,28 @@ pub const LATE_SHARE_WARNED: f64 = 0.01;
 /// `LATE_SHARE_WARNED`).
 pub const STALL_PERIODS_WARNED: f64 = 10.0;
 
-/// Several processes, one sampler each, whose ticks waited for a CPU: the job's cores are busy,
-/// and every sampler's wake preempts the job. On one CPU together (`--cpus`), and on one grid of
-/// deadlines (sampler/pace.rs), they preempt it once a period instead of once per process.
+/// Several processes on more than one sampler thread (more than a thread takes, targets that came
+/// later, or a thread that could not keep its targets' rate), whose ticks waited for a CPU: the
+/// job's cores are busy, and every sampler thread's wake preempts the job. On one CPU together
+/// (`--cpus`), and on one grid of deadlines (sampler/pace.rs), they preempt it once a period.
 fn samplers_on_one_core_hint(report: &RecordReport) -> Option<String> {
     let n = report.targets.len();
+    let threads: std::collections::BTreeSet<u64> = report
+        .targets
+        .iter()
+        .map(|t| t.sampler.sampler_thread)
+        .collect();
     let late = report
         .targets
         .iter()
         .any(|t| t.sampler.late_share() >= LATE_SHARE_WARNED);
-    (n > 1 && late && !report.samplers_pinned).then(|| {
+    (threads.len() > 1 && late && !report.samplers_pinned).then(|| {
         format!(
-            "hint: {n} processes, a sampler each, and the samplers waited for CPUs: the cores are \
-             busy, and each sampler's wake-up preempts the job. --cpus N keeps every sampler on \
-             core N, so the job is preempted there once a tick instead of once per process (4 \
-             processes on 2 busy cores kept 0.53 of their work instead of 0.27, at about 8,500 \
-             samples a second instead of 9,300: docs/cost.md, \"Several processes\")"
+            "hint: {n} processes on {} sampler threads, whose ticks waited for CPUs: the cores are \
+             busy, and each sampler thread's wake-up preempts the job. --cpus N keeps every \
+             sampler on core N, so the job is preempted there once a tick instead of once per \
+             thread (docs/cost.md, \"Several processes\")",
+            threads.len()
         )
     })
 }
@@ -406,17 +412,23 @@ mod tests {
     }
 
     #[test]
-    fn several_processes_whose_samplers_waited_for_cpus_are_told_of_cpus() {
+    fn several_processes_whose_sampler_threads_waited_for_cpus_are_told_of_cpus() {
         let mut report = report_at(9_900);
         report.targets[0].sampler.late_samples = 150;
+        report.targets[0].sampler.sampler_thread = 1;
         let one = format_summary(&report, &[None], false, 10_000.0);
         assert!(!one.contains("hint: "), "{one}");
         let mut other = report_at(9_900);
         other.targets[0].pid = 4343;
+        other.targets[0].sampler.sampler_thread = 1;
         report.targets.extend(other.targets);
+        // One thread for both: --cpus would change nothing.
+        let shared = format_summary(&report, &[None, None], false, 10_000.0);
+        assert!(!shared.contains("hint: "), "{shared}");
+        report.targets[1].sampler.sampler_thread = 2;
         let two = format_summary(&report, &[None, None], false, 10_000.0);
         assert!(
-            two.contains("hint: 2 processes, a sampler each") && two.contains("--cpus N"),
+            two.contains("hint: 2 processes on 2 sampler threads") && two.contains("--cpus N"),
             "{two}"
         );
         report.samplers_pinned = true;

@@ -135,7 +135,7 @@ fn top_watches_the_python_users_of_the_gpu() {
 }
 
 #[test]
-fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
+fn eight_targets_share_sampler_threads_and_one_exiting_disturbs_no_other() {
     let python = interpreter("3.12");
     let mut workloads: Vec<Workload> = (0..7)
         .map(|_| Workload::start(&python, &["sleeper"]))
@@ -165,8 +165,14 @@ fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
     let mut traced: Vec<u32> = workloads.iter().map(|w| w.pid).collect();
     traced.push(exiting);
     workloads.clear();
+    let mut threads = HashSet::new();
     for pid in traced {
         let trace = Trace::load(&dir.path().join(format!("GIL_{pid}_rank_0.json")));
+        // Eight targets at 10 kHz: more than one sampler thread takes (4), fewer threads than
+        // targets unless every thread was overloaded.
+        let on_thread = trace.other("sampler_thread_targets").as_u64().unwrap();
+        assert!((1..=4).contains(&on_thread), "pid {pid}: {on_thread}");
+        threads.insert(trace.other("sampler_thread").as_u64().unwrap());
         let expected = if pid == exiting {
             "TargetExited"
         } else {
@@ -200,6 +206,7 @@ fn eight_targets_share_the_sampler_and_one_exiting_disturbs_no_other() {
             "pid {pid}: longest stall {longest_us} µs, period {period_us} µs"
         );
     }
+    assert!((2..=8).contains(&threads.len()), "{threads:?}");
     let merged = Trace::load(&dir.path().join("GIL_merged.json"));
     let named: HashSet<u64> = merged.value["traceEvents"]
         .as_array()

@@ -1,6 +1,7 @@
 //! The system calls a sampler thread makes, counted where they are made: what a tick costs is mostly
 //! its syscalls (docs/cost.md), so the trace reports them per sample and the benchmarks print them.
-//! Thread-local: each target's sampler runs on its own thread, so its counts are its own.
+//! Thread-local: a sampler thread charges each of its targets with the calls made in its ticks
+//! (sampler/shared_thread.rs).
 
 use std::cell::Cell;
 
@@ -94,6 +95,18 @@ impl SyscallCounts {
             + self.opens
             + self.affinity_changes
             + self.sleeps
+    }
+}
+
+/// Calls added up: a sampler thread charges each of its targets with the calls of its ticks.
+impl std::ops::AddAssign for SyscallCounts {
+    fn add_assign(&mut self, more: SyscallCounts) {
+        self.memory_reads += more.memory_reads;
+        self.syscall_file_reads += more.syscall_file_reads;
+        self.schedstat_reads += more.schedstat_reads;
+        self.opens += more.opens;
+        self.affinity_changes += more.affinity_changes;
+        self.sleeps += more.sleeps;
     }
 }
 

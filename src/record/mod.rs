@@ -17,14 +17,14 @@ pub mod watch;
 use checks::check_outputs;
 pub use outcome::{Progress, RecordReport, TargetReport, Update};
 pub use recorded_process::host_name;
-use target::record_one;
+use target::{Member, Shared, record_members};
 pub use watch::Watch;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::{self, JoinHandle};
+use std::sync::{Arc, mpsc};
+use std::thread;
 use std::time::Duration;
 
 use crate::discover::{DeviceKind, descendants, device_users};
@@ -38,6 +38,7 @@ use crate::sampler::affinity::pin_own_threads;
 use crate::sampler::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
 use crate::sampler::config::{LiveCounters, SamplerConfig};
 use crate::sampler::priority::Priority;
+use crate::sampler::shared_thread::targets_per_thread;
 use crate::trace::chrome::{ChromeWriter, TraceClock};
 use crate::trace::output::OutputSpec;
 
@@ -112,18 +113,27 @@ struct Running {
     layout: String,
     live: Arc<LiveCounters>,
     announced: bool,
-    /// The target's thread until it is joined, then what it returned.
-    handle: Option<JoinHandle<Result<TargetReport>>>,
+    /// Where the outcome comes once the trace is finished, then the outcome.
+    finished: mpsc::Receiver<Result<TargetReport>>,
     outcome: Option<Result<TargetReport>>,
 }
 
 impl Running {
-    /// Joins the target's thread if it has ended (or, with `wait`, once it ends).
+    /// The outcome if the target's trace is finished (or, with `wait`, once it is).
     fn join(&mut self, wait: bool) -> Option<&Result<TargetReport>> {
-        if self.outcome.is_none()
-            && let Some(handle) = self.handle.take_if(|h| wait || h.is_finished())
-        {
-            self.outcome = Some(handle.join().expect("a recording thread panicked"));
+        if self.outcome.is_none() {
+            let received = if wait {
+                self.finished.recv().map_err(|_| true)
+            } else {
+                self.finished
+                    .try_recv()
+                    .map_err(|e| e == mpsc::TryRecvError::Disconnected)
+            };
+            match received {
+                Ok(outcome) => self.outcome = Some(outcome),
+                Err(true) => panic!("a recording thread panicked"),
+                Err(false) => {}
+            }
         }
         self.outcome.as_ref()
     }
@@ -261,8 +271,12 @@ impl Session<'_> {
         // DWARF).
         let started = monotonic_ns();
         self.config.end_at_ns = opts.duration.map(|d| started + d.as_nanos() as u64);
-        for target in std::mem::take(&mut self.attached) {
-            self.start(target)?;
+        // The targets attached by now share sampler threads (sampler/shared_thread.rs).
+        let mut attached = std::mem::take(&mut self.attached);
+        let per_thread = targets_per_thread(self.config.period_ns);
+        while !attached.is_empty() {
+            let rest = attached.split_off(attached.len().min(per_thread));
+            self.start(std::mem::replace(&mut attached, rest))?;
         }
         loop {
             let command_done = launched.as_mut().map(|c| c.try_status().is_some());
@@ -418,22 +432,9 @@ impl Session<'_> {
         changed
     }
 
-    /// Starts recording an attached target on its own threads.
-    fn start(&mut self, target: Target) -> Result<()> {
-        let rank = read_rank(target.pid);
-        let path = self.opts.output.path_for(target.pid, rank);
-        // Made only now, for the first target: a run refused before it leaves nothing behind.
-        self.opts.output.prepare()?;
-        let mut writer = ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
-        if let Some(watch) = &self.opts.watch {
-            writer.set_tap((watch.tap_for)(target.pid, rank));
-        }
-        let live = Arc::new(LiveCounters::default());
-        let (pid, python, layout) = (
-            target.pid,
-            target.version.to_string(),
-            target.layout_source.to_string(),
-        );
+    /// Starts recording attached targets on a sampler thread of their own (which hands some to
+    /// another where it cannot keep their rate), with a writer thread each.
+    fn start(&mut self, targets: Vec<Target>) -> Result<()> {
         // One target's samples go to the path given; several targets' each to its own.
         let several = self.opts.subprocesses
             || match &self.opts.targets {
@@ -441,39 +442,61 @@ impl Session<'_> {
                 Targets::Launch(_) => false,
                 Targets::Devices(_) => true,
             };
-        let (config, stop, opts, offset_ns, thread_live) = (
+        let mut members = Vec::with_capacity(targets.len());
+        for target in targets {
+            let rank = read_rank(target.pid);
+            let path = self.opts.output.path_for(target.pid, rank);
+            // Made only now, for the first target: a run refused before it leaves nothing behind.
+            self.opts.output.prepare()?;
+            let mut writer =
+                ChromeWriter::create(&path, self.opts.force, target.pid, self.offset_ns)?;
+            if let Some(watch) = &self.opts.watch {
+                writer.set_tap((watch.tap_for)(target.pid, rank));
+            }
+            let live = Arc::new(LiveCounters::default());
+            let (outcome, finished) = mpsc::channel();
+            self.running.push(Running {
+                pid: target.pid,
+                path,
+                python: target.version.to_string(),
+                layout: target.layout_source.to_string(),
+                live: live.clone(),
+                announced: false,
+                finished,
+                outcome: None,
+            });
+            members.push(Member {
+                target,
+                rank,
+                writer,
+                live,
+                outcome,
+            });
+        }
+        let name = match members.as_slice() {
+            [one] => format!("sample-{}", one.target.pid),
+            [first, ..] => format!("sample-{}+{}", first.target.pid, members.len() - 1),
+            [] => return Ok(()),
+        };
+        let (config, stop, opts, offset_ns) = (
             self.config,
             self.stop.clone(),
             self.opts.clone(),
             self.offset_ns,
-            live.clone(),
         );
-        let handle = thread::Builder::new()
-            .name(format!("sample-{pid}"))
+        thread::Builder::new()
+            .name(name)
             .spawn(move || {
-                record_one(
-                    &target,
-                    rank,
-                    writer,
-                    &config,
-                    &stop,
-                    &thread_live,
-                    &opts,
+                let shared = Shared {
+                    config: &config,
+                    stop: &stop,
+                    opts: &opts,
                     offset_ns,
                     several,
-                )
+                };
+                record_members(members, &shared);
             })
             .map_err(|e| Error::io("starting a sampler thread", e))?;
-        self.running.push(Running {
-            pid,
-            path,
-            python,
-            layout,
-            live,
-            announced: false,
-            handle: Some(handle),
-            outcome: None,
-        });
         Ok(())
     }
 
@@ -502,7 +525,7 @@ impl Session<'_> {
                     if self.config.end_at_ns.is_none() && self.opts.duration.is_some() {
                         self.attached.push(target);
                     } else {
-                        self.start(target)?;
+                        self.start(vec![target])?;
                     }
                 }
                 Err(Error::NotReady { .. })

@@ -1,9 +1,10 @@
-//! One target's recording: its sampler thread and its writer thread joined by a channel (file I/O
-//! never delays a sample), and the finished trace with its metadata.
+//! The targets' recordings: a sampler thread for one or several targets (sampler/shared_thread.rs),
+//! a writer thread per target joined to it by a channel (file I/O never delays a sample), and each
+//! finished trace with its metadata.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread;
 
 use serde_json::{Map, Value, json};
@@ -14,63 +15,162 @@ use crate::infer::quiet;
 use crate::infer::stats::Totals;
 use crate::python::target::Target;
 use crate::record::recorded_process::RecordedProcess;
-use crate::record::save::{samples_path, save_samples_to};
+use crate::record::save::{Saving, samples_path, save_samples_to};
 use crate::record::{RecordOptions, TargetReport};
 use crate::report::analyze::{ProcessAnswer, analyze};
 use crate::sampler::config::{LiveCounters, SampleLog, SamplerConfig};
 use crate::sampler::report::SamplerReport;
-use crate::sampler::tick_loop::run_sampler;
+use crate::sampler::shared_thread::{Lane, LaneOutput, drive};
 use crate::trace::chrome::ChromeWriter;
 
 /// The largest trace whose answer is computed when its recording ends (1 GiB: about 512 MiB of
 /// memory for that moment).
 const MAX_TRACE_ANALYSED_AT_END: u64 = 1 << 30;
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn record_one(
-    target: &Target,
-    rank: u32,
-    writer: ChromeWriter,
-    config: &SamplerConfig,
-    stop: &AtomicBool,
-    live: &LiveCounters,
-    opts: &RecordOptions,
-    offset_ns: i64,
-    several: bool,
-) -> Result<TargetReport> {
-    let process = RecordedProcess::of(target, rank, opts, offset_ns);
-    let mut saver = match &opts.save_samples {
-        Some(path) => {
-            let path = samples_path(path, target.pid, several);
-            Some(save_samples_to(
-                &path, opts.force, &process, target, config,
-            )?)
+/// A target as the session hands it to a sampler thread: attached, its trace created, and where the
+/// outcome of its recording is to be sent.
+pub(super) struct Member {
+    pub(super) target: Target,
+    pub(super) rank: u32,
+    pub(super) writer: ChromeWriter,
+    pub(super) live: Arc<LiveCounters>,
+    pub(super) outcome: mpsc::Sender<Result<TargetReport>>,
+}
+
+/// What the session's sampler threads share.
+pub(super) struct Shared<'a> {
+    pub(super) config: &'a SamplerConfig,
+    pub(super) stop: &'a AtomicBool,
+    pub(super) opts: &'a RecordOptions,
+    pub(super) offset_ns: i64,
+    /// The session records several targets (or may): each saved stream gets its pid in its name.
+    pub(super) several: bool,
+}
+
+/// Records `members` on this thread (and on the threads it hands some to when it cannot keep their
+/// rate: sampler/shared_thread.rs); each member's outcome goes to its sender as its trace is
+/// finished.
+pub(super) fn record_members(members: Vec<Member>, shared: &Shared<'_>) {
+    let mut targets = Vec::with_capacity(members.len());
+    let mut outputs = Vec::with_capacity(members.len());
+    for member in members {
+        let Member {
+            target,
+            rank,
+            writer,
+            live,
+            outcome,
+        } = member;
+        match TraceOutput::start(&target, rank, writer, shared, outcome) {
+            Some(output) => {
+                targets.push((target, live));
+                outputs.push(output);
+            }
+            None => live.done.store(true, Ordering::Release),
         }
-        None => None,
-    };
-    let mut save_failed = None;
-    let report = write_trace(
-        &process,
-        writer,
-        (opts.force, Pace::Live),
-        |sink, writer_failed| {
-            let should_stop =
-                || stop.load(Ordering::Relaxed) || writer_failed.load(Ordering::Relaxed);
-            let log = saver.as_mut().map(|s| s as &mut dyn SampleLog);
-            let mut report = run_sampler(target, config, &should_stop, live, sink, log);
-            // Finished before the trace's metadata is written, which gives the stream's size.
-            if let Some(saver) = saver.take() {
-                match saver.finish(&report) {
-                    Ok(bytes) => report.saved_bytes = bytes,
-                    Err(e) => save_failed = Some(e),
+    }
+    let lanes = targets
+        .iter()
+        .zip(outputs)
+        .map(|((target, live), output)| Lane {
+            target,
+            live,
+            output: Box::new(output),
+        })
+        .collect();
+    thread::scope(|scope| drive(scope, shared.config, shared.stop, lanes));
+}
+
+/// One target's trace and saved stream while it is sampled (`LaneOutput`).
+struct TraceOutput {
+    process: RecordedProcess,
+    force: bool,
+    /// The records' way to the writer thread; dropped (and so flushed) when sampling ends.
+    push: Option<Box<dyn FnMut(Finding) + Send>>,
+    writer_failed: Arc<AtomicBool>,
+    writing: TraceWriting,
+    saver: Option<Saving>,
+    outcome: mpsc::Sender<Result<TargetReport>>,
+}
+
+impl TraceOutput {
+    /// Starts the trace's writer thread and the saved stream; `None` when the stream cannot be
+    /// created (the error went to `outcome`).
+    fn start(
+        target: &Target,
+        rank: u32,
+        writer: ChromeWriter,
+        shared: &Shared<'_>,
+        outcome: mpsc::Sender<Result<TargetReport>>,
+    ) -> Option<TraceOutput> {
+        let opts = shared.opts;
+        let process = RecordedProcess::of(target, rank, opts, shared.offset_ns);
+        let saver = match &opts.save_samples {
+            Some(path) => {
+                let path = samples_path(path, target.pid, shared.several);
+                match save_samples_to(&path, opts.force, &process, target, shared.config) {
+                    Ok(saver) => Some(saver),
+                    Err(e) => {
+                        let _ = outcome.send(Err(e));
+                        return None;
+                    }
                 }
             }
-            report
-        },
-    )?;
-    match save_failed {
-        Some(e) => Err(e),
-        None => Ok(report),
+            None => None,
+        };
+        let (writing, mut batch) = TraceWriting::start(&process, writer, Pace::Live);
+        Some(TraceOutput {
+            writer_failed: batch.writer_failed.clone(),
+            push: Some(Box::new(move |record| batch.push(record))),
+            process,
+            force: opts.force,
+            writing,
+            saver,
+            outcome,
+        })
+    }
+}
+
+impl LaneOutput for TraceOutput {
+    fn parts(&mut self) -> (&mut dyn FnMut(Finding), Option<&mut dyn SampleLog>) {
+        let push = self.push.as_mut().expect("taken only at the end");
+        let log = self.saver.as_mut().map(|s| s as &mut dyn SampleLog);
+        (push, log)
+    }
+
+    fn failed(&self) -> bool {
+        self.writer_failed.load(Ordering::Relaxed)
+            || self.saver.as_ref().is_some_and(|s| s.failed())
+    }
+
+    /// The saved stream is finished first (the trace's metadata gives its size), then the trace,
+    /// on a thread of its own: reading a large trace back for its answer takes seconds, which the
+    /// other targets of this sampler thread must not wait for.
+    fn finish(mut self: Box<Self>, mut report: SamplerReport) {
+        let save_failed = match self.saver.take().map(|saver| saver.finish(&report)) {
+            Some(Ok(bytes)) => {
+                report.saved_bytes = bytes;
+                None
+            }
+            Some(Err(e)) => Some(e),
+            None => None,
+        };
+        // The last batch goes to the writer, whose thread then ends.
+        self.push = None;
+        let TraceOutput {
+            process,
+            force,
+            writing,
+            outcome,
+            ..
+        } = *self;
+        thread::spawn(move || {
+            let finished = writing.finish(&process, force, report);
+            let _ = outcome.send(match (finished, save_failed) {
+                (Ok(_), Some(e)) => Err(e),
+                (finished, _) => finished,
+            });
+        });
     }
 }
 
@@ -91,77 +191,108 @@ enum Sender {
     Bounded(mpsc::SyncSender<Vec<Finding>>),
 }
 
-/// Writes one process's trace from what `produce` sends to its sink (a live sampler, or a replay of
-/// saved samples) and returns what it measured. `produce` gets a flag that is set when the writer
-/// failed, so that it stops.
+/// Writes one process's trace from what `produce` sends to its sink (a replay of saved samples) and
+/// returns what it measured. `produce` gets a flag that is set when the writer failed, so that it
+/// stops.
 pub fn write_trace(
     process: &RecordedProcess,
-    mut writer: ChromeWriter,
+    writer: ChromeWriter,
     (force, pace): (bool, Pace),
     produce: impl FnOnce(&mut dyn FnMut(Finding), &AtomicBool) -> SamplerReport,
 ) -> Result<TargetReport> {
-    let handoff_arrows = process.handoff_arrows;
-    let partial = writer.partial_path().to_path_buf();
-    let final_path = writer.final_path().to_path_buf();
-    if pace == Pace::Live {
-        writer.read_sources_of_target();
-    }
-    // A live sampler must never wait for the writer (its ticks would slip), and it cannot outrun
-    // it for long (it produces at the sampling rate); a replay produces as fast as it reads, so it
-    // waits for the writer instead of piling batches up in memory.
-    let (tx, rx) = match pace {
-        Pace::Live => {
-            let (tx, rx) = mpsc::channel::<Vec<Finding>>();
-            (Sender::Unbounded(tx), rx)
+    let (writing, mut batch) = TraceWriting::start(process, writer, pace);
+    let writer_failed = batch.writer_failed.clone();
+    let report = produce(&mut |record| batch.push(record), &writer_failed);
+    drop(batch);
+    writing.finish(process, force, report)
+}
+
+/// A trace being written: its writer thread, fed by a `Batch`, until `finish`.
+pub struct TraceWriting {
+    writer_thread: thread::JoinHandle<(Result<ChromeWriter>, Totals)>,
+    partial: PathBuf,
+    final_path: PathBuf,
+}
+
+impl TraceWriting {
+    /// Starts the writer thread; records pushed to the batch reach it.
+    fn start(
+        process: &RecordedProcess,
+        mut writer: ChromeWriter,
+        pace: Pace,
+    ) -> (TraceWriting, Batch) {
+        let handoff_arrows = process.handoff_arrows;
+        let partial = writer.partial_path().to_path_buf();
+        let final_path = writer.final_path().to_path_buf();
+        if pace == Pace::Live {
+            writer.read_sources_of_target();
         }
-        Pace::AsFastAsTheWriter => {
-            let (tx, rx) = mpsc::sync_channel::<Vec<Finding>>(BATCHES_IN_FLIGHT);
-            (Sender::Bounded(tx), rx)
-        }
-    };
-    let writing = thread::scope(|scope| {
-        let writer_thread = scope.spawn(move || -> (Result<ChromeWriter>, Totals) {
+        // A live sampler must never wait for the writer (its ticks would slip), and it cannot outrun
+        // it for long (it produces at the sampling rate); a replay produces as fast as it reads, so
+        // it waits for the writer instead of piling batches up in memory.
+        let (tx, rx) = match pace {
+            Pace::Live => {
+                let (tx, rx) = mpsc::channel::<Vec<Finding>>();
+                (Sender::Unbounded(tx), rx)
+            }
+            Pace::AsFastAsTheWriter => {
+                let (tx, rx) = mpsc::sync_channel::<Vec<Finding>>(BATCHES_IN_FLIGHT);
+                (Sender::Bounded(tx), rx)
+            }
+        };
+        let writer_thread = thread::spawn(move || -> (Result<ChromeWriter>, Totals) {
             let mut totals = Totals::default();
             let mut write =
                 |record| write_finding(&mut writer, &mut totals, record, handoff_arrows);
-            // The first failure ends the thread, which drops the channel's end (see below).
+            // The first failure ends the thread, which drops the channel's end: the batch's next
+            // send fails and sets the flag that stops the sampling; the error, which says where the
+            // partial data is, surfaces in `finish`.
             let failed = rx.into_iter().flatten().find_map(|r| write(r).err());
             match failed {
                 Some(error) => (Err(error), totals),
                 None => (Ok(writer), totals),
             }
         });
-        // A writer that failed (disk full, directory gone) drops its end of the channel; sampling then
-        // stops within a batch and the error, which says where the partial data is, surfaces below.
-        let writer_failed = AtomicBool::new(false);
-        let mut batch = Batch::new(tx, &writer_failed);
-        let report = produce(&mut |record| batch.push(record), &writer_failed);
-        batch.flush();
-        drop(batch);
-        (
-            report,
-            writer_thread.join().expect("the trace writer panicked"),
-        )
-    });
-    let (report, (written, totals)) = writing;
-    let pid = process.pid;
-    let writer = match written {
-        Ok(writer) => writer,
-        Err(error) => {
-            return Ok(unfinished(process, report, totals, partial, None, error));
-        }
-    };
-    let mut threads: Vec<(u32, String)> = report
-        .thread_names
-        .iter()
-        .map(|(tid, name)| (*tid, name.clone()))
-        .collect();
-    threads.sort_by_key(|(tid, _)| (*tid != pid, *tid));
-    let process_name = process_name(process);
-    let other = metadata(process, &report);
-    // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
-    let mut answer = None;
-    let finished = writer.finish(&process_name, &threads, other, force, &mut |partial| {
+        let writing = TraceWriting {
+            writer_thread,
+            partial,
+            final_path,
+        };
+        (writing, Batch::new(tx))
+    }
+
+    /// Waits for the writer (its batch must be dropped first), then finishes the file: metadata,
+    /// the answer, the final name.
+    fn finish(
+        self,
+        process: &RecordedProcess,
+        force: bool,
+        report: SamplerReport,
+    ) -> Result<TargetReport> {
+        let TraceWriting {
+            writer_thread,
+            partial,
+            final_path,
+        } = self;
+        let (written, totals) = writer_thread.join().expect("the trace writer panicked");
+        let pid = process.pid;
+        let writer = match written {
+            Ok(writer) => writer,
+            Err(error) => {
+                return Ok(unfinished(process, report, totals, partial, None, error));
+            }
+        };
+        let mut threads: Vec<(u32, String)> = report
+            .thread_names
+            .iter()
+            .map(|(tid, name)| (*tid, name.clone()))
+            .collect();
+        threads.sort_by_key(|(tid, _)| (*tid != pid, *tid));
+        let process_name = process_name(process);
+        let other = metadata(process, &report);
+        // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
+        let mut answer = None;
+        let finished = writer.finish(&process_name, &threads, other, force, &mut |partial| {
         // Reading the trace back holds its slices in memory (about half the file's size): a
         // trace too large for that is left for `gilsample report` to answer, and says so.
         let size = std::fs::metadata(partial).map(|m| m.len()).unwrap_or(0);
@@ -182,25 +313,26 @@ pub fn write_trace(
         answer = Some(found);
         Some(("statistics".to_string(), value))
     });
-    let path = match finished {
-        Ok(path) => path,
-        // The end could not be written, or the final name was taken meanwhile: the partial file
-        // holds the events (and, in the second case, the whole trace).
-        Err(error) => {
-            return Ok(unfinished(process, report, totals, partial, answer, error));
-        }
-    };
-    Ok(TargetReport {
-        pid,
-        rank: process.rank,
-        path,
-        python: process.python_version.clone(),
-        layout_source: process.layout_source.clone(),
-        sampler: report,
-        totals,
-        answer,
-        write_error: None,
-    })
+        let path = match finished {
+            Ok(path) => path,
+            // The end could not be written, or the final name was taken meanwhile: the partial file
+            // holds the events (and, in the second case, the whole trace).
+            Err(error) => {
+                return Ok(unfinished(process, report, totals, partial, answer, error));
+            }
+        };
+        Ok(TargetReport {
+            pid,
+            rank: process.rank,
+            path,
+            python: process.python_version.clone(),
+            layout_source: process.layout_source.clone(),
+            sampler: report,
+            totals,
+            answer,
+            write_error: None,
+        })
+    }
 }
 
 /// One finding into the trace; intervals also into the per-thread totals.
@@ -305,25 +437,26 @@ fn unfinished(
 /// The sampler's records on their way to the writer thread, sent in batches: one send per record woke
 /// the writer on nearly every tick, and those wake-ups were a tenth of the sampler's CPU at ~45k GIL
 /// releases/s (scripts/bench_overhead.py; docs/cost.md, "What keeps the sampler cheap").
-struct Batch<'a> {
+struct Batch {
     tx: Sender,
     records: Vec<Finding>,
     first_ns: u64,
-    writer_failed: &'a AtomicBool,
+    /// Set when a send finds the writer gone (it failed): sampling stops.
+    writer_failed: Arc<AtomicBool>,
 }
 
-impl<'a> Batch<'a> {
+impl Batch {
     /// At most this many records, and this old, wait for the writer; the age bounds how far the file
     /// lags behind the recording.
     const MAX_RECORDS: usize = 4096;
     const MAX_AGE_NS: u64 = 20_000_000;
 
-    fn new(tx: Sender, writer_failed: &'a AtomicBool) -> Batch<'a> {
+    fn new(tx: Sender) -> Batch {
         Batch {
             tx,
             records: Vec::with_capacity(Self::MAX_RECORDS),
             first_ns: 0,
-            writer_failed,
+            writer_failed: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -357,6 +490,13 @@ impl<'a> Batch<'a> {
         if !sent {
             self.writer_failed.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+/// The last records go to the writer when sampling ends; dropping the sender then ends its thread.
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -433,6 +573,8 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "sampler_cpus": process.cpus,
         "sampler_cpu_seconds": report.cpu_ns as f64 / 1e9,
         "sampler_moved_off_holder_cpu": report.cpu_moves,
+        "sampler_thread": report.sampler_thread,
+        "sampler_thread_targets": report.targets_on_thread,
         "saved_sample_bytes": report.saved_bytes,
         "sampler_syscalls_per_sample": report.syscalls_per_sample(),
     });

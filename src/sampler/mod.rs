@@ -9,6 +9,7 @@ pub mod gil_flag_reader;
 mod pace;
 pub mod priority;
 pub mod report;
+pub mod shared_thread;
 pub mod stack_watch;
 pub mod thread_reads;
 pub mod tick_loop;

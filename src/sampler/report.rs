@@ -80,10 +80,15 @@ pub struct SamplerReport {
     pub scheduling: Scheduling,
     /// Times the sampler left the GIL holder's CPU (dodge.rs).
     pub cpu_moves: u64,
-    /// CPU time the sampler thread used.
+    /// CPU time the sampler thread used for this target: its share of the thread's, by the time its
+    /// ticks took (sampler/shared_thread.rs).
     pub cpu_ns: u64,
-    /// The system calls the sampler thread made (process/syscalls.rs).
+    /// The system calls the sampler thread made for this target (process/syscalls.rs).
     pub syscalls: SyscallCounts,
+    /// The sampler thread that sampled it last, numbered in the order they started.
+    pub sampler_thread: u64,
+    /// How many targets that thread was given, this one included.
+    pub targets_on_thread: usize,
     /// Bytes of samples saved (`--save-samples`).
     pub saved_bytes: u64,
     /// Why sampling ended.
@@ -124,6 +129,8 @@ impl SamplerReport {
             cpu_moves: 0,
             cpu_ns: 0,
             syscalls: SyscallCounts::default(),
+            sampler_thread: 0,
+            targets_on_thread: 1,
             saved_bytes: 0,
             end: EndReason::Stopped,
         }

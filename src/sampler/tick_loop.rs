@@ -20,19 +20,19 @@ use crate::infer::sample::{Sample, SampleContext, Wants};
 use crate::observed::GilWaitRanges;
 use crate::process::kernel::ThreadFiles;
 use crate::process::memory::ReadError;
-use crate::process::syscalls::counted;
+use crate::process::syscalls::SyscallCounts;
 use crate::process::tasks::TidMap;
 use crate::python::gil_span::{GilReading, WaiterCountAddrs};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::{ThreadRef, WalkError};
 use crate::python::target::Target;
 use crate::python::thread_list::ThreadWalker;
-use crate::sampler::clock::{monotonic_ns, sleep_until, thread_cpu_ns};
+use crate::sampler::clock::monotonic_ns;
 use crate::sampler::config::{LiveCounters, SampleLog, SamplerConfig};
 use crate::sampler::dodge::CpuDodge;
 use crate::sampler::gil_flag_reader::GilFlagReader;
 use crate::sampler::pace::Pace;
-use crate::sampler::priority::{Scheduling, apply_to_current_thread};
+use crate::sampler::priority::Scheduling;
 use crate::sampler::report::{EndReason, SamplerReport};
 use crate::sampler::stack_watch::StackWatch;
 use crate::sampler::thread_reads::{CHECK_COUNTED_OUT, IdleReads, ThreadTable};
@@ -53,8 +53,13 @@ pub fn sample_context(target: &Target, config: &SamplerConfig) -> SampleContext 
     }
 }
 
-struct Sampler<'a> {
+/// One target's sampling: what it reads through, what inference keeps, and the tick loop's own
+/// state from one tick to the next. A sampler thread drives one or several of these
+/// (sampler/shared_thread.rs): `wake_at`, sleep, `tick`, until `ended` or a tick ends it, then
+/// `finish`.
+pub struct Sampler<'a> {
     target: &'a Target,
+    config: &'a SamplerConfig,
     tid_map: Option<TidMap>,
     table: ThreadTable,
     refs: Vec<ThreadRef>,
@@ -64,6 +69,12 @@ struct Sampler<'a> {
     gil_flags: Option<GilFlagReader>,
     engine: Engine,
     report: SamplerReport,
+    pace: Pace,
+    dodge: Option<CpuDodge>,
+    reads: TickReads<'a>,
+    sample: Sample,
+    wants: Wants,
+    stacks_first: StacksFirst,
 }
 
 /// A stack watch's finding: into the saved stream first (where there is one), then downstream.
@@ -78,158 +89,183 @@ fn log_and_send(
     sink(finding)
 }
 
-/// Samples `target` until the duration ends, `stop` is set, or the target exits. Intervals and counter
-/// changes go to `sink` as they close; every sample and stack to `log` where there is one.
-pub fn run_sampler(
-    target: &Target,
-    config: &SamplerConfig,
-    stop: &dyn Fn() -> bool,
-    live: &LiveCounters,
-    sink: &mut dyn FnMut(Finding),
-    mut log: Option<&mut dyn SampleLog>,
-) -> SamplerReport {
-    let start = monotonic_ns();
-    let syscalls_before = counted();
-    let mut state = Sampler {
-        target,
-        // Without it (the process is gone already) every thread is skipped and the loop ends.
-        tid_map: TidMap::new(target.pid).ok(),
-        table: ThreadTable::default(),
-        refs: Vec::with_capacity(64),
-        walker: ThreadWalker::default(),
-        namer: ThreadNamer::new(target.object_reader()),
-        stacks: None,
-        gil_flags: GilFlagReader::new(&target.layout),
-        engine: Engine::new(sample_context(target, config)),
-        report: SamplerReport::new(start, apply_to_current_thread(config.priority)),
-    };
-    if config.stacks {
-        match StackWatch::new(target) {
-            Ok(watch) => state.stacks = Some(watch),
-            Err(why) => state.report.stacks.unavailable = Some(why),
-        }
-    }
-    // The first walk opens every thread's /proc files and reads every thread's name: with 400 threads
-    // about 40 ms, which at the first tick was a hole of 400 samples at the start of the recording.
-    // Taken before the recording's start instead; where it fails, the first tick walks again.
-    let first_walk = state.refresh().ok();
-    state.report.start_ns = monotonic_ns();
-    state.report.end_ns = state.report.start_ns;
-    live.threads
-        .store(state.table.threads.len() as u64, Ordering::Relaxed);
-    let end = state.run(config, first_walk, stop, live, sink, &mut log);
-    // Names again at the end, for threads renamed since they were first seen.
-    let (refs, names) = (&state.refs, &mut state.report.thread_names);
-    let memory = &target.memory;
-    state
-        .namer
-        .name_threads(memory, &target.layout, target.runtime, refs, names);
-    state.report.name_reads = state.namer.stats;
-    if let Some(watch) = state.stacks.as_mut() {
-        watch.finish(&mut |finding| log_and_send(&mut log, sink, finding));
-        watch.report_into(&mut state.report.stacks);
-    }
-    state.engine.finish(sink);
-    state.report.inference = state.engine.counts();
-    state.report.end = end;
-    state.report.cpu_ns = thread_cpu_ns();
-    state.report.syscalls = counted().since(&syscalls_before);
-    live.done.store(true, Ordering::Release);
-    state.report
-}
-
-impl Sampler<'_> {
-    /// `first_walk`: what the walk before the start found (`refresh`), where it succeeded.
-    fn run(
-        &mut self,
-        config: &SamplerConfig,
-        first_walk: Option<bool>,
-        stop: &dyn Fn() -> bool,
+impl<'a> Sampler<'a> {
+    /// Gets ready to sample `target`: its thread table (the first walk of its thread list), its
+    /// stack watch and engine. The first tick is on the session's grid of periods (`Pace::new`).
+    /// `scheduling` is what the thread that drives it was given; `may_dodge`: that thread samples
+    /// this target alone, so it may move off its GIL holder's CPU (dodge.rs).
+    pub fn start(
+        target: &'a Target,
+        config: &'a SamplerConfig,
         live: &LiveCounters,
-        sink: &mut dyn FnMut(Finding),
-        log: &mut Option<&mut dyn SampleLog>,
-    ) -> EndReason {
-        let period = config.period_ns;
-        let mut pace = Pace::new(self.report.start_ns, period);
-        if let Some(unbound) = first_walk {
-            pace.last_walk = self.report.start_ns;
-            pace.unbound
-                .after_walk(pace.last_walk, unbound, period, config.refresh_ns);
-        }
-        let mut dodge = if config.dodge_holder && self.report.scheduling == Scheduling::Fifo {
-            CpuDodge::new(self.target.pid)
-        } else {
-            None
-        };
+        scheduling: Scheduling,
+        may_dodge: bool,
+    ) -> Sampler<'a> {
+        let engine = Engine::new(sample_context(target, config));
         let reads = TickReads {
-            ranges: self.target.gil_wait_ranges(),
-            counts: self
-                .target
+            ranges: target.gil_wait_ranges(),
+            counts: target
                 .waiter_counts
                 .as_ref()
                 .ok()
                 .filter(|_| config.waiter_counts),
-            check_gil_flags: self.engine.context().check_gil_flags,
+            check_gil_flags: engine.context().check_gil_flags,
             check_counted_out: std::env::var_os(CHECK_COUNTED_OUT).is_some(),
         };
-        let mut sample = Sample::default();
-        let mut wants = Wants::default();
-        let mut stacks_first = StacksFirst::default();
-        loop {
-            if stop() || log.as_ref().is_some_and(|l| l.failed()) {
-                return EndReason::Stopped;
+        let start = monotonic_ns();
+        let mut state = Sampler {
+            target,
+            config,
+            // Without it (the process is gone already) every thread is skipped and the loop ends.
+            tid_map: TidMap::new(target.pid).ok(),
+            table: ThreadTable::default(),
+            refs: Vec::with_capacity(64),
+            walker: ThreadWalker::default(),
+            namer: ThreadNamer::new(target.object_reader()),
+            stacks: None,
+            gil_flags: GilFlagReader::new(&target.layout),
+            engine,
+            report: SamplerReport::new(start, scheduling),
+            pace: Pace::new(start, config.period_ns),
+            dodge: None,
+            reads,
+            sample: Sample::default(),
+            wants: Wants::default(),
+            stacks_first: StacksFirst::default(),
+        };
+        if config.stacks {
+            match StackWatch::new(target) {
+                Ok(watch) => state.stacks = Some(watch),
+                Err(why) => state.report.stacks.unavailable = Some(why),
             }
-            if config.end_at_ns.is_some_and(|end| pace.deadline >= end) {
-                return EndReason::Duration;
-            }
-            let woke = self.wait_for_tick(&mut pace, period, live);
-            let reading = match self.read_gil(&reads, &mut pace, woke) {
-                Ok(reading) => reading,
-                Err(Some(end)) => return end,
-                Err(None) => continue,
-            };
-            // The sample is of the target as it was when the read returned, however long it waited.
-            let t0 = monotonic_ns();
-            if t0 - woke > period {
-                self.report.stalled_reads += 1;
-                self.report.longest_stall_ns = self.report.longest_stall_ns.max(t0 - woke);
-            }
-            match self.walk_if_due(&mut pace, config, t0, &reading, live) {
-                Ok(()) => {}
-                Err(Some(end)) => return end,
-                Err(None) => continue,
-            }
-            pace.faulting_since = None;
-            self.fill_sample(
-                &mut sample,
-                &reads,
-                &reading,
-                (woke, t0),
-                &pace,
-                config,
-                &wants,
-            );
-            if let Some(log) = log.as_mut() {
-                log.sample(&sample);
-            }
-            self.infer(&sample, &mut stacks_first, sink, log);
-            if let Some(every) = config.live_every_ns
-                && sample.t_ns >= pace.next_live_ns
-            {
-                pace.next_live_ns = sample.t_ns + every;
-                sink(Finding::Live(Box::new(self.live_snapshot(sample.t_ns))));
-            }
-            self.engine.wants(&mut wants);
-            self.after_tick(&sample, &wants, &mut pace, config, dodge.as_mut(), live);
         }
+        // The first walk opens every thread's /proc files and reads every thread's name: with 400
+        // threads about 40 ms, which at the first tick was a hole of 400 samples at the start of
+        // the recording. Taken before the recording's start instead; where it fails, the first
+        // tick walks again.
+        let first_walk = state.refresh().ok();
+        state.report.start_ns = monotonic_ns();
+        state.report.end_ns = state.report.start_ns;
+        let period = config.period_ns;
+        state.pace = Pace::new(state.report.start_ns, period);
+        if let Some(unbound) = first_walk {
+            state.pace.last_walk = state.report.start_ns;
+            let last_walk = state.pace.last_walk;
+            state
+                .pace
+                .unbound
+                .after_walk(last_walk, unbound, period, config.refresh_ns);
+        }
+        if may_dodge && config.dodge_holder && scheduling == Scheduling::Fifo {
+            state.dodge = CpuDodge::new(target.pid);
+        }
+        live.threads
+            .store(state.table.threads.len() as u64, Ordering::Relaxed);
+        state
     }
 
-    /// Sleeps until the tick's deadline (or the end of the last tick's rest) and moves it on; a
-    /// tick that started over a period late is counted, and the deadlines it missed are let go.
-    /// Returns when it woke.
-    fn wait_for_tick(&mut self, pace: &mut Pace, period: u64, live: &LiveCounters) -> u64 {
-        sleep_until(pace.deadline.max(pace.rest_until));
+    /// The pid of the target sampled.
+    pub fn pid(&self) -> u32 {
+        self.target.pid
+    }
+
+    /// When the next tick may start: its deadline, or the end of the last tick's rest.
+    pub fn wake_at(&self) -> u64 {
+        self.pace.deadline.max(self.pace.rest_until)
+    }
+
+    /// Why sampling ends before the next tick, if it does: `stopped` (the session's stop, or this
+    /// target's output failed), or the duration reached.
+    pub fn ended(&self, stopped: bool) -> Option<EndReason> {
+        if stopped {
+            return Some(EndReason::Stopped);
+        }
+        if self
+            .config
+            .end_at_ns
+            .is_some_and(|end| self.pace.deadline >= end)
+        {
+            return Some(EndReason::Duration);
+        }
+        None
+    }
+
+    /// One tick, once `wake_at` has passed: the sample's reads, inference, and the stacks of the
+    /// threads that began to wait or hold. `Some` when the target is gone or unreadable.
+    pub fn tick(
+        &mut self,
+        live: &LiveCounters,
+        sink: &mut dyn FnMut(Finding),
+        log: &mut Option<&mut dyn SampleLog>,
+    ) -> Option<EndReason> {
+        let config = self.config;
+        let period = config.period_ns;
+        let woke = self.count_lateness(period, live);
+        let reading = match self.read_gil(woke) {
+            Ok(reading) => reading,
+            Err(end) => return end,
+        };
+        // The sample is of the target as it was when the read returned, however long it waited.
+        let t0 = monotonic_ns();
+        if t0 - woke > period {
+            self.report.stalled_reads += 1;
+            self.report.longest_stall_ns = self.report.longest_stall_ns.max(t0 - woke);
+        }
+        if let Err(end) = self.walk_if_due(t0, &reading, live) {
+            return end;
+        }
+        self.pace.faulting_since = None;
+        let mut sample = std::mem::take(&mut self.sample);
+        self.fill_sample(&mut sample, &reading, (woke, t0));
+        if let Some(log) = log.as_mut() {
+            log.sample(&sample);
+        }
+        self.infer(&sample, sink, log);
+        if let Some(every) = config.live_every_ns
+            && sample.t_ns >= self.pace.next_live_ns
+        {
+            self.pace.next_live_ns = sample.t_ns + every;
+            sink(Finding::Live(Box::new(self.live_snapshot(sample.t_ns))));
+        }
+        self.engine.wants(&mut self.wants);
+        self.after_tick(&sample, live);
+        self.sample = sample;
+        None
+    }
+
+    /// Ends the sampling: names read again (threads renamed since they were first seen), what the
+    /// stack watch and the engine still hold sent to `sink`, and the report, with the CPU time and
+    /// system calls the driving thread spent on this target (`cost`).
+    pub fn finish(
+        mut self,
+        end: EndReason,
+        cost: (u64, SyscallCounts),
+        live: &LiveCounters,
+        sink: &mut dyn FnMut(Finding),
+        log: &mut Option<&mut dyn SampleLog>,
+    ) -> SamplerReport {
+        let target = self.target;
+        let (refs, names) = (&self.refs, &mut self.report.thread_names);
+        self.namer
+            .name_threads(&target.memory, &target.layout, target.runtime, refs, names);
+        self.report.name_reads = self.namer.stats;
+        if let Some(watch) = self.stacks.as_mut() {
+            watch.finish(&mut |finding| log_and_send(log, sink, finding));
+            watch.report_into(&mut self.report.stacks);
+        }
+        self.engine.finish(sink);
+        self.report.inference = self.engine.counts();
+        self.report.end = end;
+        (self.report.cpu_ns, self.report.syscalls) = cost;
+        live.done.store(true, Ordering::Release);
+        self.report
+    }
+
+    /// Called once the tick's deadline has passed: moves it on. A tick that started over a period
+    /// late is counted, and the deadlines it missed are let go. Returns when it woke.
+    fn count_lateness(&mut self, period: u64, live: &LiveCounters) -> u64 {
         let woke = monotonic_ns();
+        let pace = &mut self.pace;
         if woke > pace.deadline + period {
             self.report.late_samples += 1;
             live.late.fetch_add(1, Ordering::Relaxed);
@@ -241,15 +277,11 @@ impl Sampler<'_> {
 
     /// The tick's one read of the GIL (with the waiter counts and the thread list's head). `Err`
     /// with the end when the target is gone or unreadable, `Err(None)` to skip a faulted tick.
-    fn read_gil(
-        &mut self,
-        reads: &TickReads,
-        pace: &mut Pace,
-        woke: u64,
-    ) -> Result<GilReading, Option<EndReason>> {
+    fn read_gil(&mut self, woke: u64) -> Result<GilReading, Option<EndReason>> {
         let watch = self.walker.head_field();
-        match self.target.read_gil_watching(reads.counts, watch) {
+        match self.target.read_gil_watching(self.reads.counts, watch) {
             Ok((read, head)) => {
+                let pace = &mut self.pace;
                 // A new thread state goes to the head of the list: walk again when it moves.
                 if head != pace.thread_list_head {
                     pace.walk_now |= pace.thread_list_head.is_some() || head.is_none();
@@ -263,7 +295,7 @@ impl Sampler<'_> {
             ))),
             Err(_) => {
                 self.report.faulted_samples += 1;
-                Err(self.after_fault(woke, &mut pace.faulting_since))
+                Err(self.after_fault(woke))
             }
         }
     }
@@ -272,15 +304,15 @@ impl Sampler<'_> {
     /// known thread, or when the list's head moved. Errors as `read_gil`'s.
     fn walk_if_due(
         &mut self,
-        pace: &mut Pace,
-        config: &SamplerConfig,
         t0: u64,
         reading: &GilReading,
         live: &LiveCounters,
     ) -> Result<(), Option<EndReason>> {
+        let config = self.config;
         let word = reading.word;
         let holder_unknown =
             word.locked && self.table.index_of_thread_state(word.last_holder).is_none();
+        let pace = &mut self.pace;
         let unbound_due = pace.unbound.due(t0);
         if t0 - pace.last_walk < config.refresh_ns
             && !holder_unknown
@@ -293,7 +325,8 @@ impl Sampler<'_> {
         pace.walk_now = false;
         match self.refresh() {
             Ok(unbound) => {
-                pace.unbound
+                self.pace
+                    .unbound
                     .after_walk(t0, unbound, config.period_ns, config.refresh_ns);
                 live.threads
                     .store(self.table.threads.len() as u64, Ordering::Relaxed);
@@ -302,24 +335,15 @@ impl Sampler<'_> {
             Err(WalkError::Read(ReadError::Gone)) => Err(Some(EndReason::TargetExited)),
             Err(_) => {
                 self.report.faulted_samples += 1;
-                Err(self.after_fault(t0, &mut pace.faulting_since))
+                Err(self.after_fault(t0))
             }
         }
     }
 
     /// The rest of the tick's reads into `sample`: each thread's kernel state, the waiter counts
     /// again where the engine wants them, and what it asked for at the last tick.
-    #[allow(clippy::too_many_arguments)]
-    fn fill_sample(
-        &mut self,
-        sample: &mut Sample,
-        reads: &TickReads,
-        reading: &GilReading,
-        (woke, t0): (u64, u64),
-        pace: &Pace,
-        config: &SamplerConfig,
-        wants: &Wants,
-    ) {
+    fn fill_sample(&mut self, sample: &mut Sample, reading: &GilReading, (woke, t0): (u64, u64)) {
+        let (config, pace, reads) = (self.config, &self.pace, &self.reads);
         sample.woke_ns = woke;
         sample.read_ns = t0;
         sample.word = reading.word;
@@ -333,26 +357,27 @@ impl Sampler<'_> {
             every_few_ticks: config.idle_backoff && pace.skipping == 0,
             counted_out: config.idle_backoff && reads.counts.is_some(),
         };
+        let (counts, check_counted_out) = (reads.counts, reads.check_counted_out);
         let again = self.table.read_kernel_states(
             self.target,
             &mut self.report,
             sample,
-            &reads.ranges,
-            reads.counts,
+            &self.reads.ranges,
+            counts,
             idle,
             reading.mutex_contended,
         );
-        sample.waiters_again = match reads.counts {
+        sample.waiters_again = match counts {
             Some(at) if self.engine.wants_recount(sample) => {
                 again.or_else(|| self.target.read_waiters(at).ok())
             }
             // Both counts of every tick, for tests/counted_out.rs to judge the rule on.
-            Some(at) if reads.check_counted_out => self.target.read_waiters(at).ok(),
+            Some(at) if check_counted_out => self.target.read_waiters(at).ok(),
             _ => None,
         };
         let t1 = monotonic_ns();
         sample.t_ns = t0 + (t1 - t0) / 2;
-        self.read_wanted(sample, wants, reads.check_gil_flags);
+        self.read_wanted(sample);
     }
 
     /// The engine's step on the sample, and the stacks of the threads it decided began to wait or
@@ -360,11 +385,10 @@ impl Sampler<'_> {
     fn infer(
         &mut self,
         sample: &Sample,
-        stacks_first: &mut StacksFirst,
         sink: &mut dyn FnMut(Finding),
         log: &mut Option<&mut dyn SampleLog>,
     ) {
-        stacks_first.step(&mut self.engine, sample, sink);
+        self.stacks_first.step(&mut self.engine, sample, sink);
         if let Some(watch) = self.stacks.as_mut() {
             let memory = &self.target.memory;
             for decided in self.engine.decided() {
@@ -374,23 +398,16 @@ impl Sampler<'_> {
                 });
             }
         }
-        stacks_first.release(sink);
+        self.stacks_first.release(sink);
     }
 
     /// What the tick leaves for the next: the periods to skip while quiet, a move off the holder's
     /// CPU, the counts, and a quarter period's rest (`Pace::rest_until`).
-    fn after_tick(
-        &mut self,
-        sample: &Sample,
-        wants: &Wants,
-        pace: &mut Pace,
-        config: &SamplerConfig,
-        dodge: Option<&mut CpuDodge>,
-        live: &LiveCounters,
-    ) {
+    fn after_tick(&mut self, sample: &Sample, live: &LiveCounters) {
+        let (config, pace) = (self.config, &mut self.pace);
         let period = config.period_ns;
         pace.skipping = if config.adaptive_rate {
-            wants.skip_periods
+            self.wants.skip_periods
         } else {
             0
         };
@@ -401,13 +418,14 @@ impl Sampler<'_> {
             live.skipped_periods
                 .store(self.report.skipped_periods, Ordering::Relaxed);
         }
+        let dodge = self.dodge.as_mut();
         if dodge.is_some_and(|d| d.check(sample.t_ns, self.engine.holder_tid())) {
             self.report.cpu_moves += 1;
         }
         self.report.samples += 1;
         self.report.end_ns = sample.t_ns;
         live.samples.store(self.report.samples, Ordering::Relaxed);
-        pace.rest_until = monotonic_ns() + period / 4;
+        self.pace.rest_until = monotonic_ns() + period / 4;
     }
 
     /// What a live view gets at sample `t_ns` (`SamplerConfig::live_every_ns`).
@@ -428,7 +446,8 @@ impl Sampler<'_> {
     }
 
     /// The readings the engine asked for at the last tick.
-    fn read_wanted(&mut self, sample: &mut Sample, wants: &Wants, check_gil_flags: bool) {
+    fn read_wanted(&mut self, sample: &mut Sample) {
+        let (wants, check_gil_flags) = (&self.wants, self.reads.check_gil_flags);
         let (locked, last_holder) = (sample.word.locked, sample.word.last_holder);
         if self.gil_flags.is_none() {
             // Only schedstat, of the holder and the few threads the engine named: looked up
@@ -469,12 +488,12 @@ impl Sampler<'_> {
 
     /// After a failed read: once reads have failed for a while, checks whether the target exec'd (its
     /// interpreter is no longer mapped) or exited, which end the recording; a torn read does not.
-    fn after_fault(&mut self, now: u64, faulting_since: &mut Option<u64>) -> Option<EndReason> {
-        let since = *faulting_since.get_or_insert(now);
+    fn after_fault(&mut self, now: u64) -> Option<EndReason> {
+        let since = *self.pace.faulting_since.get_or_insert(now);
         if now - since < FAULTS_BEFORE_CHECK_NS {
             return None;
         }
-        *faulting_since = Some(now);
+        self.pace.faulting_since = Some(now);
         match self.target.still_mapped() {
             Ok(true) => None,
             Ok(false) => Some(EndReason::TargetExec),

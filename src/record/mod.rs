@@ -1,8 +1,9 @@
-//! One recording session: attach to the targets (given, launched, or discovered while it runs), run a
-//! sampler thread and a writer thread per target, stop on duration, signal or target exit, and finish
-//! each trace file (and the merged one, when asked).
+//! One recording session: attach to the targets (given, launched, or discovered while it runs),
+//! sample them on sampler threads with a writer thread per target, stop on duration, signal or
+//! target exit, and finish each trace file (and the merged one, when asked).
 //!
-//! Each target is recorded by its own sampler and writer threads (`target`). The session's own
+//! The targets attached at the start share sampler threads (`targets_per_thread` a thread:
+//! sampler/shared_thread.rs); a target found later gets one of its own (`target`). The session's own
 //! thread discovers new targets every `DISCOVERY_PERIOD`, reports progress, and reaps a launched
 //! command.
 

@@ -6,7 +6,10 @@
 //! of gilsample's that no cheaper tick could remove; the rest is what the reads add (README "What it
 //! costs").
 //!
-//! Usage: `wake_floor --pid PID [--rate 10khz] [--priority realtime|high|normal]`
+//! Several pids (`--pid 1,2,3`) get one thread waking once a period for all of them, as gilsample's
+//! shared sampler threads do (up to 4 targets a thread at 10 kHz); it runs until all have exited.
+//!
+//! Usage: `wake_floor --pid PID[,PID...] [--rate 10khz] [--priority realtime|high|normal]`
 
 use std::path::Path;
 
@@ -19,23 +22,27 @@ use gilsample::sampler::priority::{Priority, apply_to_current_thread};
 const LOOK_EVERY: u64 = 1000;
 
 fn main() {
-    let (pid, rate_hz, priority) = match parse_args(std::env::args().skip(1)) {
+    let (pids, rate_hz, priority) = match parse_args(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(why) => {
             eprintln!(
-                "wake_floor: {why}\nusage: wake_floor --pid PID [--rate 10khz] [--priority realtime|high|normal]"
+                "wake_floor: {why}\nusage: wake_floor --pid PID[,PID...] [--rate 10khz] [--priority realtime|high|normal]"
             );
             std::process::exit(2);
         }
     };
-    let proc_dir = format!("/proc/{pid}");
-    if !Path::new(&proc_dir).exists() {
-        eprintln!("wake_floor: no process {pid}");
+    let proc_dirs: Vec<String> = pids.iter().map(|pid| format!("/proc/{pid}")).collect();
+    if let Some(missing) = proc_dirs.iter().find(|dir| !Path::new(dir).exists()) {
+        eprintln!("wake_floor: no process {}", &missing["/proc/".len()..]);
         std::process::exit(1);
     }
     let scheduling = apply_to_current_thread(priority);
     let period = (1e9 / rate_hz) as u64;
-    eprintln!("wake_floor: waking for process {pid} at {rate_hz} Hz, {scheduling}");
+    let listed: Vec<String> = pids.iter().map(u32::to_string).collect();
+    eprintln!(
+        "wake_floor: waking for process {} at {rate_hz} Hz, {scheduling}",
+        listed.join(",")
+    );
     let start = monotonic_ns();
     let mut deadline = start;
     let mut wakes = 0u64;
@@ -49,7 +56,8 @@ fn main() {
             deadline += (now - deadline) / period * period;
         }
         deadline += period;
-        if wakes.is_multiple_of(LOOK_EVERY) && !Path::new(&proc_dir).exists() {
+        if wakes.is_multiple_of(LOOK_EVERY) && !proc_dirs.iter().any(|dir| Path::new(dir).exists())
+        {
             break;
         }
     }
@@ -61,18 +69,25 @@ fn main() {
     );
 }
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(u32, f64, Priority), String> {
-    let mut pid = None;
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(Vec<u32>, f64, Priority), String> {
+    let mut pids = Vec::new();
     let mut rate_hz = 10_000.0;
     let mut priority = Priority::Realtime;
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
-            "--pid" => pid = Some(value.parse().map_err(|_| format!("bad pid {value}"))?),
+            "--pid" => {
+                for pid in value.split(',') {
+                    pids.push(pid.parse().map_err(|_| format!("bad pid {pid}"))?);
+                }
+            }
             "--rate" => rate_hz = parse_rate(&value)?.0,
             "--priority" => priority = Priority::from_str(&value, true)?,
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
-    Ok((pid.ok_or("--pid is required")?, rate_hz, priority))
+    if pids.is_empty() {
+        return Err("--pid is required".into());
+    }
+    Ok((pids, rate_hz, priority))
 }

@@ -148,10 +148,13 @@ def run_alone(args, _):
 
 
 def run_gilsample(args, out, binary=BINARY, extra=(), command=("record",), attached=r"recording process"):
+    # A variant's own --rate or --priority (e.g. py-spy's achieved rate) stands instead of the run's.
+    run_wide = [(flag, value) for flag, value in (("--rate", args.rate), ("--priority", args.priority))
+                if flag not in extra]
+    run_wide = [word for pair in run_wide for word in pair]
     ops, cpu, text, statuses = observe(
-        args, lambda pids: [[binary] + list(command) + ["--pid", ",".join(map(str, pids)), "--rate", args.rate,
-                                                        "--priority", args.priority, "-o", out, "--force"]
-                            + list(extra)],
+        args, lambda pids: [[binary] + list(command) + ["--pid", ",".join(map(str, pids))] + run_wide
+                            + ["-o", out, "--force"] + list(extra)],
         attached, attached_lines=args.processes)
     if any(os.waitstatus_to_exitcode(s) != 0 for s in statuses):
         sys.exit("gilsample failed:\n" + text)
@@ -192,9 +195,11 @@ def run_giltruth(args, out):
 
 
 def run_wake_floor(args, out):
+    # One waker for all the processes, as gilsample's shared sampler thread wakes once a period for up
+    # to 4 targets at 10 kHz: the floor of the schedule gilsample keeps, not of one thread per process.
     ops, cpu, text, _ = observe(
-        args, lambda pids: [[WAKE_FLOOR, "--pid", str(pid), "--rate", args.rate, "--priority", args.priority]
-                            for pid in pids], r"waking for process")
+        args, lambda pids: [[WAKE_FLOOR, "--pid", ",".join(map(str, pids)), "--rate", args.rate,
+                             "--priority", args.priority]], r"waking for process")
     rates = [float(r) for r in re.findall(r"\((\d+) Hz\)", text)]
     return {"ops_per_s": ops, "cpu_s_per_s": cpu, "rate_hz": statistics.mean(rates) if rates else float("nan")}
 
@@ -321,9 +326,36 @@ def run_zoo(args, out):
                 cell += ", %.1f calls" % statistics.median(r["syscalls_per_sample"] for r in s["runs"])
             cells.append(cell + ")")
         print("| %s | %s |" % (workload, " | ".join(cells)))
+    print_gaps(results)
     for line in skipped:
         print(line)
     return results
+
+
+# What #26's bars compare, each paired within a round: (label, observer a, observer b), a - b.
+GAPS = [("stacks and names (--no-stacks - defaults)", "gilsample --no-stacks", "gilsample"),
+        ("under the floor (wake only - defaults)", "wake only, no reads", "gilsample"),
+        ("under py-spy (py-spy - defaults)", "py-spy --gil --nonblocking", "gilsample")]
+
+
+def print_gaps(results):
+    """Differences of work kept between two observers, taken within each round (both against the same
+    alone run, seconds apart), then the median and the rounds' range: a positive figure is what
+    gilsample's defaults lose to the other observer. Paired like this the machine's drift between
+    rounds cancels, which medians taken apart leave in."""
+    gaps = [g for g in GAPS if all(g[1] in s and g[2] in s for s in results.values())]
+    if not gaps or not results:
+        return
+    print("\npaired within each round, points of work kept (median, rounds' range); positive: defaults lose")
+    print("| workload | " + " | ".join(g[0] for g in gaps) + " |")
+    print("|---|" + "---|" * len(gaps))
+    for workload, summary in results.items():
+        cells = []
+        for _, a, b in gaps:
+            diffs = [100 * (x - y) for x, y in zip(summary[a]["work_kept_per_round"],
+                                                   summary[b]["work_kept_per_round"])]
+            cells.append("%+.1f (%+.1f to %+.1f)" % (statistics.median(diffs), min(diffs), max(diffs)))
+        print("| %s | %s |" % (workload, " | ".join(cells)))
 
 
 def main():

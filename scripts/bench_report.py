@@ -5,7 +5,7 @@ Generates N gilsample-format traces of S seconds each (4 threads handing the GIL
 --handoff-ms, each hand-off a take/hold/drop triple, as a contended recording has), one per rank,
 spread over two host folders, then times `gilsample report DIR --json` and reads its peak RSS.
 
-    scripts/bench_report.py [--files 1000] [--seconds 10] [--handoff-ms 20] [--binary target/release/gilsample]
+Usage: scripts/bench_report.py [--files 1000] [--seconds 10] [--handoff-ms 20] [--binary target/release/gilsample]
 
 --binary defaults to the checkout's release build, wherever the script is run from.
 """

@@ -73,3 +73,60 @@ fn test_aarch64_installs_nothing_when_every_tool_is_there() {
     let asked = tools_installed_with(&["qemu-system-aarch64", "cpio", "aarch64-linux-gnu-gcc"]);
     assert_eq!(asked, "");
 }
+
+/// `python3 -c CODE` in scripts/ (where the benchmarks import each other from); its stdout.
+fn python_in_scripts(args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python3 {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn every_benchmark_says_what_it_measures_and_how_to_run_it() {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&scripts).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if !(name.starts_with("bench_") && name.ends_with(".py")) {
+            continue;
+        }
+        seen += 1;
+        let help = python_in_scripts(&[&name, "--help"]);
+        assert!(help.starts_with("usage: "), "{name} --help:\n{help}");
+        assert!(
+            help.contains("\nUsage: scripts/"),
+            "{name} shows no usage line:\n{help}"
+        );
+    }
+    assert!(
+        seen >= 6,
+        "only {seen} benchmarks found in {}",
+        scripts.display()
+    );
+}
+
+#[test]
+fn the_zoo_pairs_its_differences_within_each_round() {
+    // Two rounds where --no-stacks kept 2 and 6 points more, the floor 10 and 0: medians of the
+    // differences, not differences of medians; a gap whose observer was not run is left out.
+    let out = python_in_scripts(&[
+        "-c",
+        "import bench_overhead as b; b.print_gaps({'queue': {\
+         'gilsample': {'work_kept_per_round': [0.70, 0.80]},\
+         'gilsample --no-stacks': {'work_kept_per_round': [0.72, 0.86]},\
+         'wake only, no reads': {'work_kept_per_round': [0.80, 0.80]}}})",
+    ]);
+    assert!(
+        out.contains("| queue | +4.0 (+2.0 to +6.0) | +5.0 (+0.0 to +10.0) |\n"),
+        "{out}"
+    );
+    assert!(!out.contains("py-spy"), "{out}");
+}

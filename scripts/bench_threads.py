@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Does the sampler's cost follow the threads that move, or the threads the target has?
+
+Targets of 2 pure-Python spinners beside N threads blocked in `threading.Event.wait` (--idle, default
+3 and 398: 5 threads against 400), every core busy and, with --pin, the target on one CPU and
+gilsample on another (`--cpus`). The runs alternate target by target, round by round, so the drift of
+a shared machine hits each alike. gilsample records a window of --seconds in the middle of the target's
+run (`--duration`): the target's start (the first walk of 400 threads) and its end (400 threads woken
+to exit, walked as they go) are outside it, so the rate measured is the steady state's.
+
+Reported per target and placement (medians over the rounds, with the range): the achieved rate, late
+ticks, system calls per tick and the sampler's CPU seconds per second, and that CPU against the first
+target's (#26's bar: 400 threads at most twice what 5 cost).
+
+Usage: scripts/bench_threads.py [--python PY] [--idle 3,398] [--seconds 3] [--reps 5] [--rate 10khz] [--pin]
+Needs root (the real-time sampler) and a release build (cargo build --release).
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from benchlib import BINARY, WORKLOAD, require, start_workload
+
+
+def record_window(args, idle, pinned, out):
+    """One target run with a window of it recorded; the trace's figures and gilsample's CPU s/s."""
+    target = (["taskset", "-c", "0"] if pinned else []) + [
+        args.python, WORKLOAD, "bench", "--threads", "2", "--idle", str(idle),
+        # Long enough that the window ends before the threads are told to stop.
+        "--seconds", str(args.seconds * 2 + 2)]
+    proc, pid = start_workload(target)
+    for old in glob.glob(os.path.join(out, "GIL_*")):
+        os.remove(old)
+    command = [BINARY, "record", "--pid", str(pid), "--rate", args.rate, "--duration", str(args.seconds),
+               "-o", out, "--force"] + (["--cpus", str(os.cpu_count() - 1)] if pinned else [])
+    sampler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said = sampler.stderr.read()
+    _, status, usage = os.wait4(sampler.pid, 0)
+    proc.stdout.read()
+    proc.wait()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit("gilsample failed:\n" + said)
+    with open(glob.glob(os.path.join(out, "GIL_*.json"))[0]) as f:
+        meta = json.load(f)["otherData"]
+    return {"rate_hz": meta["rate_achieved_hz"], "late": meta.get("late_samples", 0),
+            "calls": meta["sampler_syscalls_per_sample"]["all"],
+            "cpu_s_per_s": (usage.ru_utime + usage.ru_stime) / args.seconds}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--idle", default="3,398", help="blocked threads beside the 2 spinners, one target each")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--rate", default="10khz")
+    parser.add_argument("--pin", action="store_true", help="also with the target on CPU 0, gilsample on the last")
+    args = parser.parse_args()
+    require(BINARY, "cargo build --release")
+    targets = [int(n) for n in args.idle.split(",")]
+    placements = [False, True] if args.pin else [False]
+    runs = {(idle, pinned): [] for idle in targets for pinned in placements}
+    with tempfile.TemporaryDirectory() as out:
+        for rep in range(args.reps):
+            for key in runs:
+                runs[key].append(record_window(args, key[0], key[1], out))
+                print("round %d, %d threads, %s: %s" % (rep + 1, key[0] + 3, "spare core" if key[1] else "busy",
+                                                        runs[key][-1]), flush=True)
+    print("\n%d rounds, a %.0f s window mid-run at %s, %s: median (range)" % (
+        args.reps, args.seconds, args.rate, args.python))
+    print("| target | cores | achieved rate | late ticks | calls per tick | sampler CPU s/s | CPU ÷ first |")
+    print("|---|---|---|---|---|---|---|")
+    for pinned in placements:
+        first = None
+        for idle in targets:
+            rs = runs[(idle, pinned)]
+            col = lambda key: [r[key] for r in rs]
+            cpu = statistics.median(col("cpu_s_per_s"))
+            first = first or cpu
+            print("| 2 spinners + %d blocked | %s | %.0f Hz (%.0f–%.0f) | %.0f | %.1f | %.2f (%.2f–%.2f) | %.2f |" % (
+                idle, "one spare" if pinned else "all busy", statistics.median(col("rate_hz")), min(col("rate_hz")),
+                max(col("rate_hz")), statistics.median(col("late")), statistics.median(col("calls")), cpu,
+                min(col("cpu_s_per_s")), max(col("cpu_s_per_s")), cpu / first))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,7 @@
 //! a writer thread per target joined to it by a channel (file I/O never delays a sample), and each
 //! finished trace with its metadata.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
@@ -293,26 +293,10 @@ impl TraceWriting {
         // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
         let mut answer = None;
         let finished = writer.finish(&process_name, &threads, other, force, &mut |partial| {
-        // Reading the trace back holds its slices in memory (about half the file's size): a
-        // trace too large for that is left for `gilsample report` to answer, and says so.
-        let size = std::fs::metadata(partial).map(|m| m.len()).unwrap_or(0);
-        if size > MAX_TRACE_ANALYSED_AT_END {
-            return Some((
-                "statistics".to_string(),
-                json!(format!(
-                    "not computed: the trace has {size} bytes, over {MAX_TRACE_ANALYSED_AT_END}; \
-                     run gilsample report on it"
-                )),
-            ));
-        }
-        let processes = crate::report::load::load(partial).ok()?;
-        let mut found = processes.iter().find(|p| p.pid == pid).map(analyze)?;
-        // The file's name once it is in place, not the temporary one it is read from.
-        found.file = final_path.display().to_string();
-        let value = serde_json::to_value(&found).ok()?;
-        answer = Some(found);
-        Some(("statistics".to_string(), value))
-    });
+            let (value, found) = answer_at_end(partial, pid, &final_path)?;
+            answer = found;
+            Some(("statistics".to_string(), value))
+        });
         let path = match finished {
             Ok(path) => path,
             // The end could not be written, or the final name was taken meanwhile: the partial file
@@ -333,6 +317,32 @@ impl TraceWriting {
             write_error: None,
         })
     }
+}
+
+/// The trace's answer for its metadata's `statistics`, read back from the complete file at
+/// `partial` (named by `final_path`, where it is about to be), and the answer itself for the
+/// summary. Reading it back holds its slices in memory (about half the file's size): a trace too
+/// large for that is left for `gilsample report` to answer, and says so. `None` when it cannot be
+/// read back.
+fn answer_at_end(
+    partial: &Path,
+    pid: u32,
+    final_path: &Path,
+) -> Option<(Value, Option<ProcessAnswer>)> {
+    let size = std::fs::metadata(partial).map(|m| m.len()).unwrap_or(0);
+    if size > MAX_TRACE_ANALYSED_AT_END {
+        let why = format!(
+            "not computed: the trace has {size} bytes, over {MAX_TRACE_ANALYSED_AT_END}; run \
+             gilsample report on it"
+        );
+        return Some((json!(why), None));
+    }
+    let processes = crate::report::load::load(partial).ok()?;
+    let mut found = processes.iter().find(|p| p.pid == pid).map(analyze)?;
+    // The file's name once it is in place, not the temporary one it is read from.
+    found.file = final_path.display().to_string();
+    let value = serde_json::to_value(&found).ok()?;
+    Some((value, Some(found)))
 }
 
 /// One finding into the trace; intervals also into the per-thread totals.

@@ -3,32 +3,12 @@
 
 mod common;
 
-use common::{Trace, Workload, gilsample, interpreter};
+use common::{Trace, record_checked};
 
 fn record(label: &str) -> Trace {
-    let python = interpreter(label);
     // Spinners taking turns: each sample has a holder, waiters asleep in take_gil, and some running.
-    let workload = Workload::start(&python, &["contention", "--threads", "3"]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = gilsample()
-        .args([
-            "--pid",
-            &workload.pid.to_string(),
-            "--duration",
-            "0.5",
-            "--quiet",
-            "-o",
-        ])
-        .arg(dir.path())
-        .env("GILSAMPLE_CHECK_GIL_FLAGS", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{label}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Trace::load_single(dir.path())
+    let scenario = ["contention", "--threads", "3"];
+    record_checked(label, &scenario, "0.5", "GILSAMPLE_CHECK_GIL_FLAGS")
 }
 
 fn flags_agree_with_direct_evidence(label: &str) {

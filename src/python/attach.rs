@@ -137,7 +137,7 @@ impl Located {
 pub(crate) fn find_waiter_counts(target: &Target) -> std::result::Result<WaiterCountAddrs, String> {
     let condvar = crate::process::glibc::detect(target.pid)?;
     let counts = WaiterCountAddrs::locate(&target.layout, target.binary.arch, target.gil, condvar)?;
-    let first = (target.gil.0 + target.gil_word.start).min(counts.take_wrefs.0);
+    let first = (target.gil.0 + target.gil_word.start).min(counts.cond.0);
     let last = (target.gil.0 + target.gil_word.end).max(counts.span_end());
     if last - first > GIL_SPAN_MAX as u64 {
         return Err(format!(

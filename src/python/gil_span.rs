@@ -16,6 +16,8 @@ use crate::python::layout::Layout;
 pub struct WaiterCountAddrs {
     /// The target's glibc release (major, minor), which decides where `__wrefs` lies.
     pub glibc: (u32, u32),
+    /// The start of `gil.cond`, whose every byte a tick's read brings (`CondStamp`).
+    pub cond: RemoteAddr,
     /// `gil.cond`'s `__wrefs`: threads in `take_gil`'s wait.
     pub take_wrefs: RemoteAddr,
     /// `gil.switch_cond`'s `__wrefs`: threads in `drop_gil`'s forced-switch wait; after `take_wrefs`,
@@ -39,6 +41,9 @@ pub struct GilReading {
     /// Threads may be asleep waiting for the GIL's mutex (its lock word is 2); `None` where the
     /// mutex is not located. Only the sampler uses it (infer/counted_out.rs); samples do not keep it.
     pub mutex_contended: Option<bool>,
+    /// `gil.cond` and the hand-off count as this read saw them, where glibc's counts are read.
+    /// Only the sampler uses it; samples do not keep it.
+    pub cond_stamp: Option<CondStamp>,
 }
 
 /// The waiter counts and the GIL mutex's words, read again on their own (`Target::read_waiter_words`).
@@ -50,6 +55,36 @@ pub struct WaiterWords {
     pub mutex_owner: Option<u32>,
     /// As `GilReading::mutex_contended`.
     pub mutex_contended: Option<bool>,
+}
+
+/// Every byte of `gil.cond` and the GIL's hand-off count, as one read saw them. glibc adds to the
+/// condition variable's `__wseq` whenever a thread begins to wait on it, a count that only grows,
+/// and takes a thread out of `__wrefs` whenever it leaves the wait, woken or timed out; only a new
+/// waiter puts one back. So two reads that find the same stamp saw no thread begin or end
+/// `take_gil`'s wait between them, and none take the GIL (`switch_number`): a thread found asleep
+/// there after the first is still inside the wait at the second (sampler/thread_reads.rs;
+/// docs/classification.md, "Waiters proven still waiting").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CondStamp {
+    switch_number: u64,
+    cond: [u64; 6],
+}
+
+impl CondStamp {
+    /// The stamp from `bytes`, the condition variable's 48, and the hand-off count read with them.
+    pub fn new(switch_number: u64, bytes: &[u8]) -> Option<CondStamp> {
+        let mut cond = [0u64; 6];
+        if bytes.len() != cond.len() * 8 {
+            return None;
+        }
+        for (word, raw) in cond.iter_mut().zip(bytes.chunks_exact(8)) {
+            *word = u64::from_ne_bytes(raw.try_into().ok()?);
+        }
+        Some(CondStamp {
+            switch_number,
+            cond,
+        })
+    }
 }
 
 /// Bounds one read of the GIL structure (about 200 bytes in every CPython layout): a layout whose
@@ -90,15 +125,17 @@ impl WaiterCountAddrs {
             .filter(|m| m.0 > take_wrefs.0 && m.0 + 12 - take_wrefs.0 <= GIL_SPAN_MAX as u64);
         Ok(WaiterCountAddrs {
             glibc: condvar.release,
+            cond: RemoteAddr(take_wrefs.0 - condvar.wrefs_offset),
             take_wrefs,
             drop_wrefs,
             mutex_lock,
         })
     }
 
-    /// The end of the bytes that hold both counts and the mutex's owner, which start at `take_wrefs`.
+    /// The end of the bytes that hold `gil.cond`, both counts and the mutex's owner.
     pub(crate) fn span_end(&self) -> u64 {
-        let counts_end = self.drop_wrefs.map_or(self.take_wrefs.0, |d| d.0) + 4;
+        let cond_end = self.cond.0 + crate::process::glibc::PTHREAD_COND_SIZE;
+        let counts_end = (self.drop_wrefs.map_or(self.take_wrefs.0, |d| d.0) + 4).max(cond_end);
         let owner_end = self
             .mutex_lock
             .map_or(0, |m| m.0 + crate::process::glibc::MUTEX_OWNER_OFFSET + 4);
@@ -168,6 +205,7 @@ mod tests {
     fn counts() -> WaiterCountAddrs {
         WaiterCountAddrs {
             glibc: (2, 36),
+            cond: RemoteAddr(COND),
             take_wrefs: RemoteAddr(COND + 36),
             drop_wrefs: Some(RemoteAddr(COND + 88 + 36)),
             mutex_lock: Some(RemoteAddr(MUTEX)),
@@ -208,7 +246,8 @@ mod tests {
             ..counts
         };
         assert_eq!(unlocated.mutex(), None);
-        assert_eq!(unlocated.span_end(), COND + 40);
+        // The whole condition variable, for the tick's `CondStamp`.
+        assert_eq!(unlocated.span_end(), COND + 48);
         assert_eq!(unlocated.decode_mutex_owner(&[0u8; 64]), None);
     }
 }

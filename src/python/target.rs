@@ -7,10 +7,11 @@ use crate::addr::RemoteAddr;
 use crate::error::Result;
 use crate::observed::GilWaitRanges;
 use crate::observed::{GilWord, Waiters};
+use crate::process::glibc::PTHREAD_COND_SIZE;
 use crate::process::maps::read_file_mappings;
 use crate::process::memory::{MemorySource, ProcessMemory, ReadError};
 use crate::python::find_binary::Binary;
-use crate::python::gil_span::{GIL_SPAN_MAX, GilReading, WaiterCountAddrs, WaiterWords};
+use crate::python::gil_span::{CondStamp, GIL_SPAN_MAX, GilReading, WaiterCountAddrs, WaiterWords};
 use crate::python::layout::{Flavour, Layout};
 use crate::python::layout_choice::LayoutSource;
 use crate::python::objects::ObjectReader;
@@ -110,7 +111,7 @@ impl Target {
             self.gil.0 + self.gil_word.end,
         );
         let (start, end) = match counts {
-            Some(at) => (word_start.min(at.take_wrefs.0), word_end.max(at.span_end())),
+            Some(at) => (word_start.min(at.cond.0), word_end.max(at.span_end())),
             None => (word_start, word_end),
         };
         let mut buf = [0u8; GIL_SPAN_MAX];
@@ -130,6 +131,11 @@ impl Target {
             mutex_contended: counts
                 .zip(counted)
                 .and_then(|(at, bytes)| at.decode_mutex_contended(bytes)),
+            cond_stamp: counts.and_then(|at| {
+                let from = (at.cond.0 - start) as usize;
+                let bytes = span.get(from..from + PTHREAD_COND_SIZE as usize)?;
+                CondStamp::new(word.switch_number, bytes)
+            }),
         };
         Ok((reading, watched))
     }

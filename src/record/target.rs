@@ -554,6 +554,11 @@ fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Va
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
         "kernel_reads_counted_out": report.kernel_reads_counted_out,
         "counted_out_refuted": report.counted_out_refuted,
+        "kernel_reads_proven_waiting": report.kernel_reads_proven_waiting,
+        "proven_waiting_check": (report.proven_waiting_checked > 0).then(|| json!({
+            "judged": report.proven_waiting_checked,
+            "refuted": report.proven_waiting_refuted,
+        })),
         "counted_out_on_retry": report.counted_out_on_retry,
         "thread_name_reads": report.name_reads.reads,
         "thread_names_read": report.name_reads.names,

@@ -60,6 +60,14 @@ pub struct SamplerReport {
     /// Kernel readings not taken because the thread was idle and the waiter counts showed it
     /// outside every GIL wait (infer/counted_out.rs).
     pub kernel_reads_counted_out: u64,
+    /// Kernel readings not taken because the thread slept in `take_gil`'s wait and `gil.cond` read
+    /// the same as before its last reading (sampler/thread_reads.rs, `still_waiting`).
+    pub kernel_reads_proven_waiting: u64,
+    /// With `GILSAMPLE_CHECK_PROVEN_WAITING`: those readings taken anyway and judged, and those
+    /// that found the thread out of the wait (none should).
+    pub proven_waiting_checked: u64,
+    /// See `proven_waiting_checked`.
+    pub proven_waiting_refuted: u64,
     /// Ticks whose counts did not rule the idle threads out, so that they were read after all.
     pub counted_out_refuted: u64,
     /// Ticks whose counts ruled the idle threads out only once the other threads and the counts
@@ -117,6 +125,9 @@ impl SamplerReport {
             inference: InferenceCounts::default(),
             kernel_reads_skipped: 0,
             kernel_reads_counted_out: 0,
+            kernel_reads_proven_waiting: 0,
+            proven_waiting_checked: 0,
+            proven_waiting_refuted: 0,
             counted_out_refuted: 0,
             counted_out_on_retry: 0,
             kernel_reads_unchanged: 0,

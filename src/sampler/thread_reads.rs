@@ -1,7 +1,8 @@
-//! Each tick's reading of every Python thread's kernel state, and what spares the reads of idle
-//! threads: a thread asleep 20 ms in the same non-GIL wait is read only every few ticks, or not at
-//! all while the GIL's waiter counts rule it out of every GIL wait (infer/counted_out.rs), and a
-//! sleeper's reading is proven unchanged by schedstat where it can be.
+//! Each tick's reading of every Python thread's kernel state, and what spares reads: a thread
+//! asleep 20 ms in the same non-GIL wait is read only every few ticks, or not at all while the GIL's
+//! waiter counts rule it out of every GIL wait (infer/counted_out.rs); a thread asleep in
+//! `take_gil`'s wait is not read while `gil.cond` reads the same as before its last reading
+//! (`CondStamp`); and a sleeper's reading is proven unchanged by schedstat where it can be.
 
 use std::collections::{HashMap, HashSet};
 
@@ -11,7 +12,7 @@ use crate::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside
 use crate::infer::sample::{Sample, ThreadSample};
 use crate::observed::{GilWaitRanges, KernelState, Waiters};
 use crate::process::kernel::{KernelReading, SleepProof, ThreadFiles};
-use crate::python::gil_span::{WaiterCountAddrs, WaiterWords};
+use crate::python::gil_span::{CondStamp, WaiterCountAddrs, WaiterWords};
 use crate::python::runtime::ThreadRef;
 use crate::python::target::Target;
 use crate::sampler::clock::{monotonic_ns, sleep_until};
@@ -59,6 +60,14 @@ const LET_THE_TARGET_RUN_NS: u64 = 20_000;
 /// thread's real state (tests/counted_out.rs).
 pub const CHECK_COUNTED_OUT: &str = "GILSAMPLE_CHECK_COUNTED_OUT";
 
+/// Set in the environment, every thread that the unchanged `gil.cond` proves still waiting is read
+/// anyway, and the GIL read again after the tick's first pass; where that read finds the same stamp
+/// (so it brackets the thread's reading), the reading is judged: asleep on `gil.cond`, or running
+/// inside the wait (woken by its timeout and not yet out of glibc's wait), and never the holder.
+/// The trace's metadata counts what was judged and refuted (`proven_waiting_check`;
+/// tests/proven_waiting.rs).
+pub const CHECK_PROVEN_WAITING: &str = "GILSAMPLE_CHECK_PROVEN_WAITING";
+
 /// What the sampler keeps per thread to read it: its /proc files and what spares reads.
 pub(super) struct WatchedThread {
     pub(super) thread: ThreadRef,
@@ -68,6 +77,8 @@ pub(super) struct WatchedThread {
     pub(super) idle_since: Option<u64>,
     /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
     pub(super) sleep_proof: SleepProof,
+    /// The GIL's `CondStamp` of the tick of its last reading, read before that reading.
+    pub(super) stamp_at_reading: Option<CondStamp>,
 }
 
 /// The threads the sampler reads, in the sample's order, and the tick's idle ones left unread.
@@ -83,6 +94,11 @@ pub(super) struct ThreadTable {
     /// The tick's threads, other than the holder, found asleep on `gil.cond` at their last reading
     /// and read again now (infer/counted_out.rs, `ReadThreads::woken_from_cond`).
     woken_from_cond: Vec<usize>,
+    /// With `CHECK_PROVEN_WAITING`: the tick's threads proven still waiting, and what reading them
+    /// anyway found.
+    checks: Vec<(usize, Option<KernelState>)>,
+    /// The tick's `CondStamp`, read before any of its threads.
+    tick_stamp: Option<CondStamp>,
     /// Where `index_of_thread_state` last found what it looked for.
     last_found: usize,
     /// Each thread's index by tid (`reindex`).
@@ -151,27 +167,29 @@ impl ThreadTable {
                 last_kernel: None,
                 idle_since: None,
                 sleep_proof: SleepProof::default(),
+                stamp_at_reading: None,
             });
         }
         self.walked.len() < refs.len()
     }
 
     /// Each thread's kernel state into `sample.threads` (in the thread table's order), and
-    /// `sample.all_kernel_read`: none was carried over from an earlier tick. Idle threads are left
-    /// unread as `idle` allows; where the waiter counts were read again to rule them out, and
-    /// nothing was read after that, those counts are returned for the engine's recount.
-    #[allow(clippy::too_many_arguments)]
+    /// `sample.all_kernel_read`: none was carried over from an earlier tick that could have changed
+    /// since (a waiter proven still waiting can not). Reads are spared as `spare` allows; where the
+    /// waiter counts were read again to rule idle threads out, and nothing was read after that,
+    /// those counts are returned for the engine's recount.
     pub(super) fn read_kernel_states(
         &mut self,
         target: &Target,
         report: &mut SamplerReport,
         sample: &mut Sample,
         ranges: &GilWaitRanges,
-        counts: Option<&WaiterCountAddrs>,
-        idle: IdleReads,
-        mutex_contended: Option<bool>,
+        gil: FirstRead,
+        spare: ReadsSpared,
     ) -> Option<Waiters> {
-        let (now, word) = (sample.read_ns, sample.word);
+        let (now, word, stamp) = (sample.read_ns, sample.word, gil.cond_stamp);
+        let (counts, mutex_contended) = (gil.counts, gil.mutex_contended);
+        self.tick_stamp = stamp;
         let out = &mut sample.threads;
         // Kept from the last tick and written in place: most of a large thread table reads the same
         // from one tick to the next, and only what changed is written.
@@ -179,9 +197,10 @@ impl ThreadTable {
         self.unread.clear();
         self.read.clear();
         self.woken_from_cond.clear();
+        self.checks.clear();
         let tick = report.samples;
         let skipped_before = report.kernel_reads_skipped;
-        let count_out = idle.counted_out && self.idle_last_tick >= COUNTED_OUT_FROM;
+        let count_out = spare.counted_out && self.idle_last_tick >= COUNTED_OUT_FROM;
         let mut idle_now = 0;
         for (index, tracked) in self.threads.iter_mut().enumerate() {
             let is_idle = tracked
@@ -198,12 +217,20 @@ impl ThreadTable {
             } else {
                 self.read.push(index);
             }
+            let still_waiting =
+                spare.proven_waiting && !in_gil && still_waiting(tracked, stamp, ranges);
             let kernel = if left_unread {
+                tracked.last_kernel
+            } else if still_waiting {
+                report.kernel_reads_proven_waiting += 1;
+                if spare.check_proven_waiting {
+                    self.checks.push((index, tracked.files.read_state().ok()));
+                }
                 tracked.last_kernel
             } else if is_idle
                 && !in_gil
                 && !count_out
-                && idle.every_few_ticks
+                && spare.every_few_ticks
                 && !turn(IDLE_READ_EVERY)
             {
                 report.kernel_reads_skipped += 1;
@@ -216,7 +243,7 @@ impl ThreadTable {
                 if was_on_cond && !in_gil {
                     self.woken_from_cond.push(index);
                 }
-                read_tracked(tracked, now, ranges, report)
+                read_tracked(tracked, now, ranges, report, stamp)
             };
             let seen = ThreadSample {
                 tid: tracked.thread.tid,
@@ -235,6 +262,9 @@ impl ThreadTable {
         }
         self.idle_last_tick = idle_now;
         sample.all_kernel_read = report.kernel_reads_skipped == skipped_before;
+        if !self.checks.is_empty() {
+            self.check_proven_waiting(target, counts, stamp, sample, ranges, report);
+        }
         let (Some(at), Some(counted), false) = (counts, sample.waiters, self.unread.is_empty())
         else {
             return None;
@@ -255,9 +285,42 @@ impl ThreadTable {
                 report.counted_out_refuted += 1;
                 for &index in &self.unread {
                     let (tracked, seen) = (&mut self.threads[index], &mut sample.threads[index]);
-                    read_into(tracked, seen, now, ranges, report);
+                    read_into(tracked, seen, (now, stamp), ranges, report);
                 }
                 None
+            }
+        }
+    }
+
+    /// `CHECK_PROVEN_WAITING`: the GIL read again; where its stamp is the tick's, each reading of
+    /// a thread proven still waiting is judged (`CHECK_PROVEN_WAITING`'s rule) and counted.
+    fn check_proven_waiting(
+        &mut self,
+        target: &Target,
+        counts: Option<&WaiterCountAddrs>,
+        stamp: Option<CondStamp>,
+        sample: &Sample,
+        ranges: &GilWaitRanges,
+        report: &mut SamplerReport,
+    ) {
+        let Ok(after) = target.read_gil(counts) else {
+            return;
+        };
+        if after.cond_stamp != stamp {
+            return;
+        }
+        for &(index, reading) in &self.checks {
+            let Some(reading) = reading else {
+                continue;
+            };
+            let in_the_wait = match reading {
+                KernelState::Running => true,
+                other => other.futex_addr().is_some_and(|addr| ranges.on_cond(addr)),
+            };
+            let holds = after.word.last_holder == sample.threads[index].tstate;
+            report.proven_waiting_checked += 1;
+            if !in_the_wait || holds {
+                report.proven_waiting_refuted += 1;
             }
         }
     }
@@ -277,6 +340,7 @@ impl ThreadTable {
         ranges: &GilWaitRanges,
         report: &mut SamplerReport,
     ) -> Option<CountedOut> {
+        let at_stamp = self.tick_stamp;
         for rereads in 0..=COUNT_OUT_RETRIES {
             let after = target.read_waiter_words(at).ok()?;
             let read = self.evidence(out, before.mutex_owner, ranges);
@@ -309,7 +373,7 @@ impl ThreadTable {
                 read_into(
                     &mut self.threads[index],
                     &mut out[index],
-                    now,
+                    (now, at_stamp),
                     ranges,
                     report,
                 );
@@ -349,35 +413,72 @@ struct CountedOut {
     rereads: usize,
 }
 
-/// How a tick may spare the reads of idle threads (`IDLE_AFTER_NS`).
+/// How a tick may spare reads.
 #[derive(Clone, Copy)]
-pub(super) struct IdleReads {
-    /// Read them only every `IDLE_READ_EVERY`th tick.
+pub(super) struct ReadsSpared {
+    /// Read idle threads (`IDLE_AFTER_NS`) only every `IDLE_READ_EVERY`th tick.
     pub(super) every_few_ticks: bool,
-    /// Leave them unread while the waiter counts rule them out (infer/counted_out.rs).
+    /// Leave idle threads unread while the waiter counts rule them out (infer/counted_out.rs).
     pub(super) counted_out: bool,
+    /// Leave a thread asleep in `take_gil`'s wait unread while `gil.cond` reads the same as at the
+    /// tick of its last reading (`still_waiting`).
+    pub(super) proven_waiting: bool,
+    /// `CHECK_PROVEN_WAITING` is set.
+    pub(super) check_proven_waiting: bool,
 }
 
-/// A thread read again after the tick's first pass: its kernel state and sleep proof into `seen`.
+/// What the tick's first read of the GIL brought that decides which threads are read.
+#[derive(Clone, Copy)]
+pub(super) struct FirstRead<'a> {
+    /// Where the waiter counts lie, where they are read.
+    pub(super) counts: Option<&'a WaiterCountAddrs>,
+    /// As `GilReading::mutex_contended`.
+    pub(super) mutex_contended: Option<bool>,
+    /// As `GilReading::cond_stamp`.
+    pub(super) cond_stamp: Option<CondStamp>,
+}
+
+/// Whether `tracked`'s last reading found it asleep in `take_gil`'s wait and the GIL's `stamp` is
+/// the one read before that reading: it is inside that wait still (`CondStamp`). Neither holding
+/// the GIL (the caller leaves the holder out) nor having left the wait, it is waiting: its last
+/// reading stands for this tick's. Woken by its wait's timeout, it may be running inside glibc's
+/// wait at this moment, and stays a waiter for the GIL all the same.
+fn still_waiting(
+    tracked: &WatchedThread,
+    stamp: Option<CondStamp>,
+    ranges: &GilWaitRanges,
+) -> bool {
+    let on_cond = tracked
+        .last_kernel
+        .and_then(|k| k.futex_addr())
+        .is_some_and(|addr| ranges.on_cond(addr));
+    on_cond && stamp.is_some() && tracked.stamp_at_reading == stamp
+}
+
+/// A thread read again after the tick's first pass (at `now`, the tick's GIL read having brought
+/// `stamp`): its kernel state and sleep proof into `seen`.
 fn read_into(
     tracked: &mut WatchedThread,
     seen: &mut ThreadSample,
-    now: u64,
+    (now, stamp): (u64, Option<CondStamp>),
     ranges: &GilWaitRanges,
     report: &mut SamplerReport,
 ) {
-    seen.kernel = read_tracked(tracked, now, ranges, report);
+    seen.kernel = read_tracked(tracked, now, ranges, report, stamp);
     seen.slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
 }
 
 /// Reads one thread's kernel state (or proves its last one unchanged) and keeps what spares later
-/// reads: the reading, and since when it has been asleep in the same non-GIL wait.
+/// reads: the reading, since when it has been asleep in the same non-GIL wait, and the GIL's stamp
+/// read before it (`stamp`, the tick's).
 fn read_tracked(
     tracked: &mut WatchedThread,
     now: u64,
     ranges: &GilWaitRanges,
     report: &mut SamplerReport,
+    stamp: Option<CondStamp>,
 ) -> Option<KernelState> {
+    tracked.stamp_at_reading = stamp;
     let state = match tracked
         .files
         .read_state_since(tracked.last_kernel, &mut tracked.sleep_proof)

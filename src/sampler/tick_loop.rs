@@ -1,9 +1,11 @@
 //! The sampling loop of one target: reading only. Inference is infer/engine.rs's.
 //!
 //! Each tick, at an absolute CLOCK_MONOTONIC deadline: one read of the GIL words from target memory,
-//! one of glibc's waiter counts of the GIL's condition variables (again after the kernel readings when
-//! a thread runs without the GIL), one `pread` of each Python thread's syscall file, and what the
-//! engine asked for at the last tick (schedstat of some threads, 3.15's GIL flags). That is one
+//! which brings glibc's waiter counts and `gil.cond` in the same system call (the counts are read
+//! again after the kernel readings when a thread runs without the GIL), one `pread` of each Python
+//! thread's syscall file where thread_reads.rs cannot spare it (idle threads, waiters proven still
+//! waiting, sleeps schedstat proves unchanged), and what the engine asked for at the last tick
+//! (schedstat of some threads, 3.15's GIL flags). That is one
 //! `Sample`; the engine turns it into records, and the stacks of threads that began to wait or hold
 //! are read after. The thread list is re-walked when its head moves (CPython puts every new thread
 //! state at the head; the head is read with the GIL words, in the same system call), whenever the
@@ -35,7 +37,9 @@ use crate::sampler::pace::Pace;
 use crate::sampler::priority::Scheduling;
 use crate::sampler::report::{EndReason, SamplerReport};
 use crate::sampler::stack_watch::StackWatch;
-use crate::sampler::thread_reads::{CHECK_COUNTED_OUT, IdleReads, ThreadTable};
+use crate::sampler::thread_reads::{
+    CHECK_COUNTED_OUT, CHECK_PROVEN_WAITING, FirstRead, ReadsSpared, ThreadTable,
+};
 
 use crate::infer::findings::{Finding, LiveSnapshot};
 
@@ -111,6 +115,7 @@ impl<'a> Sampler<'a> {
                 .filter(|_| config.waiter_counts),
             check_gil_flags: engine.context().check_gil_flags,
             check_counted_out: std::env::var_os(CHECK_COUNTED_OUT).is_some(),
+            check_proven_waiting: std::env::var_os(CHECK_PROVEN_WAITING).is_some(),
         };
         let start = monotonic_ns();
         let mut state = Sampler {
@@ -350,22 +355,28 @@ impl<'a> Sampler<'a> {
         sample.waiters = reading.waiters;
         sample.mutex_owner = reading.mutex_owner;
         sample.skipped_periods = pace.skipping;
-        let idle = IdleReads {
+        let spare = ReadsSpared {
             // At the slow rate every thread is read at every tick unless the counts rule it out: a
             // sleeper read only every few slow ticks could start to wait unseen for longer than the
             // quiet rule allows.
             every_few_ticks: config.idle_backoff && pace.skipping == 0,
             counted_out: config.idle_backoff && reads.counts.is_some(),
+            proven_waiting: config.idle_backoff,
+            check_proven_waiting: reads.check_proven_waiting,
         };
         let (counts, check_counted_out) = (reads.counts, reads.check_counted_out);
+        let gil = FirstRead {
+            counts,
+            mutex_contended: reading.mutex_contended,
+            cond_stamp: reading.cond_stamp,
+        };
         let again = self.table.read_kernel_states(
             self.target,
             &mut self.report,
             sample,
             &self.reads.ranges,
-            counts,
-            idle,
-            reading.mutex_contended,
+            gil,
+            spare,
         );
         sample.waiters_again = match counts {
             Some(at) if self.engine.wants_recount(sample) => {
@@ -550,6 +561,7 @@ struct TickReads<'a> {
     counts: Option<&'a WaiterCountAddrs>,
     check_gil_flags: bool,
     check_counted_out: bool,
+    check_proven_waiting: bool,
 }
 
 /// The OS thread name (`comm`), or the main thread's label.

@@ -249,6 +249,28 @@ pub fn run(args: &[&str], out_dir: &Path) -> (ExitStatus, String) {
     )
 }
 
+/// The trace of a recording of `scenario` (the workload's arguments) on interpreter `label`, for
+/// `seconds`, with `check` set in gilsample's environment: one of its `GILSAMPLE_CHECK_*` switches,
+/// which make the sampler judge one of its rules live and count the verdicts in the trace.
+pub fn record_checked(label: &str, scenario: &[&str], seconds: &str, check: &str) -> Trace {
+    let python = interpreter(label);
+    let workload = Workload::start(&python, scenario);
+    let dir = tempfile::tempdir().unwrap();
+    let pid = workload.pid.to_string();
+    let out = gilsample()
+        .args(["--pid", &pid, "--duration", seconds, "--quiet", "-o"])
+        .arg(dir.path())
+        .env(check, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{label}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Trace::load_single(dir.path())
+}
+
 /// `gilsample report --json` on `inputs`: the document and stderr.
 pub fn report_json(inputs: &[&Path]) -> (Value, String) {
     let out = gilsample()

@@ -10,6 +10,7 @@
 mod checks;
 mod discovery;
 mod first_targets;
+mod metadata;
 mod outcome;
 pub mod recorded_process;
 mod save;

@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::infer::findings::Finding;
-use crate::infer::quiet;
 use crate::infer::stats::Totals;
 use crate::python::target::Target;
+use crate::record::metadata::trace_metadata;
 use crate::record::recorded_process::RecordedProcess;
 use crate::record::save::{Saving, samples_path, save_samples_to};
 use crate::record::{RecordOptions, TargetReport};
@@ -289,7 +289,7 @@ impl TraceWriting {
             .collect();
         threads.sort_by_key(|(tid, _)| (*tid != pid, *tid));
         let process_name = process_name(process);
-        let other = metadata(process, &report);
+        let other = trace_metadata(process, &report);
         // The answer, from the complete file as `report` reads it, goes into the file's own metadata.
         let mut answer = None;
         let finished = writer.finish(&process_name, &threads, other, force, &mut |partial| {
@@ -508,97 +508,4 @@ impl Drop for Batch {
     fn drop(&mut self) {
         self.flush();
     }
-}
-
-fn metadata(process: &RecordedProcess, report: &SamplerReport) -> Map<String, Value> {
-    let counts = &report.inference;
-    let value = json!({
-        "producer": format!("gilsample {}", env!("CARGO_PKG_VERSION")),
-        "clock": process.clock,
-        "ts_unit": "us",
-        "sampled_on": "CLOCK_MONOTONIC",
-        "monotonic_to_trace_offset_ns": process.monotonic_to_trace_offset_ns,
-        "monotonic_to_wall_offset_ns": process.monotonic_to_wall_offset_ns,
-        "trace_to_monotonic_offset_ns": -process.monotonic_to_trace_offset_ns,
-        "pid": process.pid,
-        "namespace_pid": process.namespace_pid,
-        "rank": process.rank,
-        "host": process.host,
-        "command_line": process.command_line,
-        "python_version": process.python_version,
-        "python_flavour": process.python_flavour,
-        "python_binary": process.python_binary,
-        "arch": process.arch,
-        "layout_source": process.layout_source,
-        "rate_requested_hz": process.rate_requested_hz,
-        "rate_achieved_hz": (report.achieved_rate_hz() * 10.0).round() / 10.0,
-        "samples": report.samples,
-        "samples_at_quiet_rate": report.quiet_samples,
-        "periods_skipped_while_quiet": report.skipped_periods,
-        "rate_while_quiet_hz": (report.quiet_samples > 0).then(|| {
-            let period_ns = SamplerConfig::period_ns_at(process.rate_requested_hz);
-            quiet::rate_hz(period_ns, quiet::skip_for(period_ns))
-        }),
-        "late_samples": report.late_samples,
-        "stalled_reads": report.stalled_reads,
-        "longest_stall_us": report.longest_stall_ns / 1000,
-        "faulted_samples": report.faulted_samples,
-        "thread_samples": counts.thread_samples,
-        "gil_waiter_counts": process.gil_waiter_counts,
-        "handoffs_seen": counts.handoffs_seen,
-        "handoffs_counted": counts.handoffs_counted,
-        "waiting_samples": counts.waiting_samples,
-        "waiting_samples_gil_free": counts.waiting_samples_gil_free,
-        "thread_list_walks": report.thread_walks,
-        "kernel_reads_skipped_idle": report.kernel_reads_skipped,
-        "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
-        "kernel_reads_counted_out": report.kernel_reads_counted_out,
-        "counted_out_refuted": report.counted_out_refuted,
-        "kernel_reads_proven_waiting": report.kernel_reads_proven_waiting,
-        "proven_waiting_check": (report.proven_waiting_checked > 0).then(|| json!({
-            "judged": report.proven_waiting_checked,
-            "refuted": report.proven_waiting_refuted,
-        })),
-        "counted_out_on_retry": report.counted_out_on_retry,
-        "thread_name_reads": report.name_reads.reads,
-        "thread_names_read": report.name_reads.names,
-        "thread_name_reads_torn": report.name_reads.torn,
-        "stacks": if process.stacks { report.stacks.unavailable.clone().unwrap_or_else(|| "read".into()) } else { "not read: --no-stacks".into() },
-        "stacks_read": report.stacks.read.stacks,
-        "stack_frames_read": report.stacks.read.frames,
-        "stack_reads_torn": report.stacks.read.torn,
-        "stack_innermost_checks": report.stacks.innermost_checks,
-        "stacks_reused_same_innermost_frame": report.stacks.reused,
-        "code_objects_read": report.stacks.read.code_objects_read,
-        "code_objects_replaced_at_a_cached_address": report.stacks.read.code_objects_replaced,
-        "interpreter_gil_flags": match counts.gil_flags {
-            Some(f) => json!({
-                "read_where_rules_infer": f.read,
-                "decided_take_gil": f.decided_take,
-                "changed_the_rules_answer": f.changed,
-                "agreed_with_direct_evidence": f.agreed_with_direct,
-                "disagreed_with_direct_evidence": f.disagreed_with_direct,
-            }),
-            None => Value::Null,
-        },
-        "recording_start_monotonic_ns": report.start_ns,
-        "recording_end_monotonic_ns": report.end_ns,
-        "end_reason": format!("{:?}", report.end),
-        "sampler_scheduling": report.scheduling.to_string(),
-        "sampler_cpus": process.cpus,
-        "sampler_cpu_seconds": report.cpu_ns as f64 / 1e9,
-        "sampler_moved_off_holder_cpu": report.cpu_moves,
-        "sampler_thread": report.sampler_thread,
-        "sampler_thread_targets": report.targets_on_thread,
-        "saved_sample_bytes": report.saved_bytes,
-        "sampler_syscalls_per_sample": report.syscalls_per_sample(),
-    });
-    let Value::Object(mut map) = value else {
-        unreachable!("json! of an object literal is an object")
-    };
-    // Each rule's count under its own key (infer/rules.rs).
-    for (info, count) in counts.decisions.iter() {
-        map.insert(info.metadata_key.into(), json!(count));
-    }
-    map
 }

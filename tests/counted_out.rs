@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Workload, gilsample, interpreter, saved_samples};
+use common::{record_checked_into, saved_samples};
 use gilsample::infer::classify::asleep_elsewhere;
 use gilsample::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside_the_gil};
 use gilsample::infer::engine::Engine;
@@ -29,24 +29,12 @@ use gilsample::sampler::thread_reads::{CHECK_COUNTED_OUT, IDLE_AFTER_NS};
 /// A 1 s recording of a sleeper that naps 50 ms and then has to wait for two spinners' GIL, a
 /// hasher, and four threads idle throughout.
 fn record(label: &str) -> (SampleContext, Vec<Sample>) {
-    let python = interpreter(label);
-    let workload = Workload::start(&python, &["released", "--threads", "2", "--idle", "4"]);
     let dir = tempfile::tempdir().unwrap();
     let stream = dir.path().join("run.gilsamples");
-    let out = gilsample()
-        .args(["--pid", &workload.pid.to_string(), "--duration", "1"])
-        .args(["--no-idle-backoff", "--quiet", "--save-samples"])
-        .arg(&stream)
-        .arg("-o")
-        .arg(dir.path())
-        .env(CHECK_COUNTED_OUT, "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{label}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let scenario = ["released", "--threads", "2", "--idle", "4"];
+    let args = ["--duration", "1", "--no-idle-backoff", "--save-samples"];
+    let args = [&args[..], &[stream.to_str().unwrap()]].concat();
+    record_checked_into(label, &scenario, &args, CHECK_COUNTED_OUT, dir.path());
     saved_samples(&stream)
 }
 

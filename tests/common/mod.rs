@@ -250,16 +250,26 @@ pub fn run(args: &[&str], out_dir: &Path) -> (ExitStatus, String) {
 }
 
 /// The trace of a recording of `scenario` (the workload's arguments) on interpreter `label`, for
-/// `seconds`, with `check` set in gilsample's environment: one of its `GILSAMPLE_CHECK_*` switches,
-/// which make the sampler judge one of its rules live and count the verdicts in the trace.
+/// `seconds`, with `check` set in gilsample's environment (`record_checked_into`).
 pub fn record_checked(label: &str, scenario: &[&str], seconds: &str, check: &str) -> Trace {
+    let dir = tempfile::tempdir().unwrap();
+    record_checked_into(label, scenario, &["--duration", seconds], check, dir.path());
+    Trace::load_single(dir.path())
+}
+
+/// Records `scenario` (the workload's arguments) on interpreter `label` into `dir`, with gilsample's
+/// `args` and `check` set in its environment: one of its `GILSAMPLE_CHECK_*` switches, which make
+/// the sampler judge one of its rules live (counting the verdicts in the trace) or save what a test
+/// judges it on.
+pub fn record_checked_into(label: &str, scenario: &[&str], args: &[&str], check: &str, dir: &Path) {
     let python = interpreter(label);
     let workload = Workload::start(&python, scenario);
-    let dir = tempfile::tempdir().unwrap();
     let pid = workload.pid.to_string();
     let out = gilsample()
-        .args(["--pid", &pid, "--duration", seconds, "--quiet", "-o"])
-        .arg(dir.path())
+        .args(["--pid", &pid])
+        .args(args)
+        .args(["--quiet", "-o"])
+        .arg(dir)
         .env(check, "1")
         .output()
         .unwrap();
@@ -268,7 +278,6 @@ pub fn record_checked(label: &str, scenario: &[&str], seconds: &str, check: &str
         "{label}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Trace::load_single(dir.path())
 }
 
 /// `gilsample report --json` on `inputs`: the document and stderr.

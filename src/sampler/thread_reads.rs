@@ -263,7 +263,7 @@ impl ThreadTable {
         self.idle_last_tick = idle_now;
         sample.all_kernel_read = report.kernel_reads_skipped == skipped_before;
         if !self.checks.is_empty() {
-            self.check_proven_waiting(target, counts, stamp, sample, ranges, report);
+            self.check_proven_waiting(target, counts, sample, ranges, report);
         }
         let (Some(at), Some(counted), false) = (counts, sample.waiters, self.unread.is_empty())
         else {
@@ -298,7 +298,6 @@ impl ThreadTable {
         &mut self,
         target: &Target,
         counts: Option<&WaiterCountAddrs>,
-        stamp: Option<CondStamp>,
         sample: &Sample,
         ranges: &GilWaitRanges,
         report: &mut SamplerReport,
@@ -306,7 +305,7 @@ impl ThreadTable {
         let Ok(after) = target.read_gil(counts) else {
             return;
         };
-        if after.cond_stamp != stamp {
+        if after.cond_stamp != self.tick_stamp {
             return;
         }
         for &(index, reading) in &self.checks {

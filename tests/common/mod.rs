@@ -9,6 +9,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use serde_json::Value;
 
 mod child;
+pub mod fuzz;
 mod recording;
 
 pub use child::KilledOnDrop;

@@ -12,6 +12,7 @@ use clap::Parser;
 use clap::error::{ContextKind, ContextValue};
 use serde_json::json;
 
+use gilsample::cli::suggest::suggestion_for_stray;
 use gilsample::cli::{
     COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs, TopArgs,
 };
@@ -81,8 +82,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The command line, or an exit with clap's message; a stray word where options belong (`gilsample
-/// record python3 x.py`) gets the command line that launches it, with `--`.
+/// The command line, or an exit with clap's message; a stray word where options belong gets what
+/// the user most likely meant (cli/suggest.rs): a unit written apart from its number (`--rate 10
+/// kHz`), or a command to launch without its `--` (`gilsample record python3 x.py`).
 fn parse_command_line() -> Cli {
     let args: Vec<String> = std::env::args().collect();
     match Cli::try_parse_from(&args) {
@@ -90,43 +92,16 @@ fn parse_command_line() -> Cli {
         Err(mut e) => {
             if e.kind() == clap::error::ErrorKind::UnknownArgument
                 && let Some(ContextValue::String(stray)) = e.get(ContextKind::InvalidArg)
-                && let Some(launch) = launch_suggestion(&args, &stray.clone())
+                && let Some(tip) = suggestion_for_stray(&args, &stray.clone())
             {
                 e.insert(
                     ContextKind::Suggested,
-                    ContextValue::StyledStrs(vec![launch.into()]),
+                    ContextValue::StyledStrs(vec![tip.into()]),
                 );
             }
             e.exit()
         }
     }
-}
-
-/// `gilsample record -- python3 x.py` for `gilsample record python3 x.py`: the words from the
-/// stray one on are the command to launch.
-fn launch_suggestion(args: &[String], stray: &str) -> Option<String> {
-    if stray.starts_with('-') {
-        return None;
-    }
-    let at = args.iter().skip(1).position(|a| a == stray)? + 1;
-    if args[..at].iter().any(|a| a == "--") {
-        return None;
-    }
-    let quoted = |a: &String| {
-        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
-            format!("'{}'", a.replace('\'', "'\\''"))
-        } else {
-            a.clone()
-        }
-    };
-    let mut words = vec!["gilsample".to_string()];
-    words.extend(args[1..at].iter().map(quoted));
-    words.push("--".into());
-    words.extend(args[at..].iter().map(quoted));
-    Some(format!(
-        "to launch a command and record it, put it after --: {}",
-        words.join(" ")
-    ))
 }
 
 /// Takes SIGINT, SIGTERM and SIGHUP (signals.rs) and says what each did; the ones that end the wait

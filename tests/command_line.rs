@@ -221,6 +221,16 @@ fn a_command_without_dashes_is_shown_with_them() {
 }
 
 #[test]
+fn a_unit_apart_from_its_number_is_shown_joined_not_as_a_command() {
+    let (_, stderr) = run_expecting(&["--pid", "1", "--rate", "10", "kHz"], USAGE);
+    assert!(
+        stderr.contains("write the number and its unit together: --rate 10kHz"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("put it after --"), "{stderr}");
+}
+
+#[test]
 fn a_bare_gilsample_that_finds_no_npu_process_says_so_and_shows_the_common_commands() {
     // No NPU on this machine: the reference's default finds nothing.
     let (_, stderr) = run_expecting(&[], NO_SUCH_PROCESS);

@@ -8,6 +8,7 @@ use crate::merge::Offset;
 use crate::python::attach::LayoutChoice;
 
 pub mod record;
+pub mod suggest;
 pub mod top;
 pub mod values;
 

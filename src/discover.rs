@@ -37,6 +37,14 @@ impl DeviceKind {
             DeviceKind::Gpu => "an NVIDIA GPU (/dev/nvidiaN)",
         }
     }
+
+    /// The option that looks for the other kind, for messages that found none of this one.
+    pub fn other_option(self) -> &'static str {
+        match self {
+            DeviceKind::Npu => "--all-gpu for NVIDIA GPUs",
+            DeviceKind::Gpu => "--all-npu for Ascend NPUs",
+        }
+    }
 }
 
 /// Every process id in /proc.

@@ -238,6 +238,15 @@ fn a_bare_gilsample_that_finds_no_npu_process_says_so_and_shows_the_common_comma
         stderr.contains("no Python process with an Ascend NPU (/dev/davinciN) open was found"),
         "{stderr}"
     );
+    assert!(stderr.contains("--all-gpu for NVIDIA GPUs"), "{stderr}");
+    // --all-gpu that finds none points at the other kind, not at itself.
+    let (_, gpu) = run_expecting(&["--all-gpu"], NO_SUCH_PROCESS);
+    assert!(
+        gpu.contains("with an NVIDIA GPU (/dev/nvidiaN)")
+            && gpu.contains("--all-npu for Ascend NPUs")
+            && !gpu.contains("--all-gpu for"),
+        "{gpu}"
+    );
     let commands: Vec<&str> = stderr
         .lines()
         .filter(|l| l.trim_start().starts_with("gilsample record "))

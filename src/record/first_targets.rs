@@ -78,9 +78,10 @@ impl Session<'_> {
             && opts.duration.is_none()
         {
             return Err(Error::NothingFound(format!(
-                "no Python process with {} open was found; give --pid PID[,PID...], --all-gpu for \
-                 NVIDIA GPUs, a command after --, or --duration to wait for one",
-                kind.describe()
+                "no Python process with {} open was found; give --pid PID[,PID...], {}, a command \
+                 after --, or --duration to wait for one",
+                kind.describe(),
+                kind.other_option()
             )));
         }
         if self.attached.is_empty() && !following {

@@ -385,9 +385,13 @@ fn something_recorded(report: &RecordReport, targets: &Targets) -> Result<()> {
             }
             _ => "no Python process was found to record".into(),
         };
+        let devices = match targets {
+            Targets::Devices(kind) => kind.other_option(),
+            _ => "--all-npu or --all-gpu for the processes using accelerators",
+        };
         return Err(with_common_commands(
             Error::NothingFound(format!(
-                "{what}; give --pid PID[,PID...], or --all-gpu for NVIDIA GPUs, or a command after --"
+                "{what}; give --pid PID[,PID...], or {devices}, or a command after --"
             )),
             targets,
         ));

@@ -247,6 +247,12 @@ fn a_bare_gilsample_that_finds_no_npu_process_says_so_and_shows_the_common_comma
             && !gpu.contains("--all-gpu for"),
         "{gpu}"
     );
+    // The same after waiting: --duration looks again until it ends.
+    let (_, waited) = run_expecting(&["--all-gpu", "--duration", "0.2"], NO_SUCH_PROCESS);
+    assert!(
+        waited.contains("--all-npu for Ascend NPUs") && !waited.contains("--all-gpu for"),
+        "{waited}"
+    );
     let commands: Vec<&str> = stderr
         .lines()
         .filter(|l| l.trim_start().starts_with("gilsample record "))

@@ -79,15 +79,18 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
             },
             pct(holder.s, t.wait_s)
         );
+        // The first always, the others where they would not read "0%".
         let code: Vec<String> = holder
             .functions
             .iter()
             .take(MAX_FUNCTIONS_SHOWN)
-            .map(|f| format!("{} {:.0}%", place(f), pct(f.s, holder.s)))
+            .enumerate()
+            .take_while(|(i, f)| *i == 0 || pct(f.s, holder.s) >= 0.5)
+            .map(|(_, f)| format!("{} {:.0}%", place(f), pct(f.s, holder.s)))
             .collect();
         if !code.is_empty() {
             line += &format!(" — {}", code.join(", "));
-            if holder.functions.len() > MAX_FUNCTIONS_SHOWN {
+            if holder.functions.len() > code.len() {
                 line += ", ...";
             }
         }
@@ -205,6 +208,7 @@ mod tests {
 
     use crate::report::analyze::{Blocked, Durations};
     use crate::report::hint::{BUSY_CORES_SHARE, hint};
+    use crate::report::hold_code::HeldIn;
 
     fn thread(tid: u32, name: &str, wait_s: f64, blocked: Option<f64>) -> ThreadAnswer {
         ThreadAnswer {
@@ -338,6 +342,36 @@ mod tests {
         let mut out = String::new();
         format_process(&mut out, &p);
         assert!(!out.contains("more ("), "{out}");
+    }
+
+    #[test]
+    fn a_holder_s_code_that_would_read_0_percent_is_left_to_the_dots() {
+        let mut p = process(0.0);
+        let place = |function: &str, s: f64| HeldIn {
+            function: function.into(),
+            s,
+            native_call: false,
+            longest_ms: 1.0,
+            p99_ms: 1.0,
+            call_site: None,
+            callee: None,
+        };
+        p.threads[0].waited_for[0].functions = vec![
+            place("spin (w.py:65)", 2.09),
+            place("Event.is_set (threading.py:577)", 0.01),
+        ];
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(out.contains("— in spin (w.py:65) 100%, ...\n"), "{out}");
+        assert!(!out.contains("is_set"), "{out}");
+        // From half a percent on, it is shown.
+        p.threads[0].waited_for[0].functions[1].s = 0.1;
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(
+            out.contains("Event.is_set (threading.py:577) 5%\n"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -135,13 +135,17 @@ fn format_target(out: &mut String, t: &TargetReport) {
     );
     let _ = writeln!(
         out,
-        "  {:.2} s, {} samples, {:.0} Hz achieved, {} late ({:.2}% of the ticks), {} torn/skipped; \
-         ended: {:?}",
+        "  {:.2} s, {} samples, {:.0} Hz achieved, {} late ({:.2}% of the ticks{}), {} \
+         torn/skipped; ended: {:?}",
         secs,
         s.samples,
         s.achieved_rate_hz(),
         s.late_samples,
         late_pct,
+        match s.late_samples_while_quiet {
+            0 => String::new(),
+            quiet => format!("; {quiet} at the quiet rate, which leave no hole"),
+        },
         s.faulted_samples,
         s.end
     );
@@ -278,7 +282,7 @@ fn samplers_on_one_core_hint(report: &RecordReport) -> Option<String> {
     let late = report
         .targets
         .iter()
-        .any(|t| t.sampler.late_share() >= LATE_SHARE_WARNED);
+        .any(|t| t.sampler.holes_share() >= LATE_SHARE_WARNED);
     (threads.len() > 1 && late && !report.samplers_pinned).then(|| {
         format!(
             "hint: {n} processes on {} sampler threads, whose ticks waited for CPUs: the cores are \
@@ -299,7 +303,7 @@ pub fn gaps_warning(
     if requested_hz.is_nan() || requested_hz <= 0.0 || s.samples == 0 {
         return None;
     }
-    let late_share = s.late_share();
+    let late_share = s.holes_share();
     let stall_periods = s.longest_stall_ns as f64 * requested_hz / 1e9;
     let mut holes = Vec::new();
     if late_share >= LATE_SHARE_WARNED {
@@ -409,6 +413,22 @@ mod tests {
         report.targets[0].sampler.longest_stall_ns = 500_000;
         let summary = format_summary(&report, &[None], false, 10_000.0);
         assert!(!summary.contains("warning"), "{summary}");
+        // Late at the quiet rate: the hand-off count covers what they let pass, no hole.
+        report.targets[0].sampler.late_samples = 150;
+        report.targets[0].sampler.late_samples_while_quiet = 140;
+        let summary = format_summary(&report, &[None], false, 10_000.0);
+        assert!(!summary.contains("warning"), "{summary}");
+        let verbose = format_summary(&report, &[None], true, 10_000.0);
+        assert!(
+            verbose.contains("150 late (1.49% of the ticks; 140 at the quiet rate"),
+            "{verbose}"
+        );
+        report.targets[0].sampler.late_samples_while_quiet = 40;
+        let summary = format_summary(&report, &[None], false, 10_000.0);
+        assert!(
+            summary.contains("1.1% of its ticks started late"),
+            "{summary}"
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub(crate) fn trace_metadata(
             quiet::rate_hz(period_ns, quiet::skip_for(period_ns))
         }),
         "late_samples": report.late_samples,
+        "late_samples_while_quiet": report.late_samples_while_quiet,
         "stalled_reads": report.stalled_reads,
         "longest_stall_us": report.longest_stall_ns / 1000,
         "faulted_samples": report.faulted_samples,

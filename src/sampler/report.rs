@@ -38,6 +38,11 @@ pub struct SamplerReport {
     pub samples: u64,
     /// Ticks that started more than one period after their deadline.
     pub late_samples: u64,
+    /// Of `late_samples`, those at the quiet rate (infer/quiet.rs). The hand-off count covers the
+    /// periods such a tick let pass as it covers the ones skipped on purpose, so they leave no hole
+    /// a hand-off could go unseen in; on an idle machine most late ticks are these (a CPU, or a
+    /// VM's vCPU, woken from a deep sleep takes its time).
+    pub late_samples_while_quiet: u64,
     /// Reads of the GIL that took longer than a period, and the longest: the target's memory map
     /// lock is held for writing (mmap, munmap, mprotect) by a thread that lost its CPU, and the read
     /// waits for it.
@@ -117,6 +122,7 @@ impl SamplerReport {
             end_ns: start_ns,
             samples: 0,
             late_samples: 0,
+            late_samples_while_quiet: 0,
             stalled_reads: 0,
             longest_stall_ns: 0,
             faulted_samples: 0,
@@ -182,6 +188,18 @@ impl SamplerReport {
             return 0.0;
         }
         self.late_samples as f64 / (self.samples + self.late_samples) as f64
+    }
+
+    /// The share of the ticks that started late at the full rate: the holes in the timeline, where
+    /// hand-offs can go unseen (0 before any sample).
+    pub fn holes_share(&self) -> f64 {
+        if self.samples == 0 {
+            return 0.0;
+        }
+        let holes = self
+            .late_samples
+            .saturating_sub(self.late_samples_while_quiet);
+        holes as f64 / (self.samples + self.late_samples) as f64
     }
 
     /// The share of the recording's ticks that a quiet target let the sampler skip.

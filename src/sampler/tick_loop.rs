@@ -273,6 +273,7 @@ impl<'a> Sampler<'a> {
         let pace = &mut self.pace;
         if woke > pace.deadline + period {
             self.report.late_samples += 1;
+            self.report.late_samples_while_quiet += u64::from(pace.skipping > 0);
             live.late.fetch_add(1, Ordering::Relaxed);
             pace.deadline += (woke - pace.deadline) / period * period;
         }

@@ -217,8 +217,12 @@ impl ThreadTable {
             } else {
                 self.read.push(index);
             }
+            let was_on_cond = tracked
+                .last_kernel
+                .and_then(|k| k.futex_addr())
+                .is_some_and(|addr| ranges.on_cond(addr));
             let still_waiting =
-                spare.proven_waiting && !in_gil && still_waiting(tracked, stamp, ranges);
+                spare.proven_waiting && !in_gil && was_on_cond && still_waiting(tracked, stamp);
             let kernel = if left_unread {
                 tracked.last_kernel
             } else if still_waiting {
@@ -236,10 +240,6 @@ impl ThreadTable {
                 report.kernel_reads_skipped += 1;
                 tracked.last_kernel
             } else {
-                let was_on_cond = tracked
-                    .last_kernel
-                    .and_then(|k| k.futex_addr())
-                    .is_some_and(|addr| ranges.on_cond(addr));
                 if was_on_cond && !in_gil {
                     self.woken_from_cond.push(index);
                 }
@@ -437,21 +437,13 @@ pub(super) struct FirstRead<'a> {
     pub(super) cond_stamp: Option<CondStamp>,
 }
 
-/// Whether `tracked`'s last reading found it asleep in `take_gil`'s wait and the GIL's `stamp` is
-/// the one read before that reading: it is inside that wait still (`CondStamp`). Neither holding
-/// the GIL (the caller leaves the holder out) nor having left the wait, it is waiting: its last
-/// reading stands for this tick's. Woken by its wait's timeout, it may be running inside glibc's
-/// wait at this moment, and stays a waiter for the GIL all the same.
-fn still_waiting(
-    tracked: &WatchedThread,
-    stamp: Option<CondStamp>,
-    ranges: &GilWaitRanges,
-) -> bool {
-    let on_cond = tracked
-        .last_kernel
-        .and_then(|k| k.futex_addr())
-        .is_some_and(|addr| ranges.on_cond(addr));
-    on_cond && stamp.is_some() && tracked.stamp_at_reading == stamp
+/// For a thread whose last reading found it asleep in `take_gil`'s wait (the caller checks):
+/// whether the GIL's `stamp` is the one read before that reading, so that it is inside that wait
+/// still (`CondStamp`). Neither holding the GIL (the caller leaves the holder out) nor having left
+/// the wait, it is waiting: its last reading stands for this tick's. Woken by its wait's timeout,
+/// it may be running inside glibc's wait at this moment, and stays a waiter for the GIL all the same.
+fn still_waiting(tracked: &WatchedThread, stamp: Option<CondStamp>) -> bool {
+    stamp.is_some() && tracked.stamp_at_reading == stamp
 }
 
 /// A thread read again after the tick's first pass (at `now`, the tick's GIL read having brought

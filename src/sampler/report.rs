@@ -184,22 +184,24 @@ impl SamplerReport {
 
     /// The share of the ticks that started over a period late (0 before any sample).
     pub fn late_share(&self) -> f64 {
-        if self.samples == 0 {
-            return 0.0;
-        }
-        self.late_samples as f64 / (self.samples + self.late_samples) as f64
+        self.share_of_ticks(self.late_samples)
     }
 
     /// The share of the ticks that started late at the full rate: the holes in the timeline, where
     /// hand-offs can go unseen (0 before any sample).
     pub fn holes_share(&self) -> f64 {
+        self.share_of_ticks(
+            self.late_samples
+                .saturating_sub(self.late_samples_while_quiet),
+        )
+    }
+
+    /// `ticks` as a share of the ticks there were, late ones included (0 before any sample).
+    fn share_of_ticks(&self, ticks: u64) -> f64 {
         if self.samples == 0 {
             return 0.0;
         }
-        let holes = self
-            .late_samples
-            .saturating_sub(self.late_samples_while_quiet);
-        holes as f64 / (self.samples + self.late_samples) as f64
+        ticks as f64 / (self.samples + self.late_samples) as f64
     }
 
     /// The share of the recording's ticks that a quiet target let the sampler skip.

@@ -335,7 +335,8 @@ def run_zoo(args, out):
 # What #26's bars compare, each paired within a round: (label, observer a, observer b), a - b.
 GAPS = [("stacks and names (--no-stacks - defaults)", "gilsample --no-stacks", "gilsample"),
         ("under the floor (wake only - defaults)", "wake only, no reads", "gilsample"),
-        ("under py-spy (py-spy - defaults)", "py-spy --gil --nonblocking", "gilsample")]
+        ("under py-spy (py-spy - defaults)", "py-spy --gil --nonblocking", "gilsample"),
+        ("against --baseline (baseline - defaults)", "gilsample baseline", "gilsample")]
 
 
 def print_gaps(results):

@@ -8,6 +8,7 @@ pub mod dodge;
 pub mod gil_flag_reader;
 mod pace;
 pub mod priority;
+mod recent_stacks;
 pub mod report;
 pub mod shared_thread;
 pub mod stack_watch;

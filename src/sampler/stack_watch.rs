@@ -25,6 +25,7 @@ use crate::observed::KernelState;
 use crate::python::objects::ObjectResult;
 use crate::python::stacks::{FrameId, RecentTops, StackReader, StackStats};
 use crate::python::target::Target;
+use crate::sampler::recent_stacks::RecentStacks;
 
 /// Samples of a hold between checks of the holder's innermost frame: at 10 kHz a check per
 /// millisecond, a tenth of a read per sample (scripts/bench_sampler.py; docs/cost.md, "Names and stacks").
@@ -164,11 +165,11 @@ pub struct StackWatch {
     /// The holds being watched, by tid: one or two at a time (the holder, and one whose end the
     /// engine has not settled yet), so a list, searched at every thread's every sample.
     holds: Vec<(u32, Hold)>,
-    /// Per thread: the innermost frame (frame, code, instruction) at its last stack read and that
-    /// stack. A thread back at the very same instruction of the very same frame has the same stack
-    /// (a worker loop that lets the GIL go around each call): one read instead of a walk where the
-    /// frame is one of the thread's last two places (`recent`).
-    last: BTreeMap<u32, (FrameId, Frames)>,
+    /// Per thread: its last few stacks, each with the innermost frame (frame, code, instruction) it
+    /// was read at. A thread back at the very same instruction of the very same frame has the same
+    /// stack (a worker loop that lets the GIL go around each call): one read instead of a walk where
+    /// the frame is one of the thread's last two places (`recent`).
+    last: BTreeMap<u32, RecentStacks>,
     /// Per thread: where its innermost frame was found at its last reads, read with the pointer to
     /// it (one system call instead of two or three where it is still there: python/stacks/innermost.rs).
     recent: BTreeMap<u32, RecentTops>,
@@ -191,32 +192,31 @@ impl StackWatch {
         })
     }
 
-    /// The stack of `tstate`, reused from the thread's last read when its innermost frame is the
-    /// same frame at the same instruction; `None` where it does not decode. With it, the innermost
-    /// frame as a hold's watch compares it (`Watched`).
+    /// The stack of `tstate` at `t`, reused from one of the thread's recent reads whose innermost
+    /// frame is the same frame at the same instruction; `None` where it does not decode. With it,
+    /// the innermost frame as a hold's watch compares it (`Watched`).
     fn stack_of(
         &mut self,
         mem: &dyn crate::process::memory::MemorySource,
         tid: u32,
         tstate: RemoteAddr,
+        t: u64,
     ) -> Option<(Option<Watched>, Frames)> {
         let watched = innermost_near(&self.reader, &mut self.recent, mem, tid, tstate).ok()?;
         let innermost = watched.map(|(id, _)| id);
-        if let (Some(now), Some((then, frames))) = (innermost, self.last.get(&tid))
-            && now == *then
+        if let Some(now) = innermost
+            && let Some(frames) = self.last.get_mut(&tid).and_then(|kept| kept.find(now, t))
         {
             self.stacks_reused += 1;
-            return Some((watched, frames.clone()));
+            return Some((watched, frames));
         }
         let top = Ok(innermost.map_or(0, |id| id.frame));
         let frames = Arc::new(self.reader.read_stack_from(mem, top).ok()?);
-        match innermost {
-            Some(id) => {
-                self.last.insert(tid, (id, frames.clone()));
-            }
-            None => {
-                self.last.remove(&tid);
-            }
+        if let Some(id) = innermost {
+            self.last
+                .entry(tid)
+                .or_default()
+                .keep(id, frames.clone(), t);
         }
         Some((watched, frames))
     }
@@ -247,7 +247,7 @@ impl StackWatch {
         }
         match state {
             GilState::Take if previous != Some(GilState::Take) => {
-                if let Some((_, frames)) = self.stack_of(mem, tid, tstate) {
+                if let Some((_, frames)) = self.stack_of(mem, tid, tstate, t) {
                     sink(stack(tid, t, GilState::Take, frames, 1));
                 }
             }
@@ -312,7 +312,7 @@ impl StackWatch {
     ) {
         // A stack that does not decode is watched as empty (and not shown), so that a holder whose
         // memory keeps changing under the reads is not read again at every sample.
-        let (first, innermost, frames) = match self.stack_of(mem, tid, tstate) {
+        let (first, innermost, frames) = match self.stack_of(mem, tid, tstate, t) {
             Some((watched, frames)) => (watched, Some(key(watched.map(|(id, _)| id))), frames),
             None => (None, None, Arc::new(Vec::new())),
         };

@@ -28,7 +28,9 @@ use gilsample::python::layout::Layout;
 use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, RecordReport, Targets, Update, record};
 use gilsample::report::analyze::ProcessAnswer;
-use gilsample::sampler::priority::{Priority, realtime_allowed, realtime_refused_warning};
+use gilsample::sampler::priority::{
+    Priority, has_cap_sys_nice, realtime_allowed, realtime_refused_warning,
+};
 use gilsample::signals::{SessionState, SignalStep, watch_signals};
 use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
@@ -302,7 +304,7 @@ fn warn_if_realtime_refused(opts: &RecordOptions) {
     if opts.priority == Priority::Realtime && !realtime_allowed() {
         eprintln!(
             "gilsample: {}",
-            realtime_refused_warning(opts.cpus.is_some())
+            realtime_refused_warning(opts.cpus.is_some(), has_cap_sys_nice())
         );
     }
 }

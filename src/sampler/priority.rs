@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use crate::process::access::Credentials;
+
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Priority {
@@ -63,6 +65,9 @@ pub fn apply_to_current_thread(priority: Priority) -> Scheduling {
     Scheduling::Inherited
 }
 
+/// CAP_SYS_NICE's bit in the capability masks of /proc/PID/status.
+const CAP_SYS_NICE: u32 = 23;
+
 /// Whether this process may run the sampler with SCHED_FIFO, found by trying it on a thread of its
 /// own that then exits, so that no thread that goes on running is changed.
 pub fn realtime_allowed() -> bool {
@@ -71,19 +76,77 @@ pub fn realtime_allowed() -> bool {
         .unwrap_or(false)
 }
 
-/// What to tell the user when real-time scheduling is refused; `cpus_given`: `--cpus` is in use.
-pub fn realtime_refused_warning(cpus_given: bool) -> String {
+/// Whether this process holds CAP_SYS_NICE (root does): then a refusal of SCHED_FIFO is not about
+/// permission.
+pub fn has_cap_sys_nice() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|status| Credentials::parse(&status).effective & (1 << CAP_SYS_NICE) != 0)
+        .unwrap_or(false)
+}
+
+/// What to tell the user when real-time scheduling is refused; `cpus_given`: `--cpus` is in use;
+/// `capable`: gilsample holds CAP_SYS_NICE, so the capability is not what is missing.
+pub fn realtime_refused_warning(cpus_given: bool, capable: bool) -> String {
     let remedy = if cpus_given {
         "; meanwhile --cpus keeps the sampler on CPUs of its own, which helps as long as the target \
          leaves them free"
     } else {
         ", or give the sampler a CPU the target leaves free with --cpus LIST"
     };
+    let (why, fix) = if capable {
+        // Root in a container or VM: a kernel that shares out real-time time by control group
+        // (CONFIG_RT_GROUP_SCHED) refuses SCHED_FIFO to every task of a group given none, whatever
+        // its capabilities (seen on a GPU VM: root, cgroup v2, sched_rt_runtime_us 950000).
+        (
+            " although gilsample has CAP_SYS_NICE: its control group has no real-time runtime (a \
+             kernel that shares real-time time out by group gives none to a group not given any, as \
+             in many containers and virtual machines: cgroup v1's cpu.rt_runtime_us 0; cgroup v2 \
+             has no setting for it), or a sandbox forbids the call",
+            "Run it from the host's root control group, or give its group real-time runtime \
+             (cgroup v1: cpu.rt_runtime_us; Docker: --cpu-rt-runtime on the daemon and the \
+             container)",
+        )
+    } else {
+        (
+            ": it needs root or CAP_SYS_NICE",
+            "Grant the capability (sudo setcap cap_sys_nice,cap_sys_ptrace+ep $(command -v \
+             gilsample); in a container --cap-add SYS_NICE)",
+        )
+    };
     format!(
-        "warning: real-time scheduling (SCHED_FIFO) was refused: it needs root or CAP_SYS_NICE. The \
-         sampler runs without it, so while the target's threads keep every CPU busy it waits \
-         behind them and each wait is a gap in the trace. Grant the capability (sudo setcap \
-         cap_sys_nice,cap_sys_ptrace+ep $(command -v gilsample); in a container --cap-add SYS_NICE)\
-         {remedy}."
+        "warning: real-time scheduling (SCHED_FIFO) was refused{why}. The sampler runs \
+         without it, so while the target's threads keep every CPU busy it waits behind them and \
+         each wait is a gap in the trace. {fix}{remedy}."
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_says_what_is_missing() {
+        let without = realtime_refused_warning(false, false);
+        assert!(
+            without.contains("refused: it needs root or CAP_SYS_NICE"),
+            "{without}"
+        );
+        assert!(without.contains("setcap"), "{without}");
+        assert!(without.contains("--cpus LIST"), "{without}");
+        // Root refused: the capability is there, the real-time runtime is not.
+        let capable = realtime_refused_warning(false, true);
+        assert!(!capable.contains("needs root"), "{capable}");
+        assert!(
+            capable.contains("refused although gilsample has CAP_SYS_NICE"),
+            "{capable}"
+        );
+        assert!(capable.contains("cpu.rt_runtime_us"), "{capable}");
+        assert!(capable.contains("root control group"), "{capable}");
+        assert!(capable.contains("--cpus LIST"), "{capable}");
+        let pinned = realtime_refused_warning(true, true);
+        assert!(
+            pinned.contains("meanwhile --cpus keeps the sampler"),
+            "{pinned}"
+        );
+    }
 }

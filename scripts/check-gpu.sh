@@ -49,12 +49,14 @@ for name, tid in ready["threads"].items():
     assert names.get(tid) == name, "thread %d is named %r in the trace, %r in the job" % (tid, names.get(tid), name)
 stacks = [(e["name"], e["tid"], e["args"]["stack"]) for e in events
           if e.get("ph") == "X" and "stack" in e.get("args", {})]
-def where(name, tid_names, function):
+def slices_in(threads, functions, slice_name=None):
+    """Slices of threads named `threads...` (and named `slice_name`, when given) whose stacks have a
+    frame naming one of `functions`."""
     return sum(1 for n, tid, stack in stacks
-               if n == name and names.get(tid, "").startswith(tid_names) and any(function in f for f in stack))
-loader_holds = where("hold_gil", "loader-", "build_batch")
-trainer_stacks = sum(1 for n, tid, stack in stacks
-                     if names.get(tid) == "MainThread" and any("train_step" in f or "main (" in f for f in stack))
+               if (slice_name is None or n == slice_name) and names.get(tid, "").startswith(threads)
+               and any(function in f for f in stack for function in functions))
+loader_holds = slices_in("loader-", ["build_batch"], "hold_gil")
+trainer_stacks = slices_in("MainThread", ["train_step", "main ("])
 other = trace["otherData"]
 print("threads named:", sorted(names.values()))
 print("slices with stacks: %d; loader holds in build_batch: %d; main thread's in train_step/main: %d"

@@ -16,6 +16,8 @@ use crate::error::Error;
 
 /// CAP_SYS_PTRACE's bit in the capability masks of /proc/PID/status.
 const CAP_SYS_PTRACE: u32 = 19;
+/// CAP_SYS_NICE's bit in the same masks (real-time scheduling).
+const CAP_SYS_NICE: u32 = 23;
 const YAMA_SCOPE: &str = "/proc/sys/kernel/yama/ptrace_scope";
 /// The longest parent chain followed when looking for gilsample among a target's ancestors.
 const MAX_ANCESTORS: usize = 4096;
@@ -72,8 +74,19 @@ impl Credentials {
             .map(|s| Credentials::parse(&s))
     }
 
+    /// gilsample's own, where its status reads.
+    pub fn of_this_process() -> Option<Credentials> {
+        Credentials::read("self")
+    }
+
     fn has_ptrace_capability(&self) -> bool {
         self.effective & (1 << CAP_SYS_PTRACE) != 0
+    }
+
+    /// Whether CAP_SYS_NICE is effective (root has it): real-time scheduling is not a question of
+    /// permission then.
+    pub fn has_nice_capability(&self) -> bool {
+        self.effective & (1 << CAP_SYS_NICE) != 0
     }
 }
 
@@ -105,7 +118,7 @@ pub struct Facts {
 impl Facts {
     /// Looks everything up for a refused read of `pid`.
     pub fn gather(pid: u32) -> Facts {
-        let reader = Credentials::read("self").unwrap_or_default();
+        let reader = Credentials::of_this_process().unwrap_or_default();
         let target = Credentials::read(&pid.to_string());
         let first_namespace = |map: &str| {
             let fields: Vec<&str> = map.split_whitespace().collect();
@@ -449,7 +462,11 @@ mod tests {
         assert_eq!(c.gids, [5; 4]);
         assert_eq!(c.permitted, 0x1fffeffffff);
         assert!(c.has_ptrace_capability());
+        assert!(!c.has_nice_capability());
         assert_eq!((c.seccomp, c.parent), (2, 7));
+        // Root on a GPU VM whose control group refused it SCHED_FIFO: the capability is there.
+        let root = Credentials::parse("CapEff:\t000001fffeffffff\n");
+        assert!(root.has_nice_capability() && root.has_ptrace_capability());
     }
 
     #[test]

@@ -65,9 +65,6 @@ pub fn apply_to_current_thread(priority: Priority) -> Scheduling {
     Scheduling::Inherited
 }
 
-/// CAP_SYS_NICE's bit in the capability masks of /proc/PID/status.
-const CAP_SYS_NICE: u32 = 23;
-
 /// Whether this process may run the sampler with SCHED_FIFO, found by trying it on a thread of its
 /// own that then exits, so that no thread that goes on running is changed.
 pub fn realtime_allowed() -> bool {
@@ -79,9 +76,7 @@ pub fn realtime_allowed() -> bool {
 /// Whether this process holds CAP_SYS_NICE (root does): then a refusal of SCHED_FIFO is not about
 /// permission.
 pub fn has_cap_sys_nice() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|status| Credentials::parse(&status).effective & (1 << CAP_SYS_NICE) != 0)
-        .unwrap_or(false)
+    Credentials::of_this_process().is_some_and(|me| me.has_nice_capability())
 }
 
 /// What to tell the user when real-time scheduling is refused; `cpus_given`: `--cpus` is in use;

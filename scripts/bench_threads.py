@@ -9,10 +9,13 @@ run (`--duration`): the target's start (the first walk of 400 threads) and its e
 to exit, walked as they go) are outside it, so the rate measured is the steady state's.
 
 Reported per target and placement (medians over the rounds, with the range): the achieved rate, late
-ticks, system calls per tick and the sampler's CPU seconds per second, and that CPU against the first
-target's (#26's bar: 400 threads at most twice what 5 cost).
+ticks, ticks whose idle threads had to be read after all (`counted_out_refuted`), system calls per tick
+and the sampler's CPU seconds per second, and that CPU against the first target's (#26's bar: 400
+threads at most twice what 5 cost). With --baseline another build records the same targets in the same
+rounds, right after this one, for a before/after of a sampler change.
 
 Usage: scripts/bench_threads.py [--python PY] [--idle 3,398] [--seconds 3] [--reps 5] [--rate 10khz] [--pin]
+                                [--baseline OTHER_GILSAMPLE]
 Needs root (the real-time sampler) and a release build (cargo build --release).
 """
 
@@ -28,8 +31,9 @@ import tempfile
 from benchlib import BINARY, WORKLOAD, require, start_workload
 
 
-def record_window(args, idle, pinned, out):
-    """One target run with a window of it recorded; the trace's figures and gilsample's CPU s/s."""
+def record_window(args, idle, pinned, out, binary):
+    """One target run with a window of it recorded by `binary`; the trace's figures and gilsample's CPU
+    s/s."""
     target = (["taskset", "-c", "0"] if pinned else []) + [
         args.python, WORKLOAD, "bench", "--threads", "2", "--idle", str(idle),
         # Long enough that the window ends before the threads are told to stop.
@@ -37,7 +41,7 @@ def record_window(args, idle, pinned, out):
     proc, pid = start_workload(target)
     for old in glob.glob(os.path.join(out, "GIL_*")):
         os.remove(old)
-    command = [BINARY, "record", "--pid", str(pid), "--rate", args.rate, "--duration", str(args.seconds),
+    command = [binary, "record", "--pid", str(pid), "--rate", args.rate, "--duration", str(args.seconds),
                "-o", out, "--force"] + (["--cpus", str(os.cpu_count() - 1)] if pinned else [])
     sampler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     said = sampler.stderr.read()
@@ -49,6 +53,7 @@ def record_window(args, idle, pinned, out):
     with open(glob.glob(os.path.join(out, "GIL_*.json"))[0]) as f:
         meta = json.load(f)["otherData"]
     return {"rate_hz": meta["rate_achieved_hz"], "late": meta.get("late_samples", 0),
+            "refuted": meta.get("counted_out_refuted", 0),
             "calls": meta["sampler_syscalls_per_sample"]["all"],
             "cpu_s_per_s": (usage.ru_utime + usage.ru_stime) / args.seconds}
 
@@ -61,32 +66,40 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--rate", default="10khz")
     parser.add_argument("--pin", action="store_true", help="also with the target on CPU 0, gilsample on the last")
+    parser.add_argument("--baseline", metavar="BINARY",
+                        help="another gilsample build, run right after this one on the same targets each round")
     args = parser.parse_args()
     require(BINARY, "cargo build --release")
+    builds = [("this build", BINARY)] + ([("baseline", args.baseline)] if args.baseline else [])
     targets = [int(n) for n in args.idle.split(",")]
     placements = [False, True] if args.pin else [False]
-    runs = {(idle, pinned): [] for idle in targets for pinned in placements}
+    runs = {(idle, pinned, build): [] for idle in targets for pinned in placements for build, _ in builds}
     with tempfile.TemporaryDirectory() as out:
         for rep in range(args.reps):
-            for key in runs:
-                runs[key].append(record_window(args, key[0], key[1], out))
-                print("round %d, %d threads, %s: %s" % (rep + 1, key[0] + 3, "spare core" if key[1] else "busy",
-                                                        runs[key][-1]), flush=True)
+            for (idle, pinned, build) in runs:
+                binary = dict(builds)[build]
+                runs[(idle, pinned, build)].append(record_window(args, idle, pinned, out, binary))
+                print("round %d, %d threads, %s, %s: %s" % (rep + 1, idle + 3, "spare core" if pinned else "busy",
+                                                            build, runs[(idle, pinned, build)][-1]), flush=True)
     print("\n%d rounds, a %.0f s window mid-run at %s, %s: median (range)" % (
         args.reps, args.seconds, args.rate, args.python))
-    print("| target | cores | achieved rate | late ticks | calls per tick | sampler CPU s/s | CPU ÷ first |")
-    print("|---|---|---|---|---|---|---|")
-    for pinned in placements:
-        first = None
-        for idle in targets:
-            rs = runs[(idle, pinned)]
-            col = lambda key: [r[key] for r in rs]
-            cpu = statistics.median(col("cpu_s_per_s"))
-            first = first or cpu
-            print("| 2 spinners + %d blocked | %s | %.0f Hz (%.0f–%.0f) | %.0f | %.1f | %.2f (%.2f–%.2f) | %.2f |" % (
-                idle, "one spare" if pinned else "all busy", statistics.median(col("rate_hz")), min(col("rate_hz")),
-                max(col("rate_hz")), statistics.median(col("late")), statistics.median(col("calls")), cpu,
-                min(col("cpu_s_per_s")), max(col("cpu_s_per_s")), cpu / first))
+    print("| target | cores | build | achieved rate | late ticks | refuted ticks | calls per tick | sampler CPU s/s"
+          " | CPU ÷ first |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for build, _ in builds:
+        for pinned in placements:
+            first = None
+            for idle in targets:
+                rs = runs[(idle, pinned, build)]
+                col = lambda key: [r[key] for r in rs]
+                cpu = statistics.median(col("cpu_s_per_s"))
+                first = first or cpu
+                print("| 2 spinners + %d blocked | %s | %s | %.0f Hz (%.0f–%.0f) | %.0f | %.0f | %.1f | %.2f (%.2f–%.2f)"
+                      " | %.2f |" % (
+                          idle, "one spare" if pinned else "all busy", build, statistics.median(col("rate_hz")),
+                          min(col("rate_hz")), max(col("rate_hz")), statistics.median(col("late")),
+                          statistics.median(col("refuted")), statistics.median(col("calls")), cpu,
+                          min(col("cpu_s_per_s")), max(col("cpu_s_per_s")), cpu / first))
 
 
 if __name__ == "__main__":

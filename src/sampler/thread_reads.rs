@@ -43,16 +43,24 @@ const COUNTED_OUT_FROM: usize = IDLE_READ_EVERY as usize;
 /// the counts again before it reads the idle ones (`ThreadTable::count_out`). On a 2-core machine
 /// with 2 spinners beside 398 threads in `Event.wait`, most refuted ticks were a hand-off under way
 /// (a waiter registered on `gil.cond` but not asleep yet, the GIL's mutex retaken, the counts
-/// moving between their two reads): over within tens of microseconds.
+/// moving between their two reads).
 const COUNT_OUT_RETRIES: usize = 4;
 
 /// Before each retry after the first, the tick sleeps this long: a real-time sampler keeps the
 /// target's threads off its own CPU, and the one whose next step settles the counts is often among
-/// them (on that machine, most ticks refuted after two immediate retries were a hand-off still under
-/// way: the GIL's mutex retaken by a woken waiter, the counts moving). 4 retries, 3 of them after
-/// this sleep, left 11–20 of 38,000 ticks refuted, against 220–330 with 2; reading 398 idle threads
-/// instead takes several periods.
-const LET_THE_TARGET_RUN_NS: u64 = 20_000;
+/// them. On that machine the GIL's mutex, once found contended, stayed so until the next hand-off
+/// moved the counts, 100–200 µs later whatever the sleep: after 5 µs sleeps nearly every such tick
+/// was refuted; after 20 µs ones, settled at the fourth retry or refuted (14–30 a 3 s run, each
+/// then reading 398 threads: a hole of 10 periods); after 50 µs ones, settled at the third, 0–4
+/// refuted, with the rate, the sampler's CPU and the target's work the same (5 rounds side by side).
+const LET_THE_TARGET_RUN_NS: u64 = 50_000;
+
+/// What a retry after that sleep costs, in kernel-state reads (about 1.4 µs each): such a retry
+/// took 60–90 µs of the tick on that machine (the sleep, the wake-up on a busy CPU, the reads). A
+/// target with 4 idle threads beside 2 spinners ran 100–300 µs ticks of retries where reading the 4
+/// would have taken 6 µs, and missed 1–2 periods each time. A sleeping retry is made only where the
+/// unread threads cost more than this.
+const SLEEPING_RETRY_IN_READS: usize = 50;
 
 /// Set in the environment, every tick also reads the waiter counts a second time after the kernel
 /// readings and saves them (`Sample::waiters_again`), so that a stream recorded with
@@ -327,9 +335,10 @@ impl ThreadTable {
     /// Whether the idle threads left unread are outside the GIL (infer/counted_out.rs): the waiter
     /// words `before` (read with the GIL's), the threads' readings, and the counts read again now.
     /// Where that fails, the read threads are read again and then the counts, up to
-    /// `COUNT_OUT_RETRIES` times, while that costs fewer reads than the unread threads: counts
-    /// that moved, a mutex briefly contended or a waiter not yet asleep are over in microseconds,
-    /// and reading a few hundred idle threads would take longer than a period.
+    /// `COUNT_OUT_RETRIES` times, while that costs less than reading the unread threads (the sleep
+    /// included: `SLEEPING_RETRY_IN_READS`): counts that moved, a mutex contended or a waiter not
+    /// yet asleep are over once the target's threads get a CPU, and reading a few hundred idle
+    /// threads would take longer than a period.
     fn count_out(
         &mut self,
         target: &Target,
@@ -357,7 +366,14 @@ impl ThreadTable {
                     rereads,
                 });
             }
-            if rereads == COUNT_OUT_RETRIES || self.read.len() + 1 >= self.unread.len() {
+            // The next retry reads the read threads and the counts, after a sleep but the first.
+            let sleep = if rereads > 0 {
+                SLEEPING_RETRY_IN_READS
+            } else {
+                0
+            };
+            let retry_costs = self.read.len() + 1 + sleep;
+            if rereads == COUNT_OUT_RETRIES || retry_costs >= self.unread.len() {
                 break;
             }
             let mut now = monotonic_ns();

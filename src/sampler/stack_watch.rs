@@ -165,14 +165,8 @@ pub struct StackWatch {
     /// The holds being watched, by tid: one or two at a time (the holder, and one whose end the
     /// engine has not settled yet), so a list, searched at every thread's every sample.
     holds: Vec<(u32, Hold)>,
-    /// Per thread: its last few stacks, each with the innermost frame (frame, code, instruction) it
-    /// was read at. A thread back at the very same instruction of the very same frame has the same
-    /// stack (a worker loop that lets the GIL go around each call): one read instead of a walk where
-    /// the frame is one of the thread's last two places (`recent`).
-    last: BTreeMap<u32, RecentStacks>,
-    /// Per thread: where its innermost frame was found at its last reads, read with the pointer to
-    /// it (one system call instead of two or three where it is still there: python/stacks/innermost.rs).
-    recent: BTreeMap<u32, RecentTops>,
+    /// What spares each thread's stack reads, by tid.
+    threads: BTreeMap<u32, ThreadPlaces>,
     innermost_checks: u64,
     /// Stack reads answered from the thread's last one: same frame, same instruction.
     pub stacks_reused: u64,
@@ -185,8 +179,7 @@ impl StackWatch {
         Ok(StackWatch {
             reader: StackReader::new(&target.layout, target.version, objects)?,
             holds: Vec::new(),
-            last: BTreeMap::new(),
-            recent: BTreeMap::new(),
+            threads: BTreeMap::new(),
             innermost_checks: 0,
             stacks_reused: 0,
         })
@@ -202,10 +195,14 @@ impl StackWatch {
         tstate: RemoteAddr,
         t: u64,
     ) -> Option<(Option<Watched>, Frames)> {
-        let watched = innermost_near(&self.reader, &mut self.recent, mem, tid, tstate).ok()?;
+        let places = self.threads.entry(tid).or_default();
+        let watched = self
+            .reader
+            .innermost_watched_near(mem, tstate, &mut places.tops)
+            .ok()?;
         let innermost = watched.map(|(id, _)| id);
         if let Some(now) = innermost
-            && let Some(frames) = self.last.get_mut(&tid).and_then(|kept| kept.find(now, t))
+            && let Some(frames) = places.stacks.find(now, t)
         {
             self.stacks_reused += 1;
             return Some((watched, frames));
@@ -213,18 +210,14 @@ impl StackWatch {
         let top = Ok(innermost.map_or(0, |id| id.frame));
         let frames = Arc::new(self.reader.read_stack_from(mem, top).ok()?);
         if let Some(id) = innermost {
-            self.last
-                .entry(tid)
-                .or_default()
-                .keep(id, frames.clone(), t);
+            places.stacks.keep(id, frames.clone(), t);
         }
         Some((watched, frames))
     }
 
     /// Forgets threads that are gone (called with the live tids after a thread-list walk).
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
-        self.last.retain(|tid, _| live(*tid));
-        self.recent.retain(|tid, _| live(*tid));
+        self.threads.retain(|tid, _| live(*tid));
         self.holds.retain(|(tid, _)| live(*tid));
     }
 
@@ -283,7 +276,7 @@ impl StackWatch {
                 }
                 hold.until_check = CHECK_EVERY;
                 self.innermost_checks += 1;
-                let now = innermost_near(&self.reader, &mut self.recent, mem, tid, tstate).ok();
+                let now = innermost_near(&self.reader, &mut self.threads, mem, tid, tstate).ok();
                 if now.map(|w| key(w.map(|(id, _)| id))) == Some(hold.innermost) {
                     // Same frame: report the samples so far, so they count even if the hold's end
                     // is settled before this watch sees it.
@@ -362,16 +355,31 @@ impl StackWatch {
     }
 }
 
-/// `tid`'s innermost frame, read near where it was found last (`recent`, per thread). A function of
-/// the watch's fields rather than a method, so that it can be called while a hold is borrowed.
+/// What spares a thread's stack reads.
+#[derive(Default)]
+struct ThreadPlaces {
+    /// Where its innermost frame was found at its last reads, read with the pointer to it (one
+    /// system call instead of two or three where it is still there: python/stacks/innermost.rs).
+    tops: RecentTops,
+    /// Its last few stacks, each with the innermost frame (frame, code, instruction) it was read
+    /// at. A thread back at the very same instruction of the very same frame has the same stack (a
+    /// worker loop that lets the GIL go around each call): one read instead of a walk where the
+    /// frame is one of `tops`.
+    stacks: RecentStacks,
+}
+
+/// `tid`'s innermost frame, read near where it was found last (its `ThreadPlaces::tops`). A
+/// function of the watch's fields rather than a method, so that it can be called while a hold is
+/// borrowed.
 fn innermost_near(
     reader: &StackReader,
-    recent: &mut BTreeMap<u32, RecentTops>,
+    threads: &mut BTreeMap<u32, ThreadPlaces>,
     mem: &dyn crate::process::memory::MemorySource,
     tid: u32,
     tstate: RemoteAddr,
 ) -> ObjectResult<Option<Watched>> {
-    reader.innermost_watched_near(mem, tstate, recent.entry(tid).or_default())
+    let places = threads.entry(tid).or_default();
+    reader.innermost_watched_near(mem, tstate, &mut places.tops)
 }
 
 /// What `hold`'s frame reads found so far, with the frame's text at the instruction that stood

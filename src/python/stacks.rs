@@ -404,6 +404,18 @@ impl StackReader {
         Some(self.text_at(info, at.code, at.instr))
     }
 
+    /// `frames`, a stack read with its innermost frame at `then`, with that frame's line at `now`
+    /// instead (the same frame and code object, another instruction), from the cached code object;
+    /// `None` where it is not cached or the stack's first line is not `then`'s frame.
+    pub fn moved_to(&self, frames: &[String], then: FrameId, now: FrameId) -> Option<Vec<String>> {
+        if frames.first()? != &self.frame_text(then)? {
+            return None;
+        }
+        let mut moved = frames.to_vec();
+        moved[0] = self.frame_text(now)?;
+        Some(moved)
+    }
+
     /// Each frame's code object and instruction, innermost first: bounded, and ended at a frame
     /// seen before (a loop), showing what was read.
     fn frame_chain(&self, mem: &dyn MemorySource, top: u64) -> ObjectResult<Vec<(u64, u64)>> {

@@ -73,6 +73,7 @@ pub(crate) fn trace_metadata(
         "stack_reads_torn": report.stacks.read.torn,
         "stack_innermost_checks": report.stacks.innermost_checks,
         "stacks_reused_same_innermost_frame": report.stacks.reused,
+        "stacks_reused_same_frame_other_line": report.stacks.reused_other_line,
         "code_objects_read": report.stacks.read.code_objects_read,
         "code_objects_replaced_at_a_cached_address": report.stacks.read.code_objects_replaced,
         "interpreter_gil_flags": match counts.gil_flags {

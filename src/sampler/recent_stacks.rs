@@ -1,6 +1,7 @@
 //! The stacks a thread was last read with, each by the innermost frame it was read at: where the
-//! thread is back at one of those frames, at the same instruction, the stack watch uses the kept
-//! stack instead of walking it again (sampler/stack_watch.rs).
+//! thread is back at one of those frames, the stack watch uses the kept stack instead of walking it
+//! again, as kept at the same instruction, or with the innermost line moved to the instruction it
+//! is at now (sampler/stack_watch.rs).
 
 use crate::infer::findings::Frames;
 use crate::python::stacks::FrameId;
@@ -34,6 +35,22 @@ impl RecentStacks {
         }
         self.kept[..=at].rotate_right(1);
         Some(self.kept[0].1.clone())
+    }
+
+    /// A stack read less than `STACK_KEPT_FOR_NS` before `t` in `innermost`'s frame and code object
+    /// at another instruction, if kept: the innermost frame it was read at, its frames and when it
+    /// was walked. Its callers are `innermost`'s as much as the same instruction's would be (the
+    /// key stands for the callers by the frame and its code, not by the instruction).
+    pub(super) fn find_in_frame(
+        &mut self,
+        innermost: FrameId,
+        t: u64,
+    ) -> Option<(FrameId, Frames, u64)> {
+        self.kept.iter().find_map(|(id, frames, walked)| {
+            let same = id.frame == innermost.frame && id.code == innermost.code;
+            (same && t.saturating_sub(*walked) < STACK_KEPT_FOR_NS)
+                .then(|| (*id, frames.clone(), *walked))
+        })
     }
 
     /// Keeps `frames`, read at `innermost` at `t`, in place of the least recently used.
@@ -85,6 +102,30 @@ mod tests {
             ..frame(0)
         };
         assert_eq!(kept.find(elsewhere, MS), None);
+    }
+
+    #[test]
+    fn a_stack_kept_at_another_instruction_of_the_frame_is_found_until_it_expires() {
+        let mut kept = RecentStacks::default();
+        kept.keep(frame(1), frames("f"), MS);
+        let later_line = FrameId {
+            instr: 9,
+            ..frame(1)
+        };
+        let (at, found, walked) = kept.find_in_frame(later_line, 2 * MS).unwrap();
+        assert_eq!((at, walked), (frame(1), MS));
+        assert_eq!(*found, vec!["f".to_string()]);
+        // Another frame, or another code object at that frame's address, is another place.
+        assert!(kept.find_in_frame(frame(2), 2 * MS).is_none());
+        let other_code = FrameId {
+            code: 0x3000,
+            ..frame(1)
+        };
+        assert!(kept.find_in_frame(other_code, 2 * MS).is_none());
+        assert!(
+            kept.find_in_frame(later_line, MS + STACK_KEPT_FOR_NS)
+                .is_none()
+        );
     }
 
     #[test]

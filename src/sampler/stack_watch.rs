@@ -44,6 +44,9 @@ pub struct StackReport {
     pub innermost_checks: u64,
     /// Stack reads answered from the thread's last one (same innermost frame and instruction).
     pub reused: u64,
+    /// Stack reads answered from a kept one of the same innermost frame and code object at another
+    /// instruction, its innermost line moved to this one.
+    pub reused_other_line: u64,
 }
 
 /// A hold being watched: the innermost frame and stack last read, and the samples since reported.
@@ -170,6 +173,8 @@ pub struct StackWatch {
     innermost_checks: u64,
     /// Stack reads answered from the thread's last one: same frame, same instruction.
     pub stacks_reused: u64,
+    /// Stack reads answered from a kept one of the same frame and code at another instruction.
+    stacks_reused_other_line: u64,
 }
 
 impl StackWatch {
@@ -182,6 +187,7 @@ impl StackWatch {
             threads: BTreeMap::new(),
             innermost_checks: 0,
             stacks_reused: 0,
+            stacks_reused_other_line: 0,
         })
     }
 
@@ -201,11 +207,22 @@ impl StackWatch {
             .innermost_watched_near(mem, tstate, &mut places.tops)
             .ok()?;
         let innermost = watched.map(|(id, _)| id);
-        if let Some(now) = innermost
-            && let Some(frames) = places.stacks.find(now, t)
-        {
-            self.stacks_reused += 1;
-            return Some((watched, frames));
+        if let Some(now) = innermost {
+            if let Some(frames) = places.stacks.find(now, t) {
+                self.stacks_reused += 1;
+                return Some((watched, frames));
+            }
+            // A loop that lets the GIL go at several of its instructions: the callers as kept,
+            // the innermost line where the thread is now; kept with its walk's time, so the
+            // callers are walked again as often as any kept stack's.
+            if let Some((then, kept, walked)) = places.stacks.find_in_frame(now, t)
+                && let Some(moved) = self.reader.moved_to(&kept, then, now)
+            {
+                let frames = Arc::new(moved);
+                places.stacks.keep(now, frames.clone(), walked);
+                self.stacks_reused_other_line += 1;
+                return Some((watched, frames));
+            }
         }
         let top = Ok(innermost.map_or(0, |id| id.frame));
         let frames = Arc::new(self.reader.read_stack_from(mem, top).ok()?);
@@ -352,6 +369,7 @@ impl StackWatch {
         report.read = self.reader.stats;
         report.innermost_checks = self.innermost_checks;
         report.reused = self.stacks_reused;
+        report.reused_other_line = self.stacks_reused_other_line;
     }
 }
 

@@ -239,6 +239,37 @@ fn a_frames_slots_are_digested_with_it_and_its_text_comes_from_the_cached_code()
     assert_eq!(reader.frame_text(unknown), None);
 }
 
+#[test]
+fn a_stack_moved_to_another_instruction_of_its_innermost_frame_shows_that_line() {
+    let (heap, tstate, _) = one_frame("prefetch");
+    let mut reader = reader(&heap.layout);
+    let tstate = RemoteAddr(tstate);
+    let stack = reader.read_stack(&memory(&heap), tstate).unwrap();
+    let (then, _) = reader
+        .innermost_watched(&memory(&heap), tstate)
+        .unwrap()
+        .unwrap();
+    let callers = [stack[0].clone(), "main (b.py:3)".to_string()];
+    // Instruction 0 lies in the line table's first range: the code's first line.
+    let now = FrameId { instr: 0, ..then };
+    assert_eq!(
+        reader.moved_to(&callers, then, now),
+        Some(vec![
+            "prefetch (a.py:10)".to_string(),
+            "main (b.py:3)".to_string()
+        ])
+    );
+    // A stack whose first line is not that frame's (its innermost frame was not shown), or a code
+    // object not cached: nothing to move.
+    let other = ["main (b.py:3)".to_string()];
+    assert_eq!(reader.moved_to(&other, then, now), None);
+    let unknown = FrameId { code: 0x42, ..now };
+    assert_eq!(
+        reader.moved_to(&callers, FrameId { code: 0x42, ..then }, unknown),
+        None
+    );
+}
+
 /// The innermost frame read near where the thread was found last: one system call while it is at
 /// one of its last two places, and always the answer its pointers give.
 #[test]

@@ -70,6 +70,8 @@ def main():
                         help="another gilsample build, run right after this one on the same targets each round")
     args = parser.parse_args()
     require(BINARY, "cargo build --release")
+    if args.baseline:
+        require(args.baseline, "--baseline names the other build's gilsample binary")
     builds = [("this build", BINARY)] + ([("baseline", args.baseline)] if args.baseline else [])
     targets = [int(n) for n in args.idle.split(",")]
     placements = [False, True] if args.pin else [False]

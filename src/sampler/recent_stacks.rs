@@ -42,7 +42,7 @@ impl RecentStacks {
     /// was walked. Its callers are `innermost`'s as much as the same instruction's would be (the
     /// key stands for the callers by the frame and its code, not by the instruction).
     pub(super) fn find_in_frame(
-        &mut self,
+        &self,
         innermost: FrameId,
         t: u64,
     ) -> Option<(FrameId, Frames, u64)> {

@@ -9,7 +9,9 @@ run (`--duration`): the target's start (the first walk of 400 threads) and its e
 to exit, walked as they go) are outside it, so the rate measured is the steady state's.
 
 Reported per target and placement (medians over the rounds, with the range): the achieved rate, late
-ticks, ticks whose idle threads had to be read after all (`counted_out_refuted`), system calls per tick
+ticks, ticks whose idle threads had to be read after all (`counted_out_refuted`: the waiter counts did
+not rule them out however often retried) and ticks that read them as the cheaper way
+(`counted_out_read_instead`: few idle threads; "—" for a build before that count), system calls per tick
 and the sampler's CPU seconds per second, and that CPU against the first target's (#26's bar: 400
 threads at most twice what 5 cost). With --baseline another build records the same targets in the same
 rounds, right after this one, for a before/after of a sampler change.
@@ -54,6 +56,7 @@ def record_window(args, idle, pinned, out, binary):
         meta = json.load(f)["otherData"]
     return {"rate_hz": meta["rate_achieved_hz"], "late": meta.get("late_samples", 0),
             "refuted": meta.get("counted_out_refuted", 0),
+            "read_instead": meta.get("counted_out_read_instead"),
             "calls": meta["sampler_syscalls_per_sample"]["all"],
             "cpu_s_per_s": (usage.ru_utime + usage.ru_stime) / args.seconds}
 
@@ -85,9 +88,9 @@ def main():
                                                             build, runs[(idle, pinned, build)][-1]), flush=True)
     print("\n%d rounds, a %.0f s window mid-run at %s, %s: median (range)" % (
         args.reps, args.seconds, args.rate, args.python))
-    print("| target | cores | build | achieved rate | late ticks | refuted ticks | calls per tick | sampler CPU s/s"
+    print("| target | cores | build | achieved rate | late ticks | refuted ticks | idle read instead | calls per tick | sampler CPU s/s"
           " | CPU ÷ first |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for build, _ in builds:
         for pinned in placements:
             first = None
@@ -95,12 +98,14 @@ def main():
                 rs = runs[(idle, pinned, build)]
                 col = lambda key: [r[key] for r in rs]
                 cpu = statistics.median(col("cpu_s_per_s"))
+                instead = col("read_instead")
+                instead = "—" if None in instead else "%.0f" % statistics.median(instead)
                 first = first or cpu
-                print("| 2 spinners + %d blocked | %s | %s | %.0f Hz (%.0f–%.0f) | %.0f | %.0f | %.1f | %.2f (%.2f–%.2f)"
+                print("| 2 spinners + %d blocked | %s | %s | %.0f Hz (%.0f–%.0f) | %.0f | %.0f | %s | %.1f | %.2f (%.2f–%.2f)"
                       " | %.2f |" % (
                           idle, "one spare" if pinned else "all busy", build, statistics.median(col("rate_hz")),
                           min(col("rate_hz")), max(col("rate_hz")), statistics.median(col("late")),
-                          statistics.median(col("refuted")), statistics.median(col("calls")), cpu,
+                          statistics.median(col("refuted")), instead, statistics.median(col("calls")), cpu,
                           min(col("cpu_s_per_s")), max(col("cpu_s_per_s")), cpu / first))
 
 

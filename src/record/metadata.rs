@@ -58,6 +58,7 @@ pub(crate) fn trace_metadata(
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
         "kernel_reads_counted_out": report.kernel_reads_counted_out,
         "counted_out_refuted": report.counted_out_refuted,
+        "counted_out_read_instead": report.counted_out_read_instead,
         "counted_out_on_retry": report.counted_out_on_retry,
         "kernel_reads_proven_waiting": report.kernel_reads_proven_waiting,
         "proven_waiting_check": (report.proven_waiting_checked > 0).then(|| json!({

@@ -73,8 +73,12 @@ pub struct SamplerReport {
     pub proven_waiting_checked: u64,
     /// See `proven_waiting_checked`.
     pub proven_waiting_refuted: u64,
-    /// Ticks whose counts did not rule the idle threads out, so that they were read after all.
+    /// Ticks whose counts did not rule the idle threads out, after every retry, so that they were
+    /// read after all.
     pub counted_out_refuted: u64,
+    /// Ticks whose counts did not rule the idle threads out at once, where reading them cost less
+    /// than a retry (few idle threads), so that they were read.
+    pub counted_out_read_instead: u64,
     /// Ticks whose counts ruled the idle threads out only once the other threads and the counts
     /// were read again (`ThreadTable::count_out`).
     pub counted_out_on_retry: u64,
@@ -135,6 +139,7 @@ impl SamplerReport {
             proven_waiting_checked: 0,
             proven_waiting_refuted: 0,
             counted_out_refuted: 0,
+            counted_out_read_instead: 0,
             counted_out_on_retry: 0,
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),

@@ -283,14 +283,17 @@ impl ThreadTable {
             mutex_contended,
         };
         match self.count_out(target, at, first, &mut sample.threads, ranges, report) {
-            Some(proof) => {
+            Ok(proof) => {
                 report.kernel_reads_counted_out += self.unread.len() as u64;
                 sample.all_kernel_read = false;
                 // Counts read after re-readings no longer bracket the tick's first readings.
                 (proof.rereads == 0).then_some(proof.again)
             }
-            None => {
-                report.counted_out_refuted += 1;
+            Err(why) => {
+                match why {
+                    NotCountedOut::Refuted => report.counted_out_refuted += 1,
+                    NotCountedOut::CheaperToRead => report.counted_out_read_instead += 1,
+                }
                 for &index in &self.unread {
                     let (tracked, seen) = (&mut self.threads[index], &mut sample.threads[index]);
                     read_into(tracked, seen, (now, stamp), ranges, report);
@@ -338,7 +341,7 @@ impl ThreadTable {
     /// `COUNT_OUT_RETRIES` times, while that costs less than reading the unread threads (the sleep
     /// included: `SLEEPING_RETRY_IN_READS`): counts that moved, a mutex contended or a waiter not
     /// yet asleep are over once the target's threads get a CPU, and reading a few hundred idle
-    /// threads would take longer than a period.
+    /// threads would take longer than a period. `Err` says why the unread threads must be read.
     fn count_out(
         &mut self,
         target: &Target,
@@ -347,10 +350,12 @@ impl ThreadTable {
         out: &mut [ThreadSample],
         ranges: &GilWaitRanges,
         report: &mut SamplerReport,
-    ) -> Option<CountedOut> {
+    ) -> Result<CountedOut, NotCountedOut> {
         let at_stamp = self.tick_stamp;
         for rereads in 0..=COUNT_OUT_RETRIES {
-            let after = target.read_waiter_words(at).ok()?;
+            let after = target
+                .read_waiter_words(at)
+                .map_err(|_| NotCountedOut::Refuted)?;
             let read = self.evidence(out, before.mutex_owner, ranges);
             if unread_are_outside_the_gil(
                 before.waiters,
@@ -361,7 +366,7 @@ impl ThreadTable {
                 if rereads > 0 {
                     report.counted_out_on_retry += 1;
                 }
-                return Some(CountedOut {
+                return Ok(CountedOut {
                     again: after.waiters,
                     rereads,
                 });
@@ -372,9 +377,11 @@ impl ThreadTable {
             } else {
                 0
             };
-            let retry_costs = self.read.len() + 1 + sleep;
-            if rereads == COUNT_OUT_RETRIES || retry_costs >= self.unread.len() {
+            if rereads == COUNT_OUT_RETRIES {
                 break;
+            }
+            if self.read.len() + 1 + sleep >= self.unread.len() {
+                return Err(NotCountedOut::CheaperToRead);
             }
             let mut now = monotonic_ns();
             if rereads > 0 {
@@ -395,7 +402,7 @@ impl ThreadTable {
             }
             before = after;
         }
-        None
+        Err(NotCountedOut::Refuted)
     }
 
     /// What the tick's readings of the threads it read show (`ReadThreads`).
@@ -426,6 +433,15 @@ impl ThreadTable {
 struct CountedOut {
     again: Waiters,
     rereads: usize,
+}
+
+/// Why a tick read its idle threads after all.
+enum NotCountedOut {
+    /// The counts did not rule them out, after every retry (or could not be read again).
+    Refuted,
+    /// They did not yet, and reading the idle threads costs less than another retry (a small
+    /// target: `SLEEPING_RETRY_IN_READS`).
+    CheaperToRead,
 }
 
 /// How a tick may spare reads.

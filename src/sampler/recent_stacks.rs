@@ -9,8 +9,11 @@ use crate::python::stacks::FrameId;
 /// Stacks kept per thread. A worker goes round a few places (after its native call, in
 /// `queue.get`, in a lock's `__enter__`, at the instructions where it took the GIL back): on the
 /// queue workload, with its last stack alone the watch walked the stack at 55% of its stack reads,
-/// with its last 4 at 29%, 8: 21%, 16: 10% (docs/cost.md, "Names and stacks").
-const STACKS_KEPT: usize = 16;
+/// with its last 4 at 29%, 8: 21%, 16: 10%. A training step goes round dozens (the modules' calls,
+/// the optimiser, autograd's hooks): the loader workload's trainer walked 1,130–1,515 stacks in
+/// 3 s with 16 kept, 766 with 32, 366–400 with 64 (docs/cost.md, "Names and stacks"). The lookups
+/// are a scan of up to this many entries per stack read, a few hundred nanoseconds.
+const STACKS_KEPT: usize = 64;
 
 /// A kept stack is used for this long after its walk, then walked again: a frame's address, code
 /// and instruction identify its stack only while the code object at that address is the same one

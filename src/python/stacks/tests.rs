@@ -271,7 +271,7 @@ fn a_stack_moved_to_another_instruction_of_its_innermost_frame_shows_that_line()
 }
 
 /// The innermost frame read near where the thread was found last: one system call while it is at
-/// one of its last two places, and always the answer its pointers give.
+/// one of its last two frames, and always the answer its pointers give.
 #[test]
 fn the_innermost_frame_near_its_last_places_is_one_read_and_what_the_pointers_say() {
     let (mut heap, tstate, cframe, frames) = data_stack_312();
@@ -316,6 +316,59 @@ fn the_innermost_frame_near_its_last_places_is_one_read_and_what_the_pointers_sa
     // No Python frame there any more.
     heap.put(other + current, 0, 8);
     assert_eq!(read(&heap, &mut recent), (None, 1));
+}
+
+/// A thread that runs Python called back from native code goes round several C frames (one per
+/// nesting of the interpreter loop): each C frame of its last places is read with the first read,
+/// so back in one of them its frame costs one more read, not the pointer chain's two.
+#[test]
+fn a_thread_going_round_several_c_frames_finds_each_in_the_first_read() {
+    let (mut heap, tstate, first, frames) = data_stack_312();
+    let reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
+    let current = heap.field("cframe.current_frame");
+    let calls = |heap: &Heap, recent: &mut RecentTops| {
+        let mem = Counting {
+            inner: memory(heap),
+            calls: Default::default(),
+        };
+        let near = reader
+            .innermost_watched_near(&mem, RemoteAddr(tstate), recent)
+            .unwrap();
+        assert_eq!(
+            near,
+            reader
+                .innermost_watched(&memory(heap), RemoteAddr(tstate))
+                .unwrap()
+        );
+        mem.calls.get()
+    };
+    // Four C frames, each at its own frame: more places than frames guessed whole.
+    let mut cframes = vec![first];
+    for &frame in &frames[..2] {
+        let cframe = heap.alloc(64);
+        heap.put(cframe + current, frame, 8);
+        cframes.push(cframe);
+    }
+    let fourth = heap.alloc(64);
+    heap.put(fourth + current, frames[0], 8);
+    cframes.push(fourth);
+    let enter =
+        |heap: &mut Heap, cframe: u64| heap.put(tstate + heap.field("tstate.cframe"), cframe, 8);
+    let mut recent = RecentTops::default();
+    for &cframe in &cframes {
+        enter(&mut heap, cframe);
+        // Not seen before: the batch, the C frame's pointer, the frame.
+        assert_eq!(calls(&heap, &mut recent), 3);
+    }
+    // The first C frame again: its pointer came with the batch; its frame is not among the last
+    // two, so it is read after.
+    enter(&mut heap, cframes[0]);
+    assert_eq!(calls(&heap, &mut recent), 2);
+    // And now it is one of the last two: one read.
+    enter(&mut heap, cframes[3]);
+    assert_eq!(calls(&heap, &mut recent), 1);
+    enter(&mut heap, cframes[0]);
+    assert_eq!(calls(&heap, &mut recent), 1);
 }
 
 /// Serves the first system call from one memory and every later one from another: a target that

@@ -270,6 +270,26 @@ fn a_stack_moved_to_another_instruction_of_its_innermost_frame_shows_that_line()
     );
 }
 
+/// `tstate`'s innermost frame read near `recent`'s places, checked against the answer of its
+/// pointers: the frame's address, and the system calls the read took.
+fn read_near(
+    reader: &StackReader,
+    heap: &Heap,
+    tstate: u64,
+    recent: &mut RecentTops,
+) -> (Option<u64>, usize) {
+    let mem = Counting {
+        inner: memory(heap),
+        calls: Default::default(),
+    };
+    let near = reader
+        .innermost_watched_near(&mem, RemoteAddr(tstate), recent)
+        .unwrap();
+    let plain = reader.innermost_watched(&memory(heap), RemoteAddr(tstate));
+    assert_eq!(near, plain.unwrap());
+    (near.map(|(id, _)| id.frame), mem.calls.get())
+}
+
 /// The innermost frame read near where the thread was found last: one system call while it is at
 /// one of its last two frames, and always the answer its pointers give.
 #[test]
@@ -277,18 +297,7 @@ fn the_innermost_frame_near_its_last_places_is_one_read_and_what_the_pointers_sa
     let (mut heap, tstate, cframe, frames) = data_stack_312();
     let reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
     let current = heap.field("cframe.current_frame");
-    let read = |heap: &Heap, recent: &mut RecentTops| {
-        let mem = Counting {
-            inner: memory(heap),
-            calls: Default::default(),
-        };
-        let near = reader
-            .innermost_watched_near(&mem, RemoteAddr(tstate), recent)
-            .unwrap();
-        let plain = reader.innermost_watched(&memory(heap), RemoteAddr(tstate));
-        assert_eq!(near, plain.unwrap());
-        (near.map(|(id, _)| id.frame), mem.calls.get())
-    };
+    let read = |heap: &Heap, recent: &mut RecentTops| read_near(&reader, heap, tstate, recent);
     let mut recent = RecentTops::default();
     // Nothing to guess yet: the batch, then the C frame's pointer, then the frame.
     assert_eq!(read(&heap, &mut recent), (Some(frames[2]), 3));
@@ -326,23 +335,8 @@ fn a_thread_going_round_several_c_frames_finds_each_in_the_first_read() {
     let (mut heap, tstate, first, frames) = data_stack_312();
     let reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
     let current = heap.field("cframe.current_frame");
-    let calls = |heap: &Heap, recent: &mut RecentTops| {
-        let mem = Counting {
-            inner: memory(heap),
-            calls: Default::default(),
-        };
-        let near = reader
-            .innermost_watched_near(&mem, RemoteAddr(tstate), recent)
-            .unwrap();
-        assert_eq!(
-            near,
-            reader
-                .innermost_watched(&memory(heap), RemoteAddr(tstate))
-                .unwrap()
-        );
-        mem.calls.get()
-    };
-    // Four C frames, each at its own frame: more places than frames guessed whole.
+    let calls = |heap: &Heap, recent: &mut RecentTops| read_near(&reader, heap, tstate, recent).1;
+    // Four C frames (two of them at one frame): more places than frames guessed whole.
     let mut cframes = vec![first];
     for &frame in &frames[..2] {
         let cframe = heap.alloc(64);

@@ -25,7 +25,9 @@ const SLOT_BYTES: u64 = 128;
 /// found in several C frames, one per nesting of the interpreter loop. With its last two places
 /// kept, half of the loader workload's innermost-frame reads missed the C frame (2,810 of 5,672 in
 /// 3 s took three system calls); with 8, 845 did. Each C frame guessed adds an 8-byte range to the
-/// first read: 17 ranges cost about 90 ns more than one on the project's VM, a call about 400 ns.
+/// first read, and each range pins its page on its own: recording that workload, the innermost
+/// reads took a larger share of the sampler's CPU than with 2 places (docs/cost.md, "Names and
+/// stacks", where merging the ranges is the next step).
 const PLACES_KEPT: usize = 8;
 
 /// How many of those places' frames the first read brings whole (a frame's header and first slots,

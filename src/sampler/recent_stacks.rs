@@ -18,7 +18,7 @@ const STACKS_KEPT: usize = 64;
 /// A kept stack is used for this long after its walk, then walked again: a frame's address, code
 /// and instruction identify its stack only while the code object at that address is the same one
 /// and its callers are; a place the thread keeps coming back to is walked once a second at most.
-const STACK_KEPT_FOR_NS: u64 = 1_000_000_000;
+pub(super) const STACK_KEPT_FOR_NS: u64 = 1_000_000_000;
 
 /// A thread's last `STACKS_KEPT` stacks, each with the innermost frame it was read at and when, the
 /// most recently used first.
@@ -27,33 +27,48 @@ pub(super) struct RecentStacks {
     kept: Vec<(FrameId, Frames, u64)>,
 }
 
-impl RecentStacks {
-    /// The stack read at `innermost` less than `STACK_KEPT_FOR_NS` before `t`, if kept; it becomes
-    /// the most recently used.
-    pub(super) fn find(&mut self, innermost: FrameId, t: u64) -> Option<Frames> {
-        let at = self.kept.iter().position(|(id, _, _)| *id == innermost)?;
-        if t.saturating_sub(self.kept[at].2) >= STACK_KEPT_FOR_NS {
-            self.kept.remove(at);
-            return None;
-        }
-        self.kept[..=at].rotate_right(1);
-        Some(self.kept[0].1.clone())
-    }
+/// What a thread's kept stacks hold for the innermost frame it is at now.
+#[derive(Debug, PartialEq)]
+pub(super) enum Kept {
+    /// The stack read at this very frame and instruction.
+    Same(Frames),
+    /// A stack read in this frame and code object at another instruction: the innermost frame it
+    /// was read at, its frames and when it was walked. Its callers are this place's as much as the
+    /// same instruction's would be (a frame and its code stand for the callers, the instruction
+    /// does not).
+    OtherLine(FrameId, Frames, u64),
+    Nothing,
+}
 
-    /// A stack read less than `STACK_KEPT_FOR_NS` before `t` in `innermost`'s frame and code object
-    /// at another instruction, if kept: the innermost frame it was read at, its frames and when it
-    /// was walked. Its callers are `innermost`'s as much as the same instruction's would be (the
-    /// key stands for the callers by the frame and its code, not by the instruction).
-    pub(super) fn find_in_frame(
-        &self,
-        innermost: FrameId,
-        t: u64,
-    ) -> Option<(FrameId, Frames, u64)> {
-        self.kept.iter().find_map(|(id, frames, walked)| {
-            let same = id.frame == innermost.frame && id.code == innermost.code;
-            (same && t.saturating_sub(*walked) < STACK_KEPT_FOR_NS)
-                .then(|| (*id, frames.clone(), *walked))
-        })
+impl RecentStacks {
+    /// The kept stack for `innermost` at `t`, in one pass over the kept ones that also forgets
+    /// those read `STACK_KEPT_FOR_NS` or more before `t`. One at the same instruction becomes the
+    /// most recently used.
+    pub(super) fn find(&mut self, innermost: FrameId, t: u64) -> Kept {
+        let (mut same, mut other_line, mut at) = (None, None, 0);
+        self.kept.retain(|(id, _, walked)| {
+            if t.saturating_sub(*walked) >= STACK_KEPT_FOR_NS {
+                return false;
+            }
+            if *id == innermost {
+                same = Some(at);
+            } else if other_line.is_none()
+                && id.frame == innermost.frame
+                && id.code == innermost.code
+            {
+                other_line = Some(at);
+            }
+            at += 1;
+            true
+        });
+        if let Some(at) = same {
+            self.kept[..=at].rotate_right(1);
+            return Kept::Same(self.kept[0].1.clone());
+        }
+        match other_line.map(|at| &self.kept[at]) {
+            Some((id, frames, walked)) => Kept::OtherLine(*id, frames.clone(), *walked),
+            None => Kept::Nothing,
+        }
     }
 
     /// Keeps `frames`, read at `innermost` at `t`, in place of the least recently used.
@@ -62,6 +77,14 @@ impl RecentStacks {
             self.kept.pop();
         }
         self.kept.insert(0, (innermost, frames, t));
+    }
+
+    /// Forgets the stacks read `STACK_KEPT_FOR_NS` or more before `t`: they are walked again
+    /// before use anyway, and a thread that stopped moving would otherwise hold its stacks (up to
+    /// `STACKS_KEPT`) for as long as it lives.
+    pub(super) fn forget_expired(&mut self, t: u64) {
+        self.kept
+            .retain(|(_, _, walked)| t.saturating_sub(*walked) < STACK_KEPT_FOR_NS);
     }
 }
 
@@ -91,20 +114,20 @@ mod tests {
             kept.keep(frame(place), frames(&format!("f{place}")), 0);
         }
         // Place 0 is the oldest; using it makes place 1 the least recently used.
-        assert_eq!(
-            kept.find(frame(0), MS).as_deref(),
-            Some(&vec!["f0".to_string()])
-        );
+        assert_eq!(kept.find(frame(0), MS), Kept::Same(frames("f0")));
         kept.keep(frame(99), frames("new"), MS);
-        assert_eq!(kept.find(frame(1), MS), None);
-        assert!(kept.find(frame(0), MS).is_some());
-        assert!(kept.find(frame(99), MS).is_some());
+        assert_eq!(kept.find(frame(1), MS), Kept::Nothing);
+        assert!(matches!(kept.find(frame(0), MS), Kept::Same(_)));
+        assert!(matches!(kept.find(frame(99), MS), Kept::Same(_)));
         // Another instruction in the same frame is another place.
         let elsewhere = FrameId {
             instr: 8,
             ..frame(0)
         };
-        assert_eq!(kept.find(elsewhere, MS), None);
+        assert_eq!(
+            kept.find(elsewhere, MS),
+            Kept::OtherLine(frame(0), frames("f0"), 0)
+        );
     }
 
     #[test]
@@ -115,29 +138,48 @@ mod tests {
             instr: 9,
             ..frame(1)
         };
-        let (at, found, walked) = kept.find_in_frame(later_line, 2 * MS).unwrap();
-        assert_eq!((at, walked), (frame(1), MS));
-        assert_eq!(*found, vec!["f".to_string()]);
+        assert_eq!(
+            kept.find(later_line, 2 * MS),
+            Kept::OtherLine(frame(1), frames("f"), MS)
+        );
         // Another frame, or another code object at that frame's address, is another place.
-        assert!(kept.find_in_frame(frame(2), 2 * MS).is_none());
+        assert_eq!(kept.find(frame(2), 2 * MS), Kept::Nothing);
         let other_code = FrameId {
             code: 0x3000,
             ..frame(1)
         };
-        assert!(kept.find_in_frame(other_code, 2 * MS).is_none());
-        assert!(
-            kept.find_in_frame(later_line, MS + STACK_KEPT_FOR_NS)
-                .is_none()
-        );
+        assert_eq!(kept.find(other_code, 2 * MS), Kept::Nothing);
+        assert_eq!(kept.find(later_line, MS + STACK_KEPT_FOR_NS), Kept::Nothing);
     }
 
     #[test]
-    fn a_kept_stack_is_walked_again_after_a_while() {
+    fn the_same_instruction_comes_before_another_line_of_the_frame() {
+        let mut kept = RecentStacks::default();
+        kept.keep(frame(1), frames("at 7"), MS);
+        let later_line = FrameId {
+            instr: 9,
+            ..frame(1)
+        };
+        kept.keep(later_line, frames("at 9"), MS);
+        assert_eq!(kept.find(frame(1), 2 * MS), Kept::Same(frames("at 7")));
+    }
+
+    #[test]
+    fn a_kept_stack_is_walked_again_after_a_while_and_forgotten() {
         let mut kept = RecentStacks::default();
         kept.keep(frame(1), frames("f"), MS);
-        assert!(kept.find(frame(1), MS + STACK_KEPT_FOR_NS - 1).is_some());
-        assert_eq!(kept.find(frame(1), MS + STACK_KEPT_FOR_NS), None);
+        kept.keep(frame(2), frames("g"), 2 * MS);
+        assert!(matches!(
+            kept.find(frame(1), MS + STACK_KEPT_FOR_NS - 1),
+            Kept::Same(_)
+        ));
+        assert_eq!(kept.find(frame(1), MS + STACK_KEPT_FOR_NS), Kept::Nothing);
         // And forgotten: the walk that follows keeps its own.
+        assert_eq!(kept.kept.len(), 1);
+        // A thread that no longer reads stacks has its kept ones forgotten by the sweep.
+        kept.forget_expired(2 * MS + STACK_KEPT_FOR_NS - 1);
+        assert_eq!(kept.kept.len(), 1);
+        kept.forget_expired(2 * MS + STACK_KEPT_FOR_NS);
         assert!(kept.kept.is_empty());
     }
 }

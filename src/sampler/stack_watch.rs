@@ -25,7 +25,7 @@ use crate::observed::KernelState;
 use crate::python::objects::ObjectResult;
 use crate::python::stacks::{FrameId, RecentTops, StackReader, StackStats};
 use crate::python::target::Target;
-use crate::sampler::recent_stacks::RecentStacks;
+use crate::sampler::recent_stacks::{Kept, RecentStacks, STACK_KEPT_FOR_NS};
 
 /// Samples of a hold between checks of the holder's innermost frame: at 10 kHz a check per
 /// millisecond, a tenth of a read per sample (scripts/bench_sampler.py; docs/cost.md, "Names and stacks").
@@ -175,6 +175,8 @@ pub struct StackWatch {
     pub stacks_reused: u64,
     /// Stack reads answered from a kept one of the same frame and code at another instruction.
     stacks_reused_other_line: u64,
+    /// When every thread's expired stacks were last forgotten.
+    swept_ns: u64,
 }
 
 impl StackWatch {
@@ -188,6 +190,7 @@ impl StackWatch {
             innermost_checks: 0,
             stacks_reused: 0,
             stacks_reused_other_line: 0,
+            swept_ns: 0,
         })
     }
 
@@ -201,6 +204,13 @@ impl StackWatch {
         tstate: RemoteAddr,
         t: u64,
     ) -> Option<(Option<Watched>, Frames)> {
+        if t.saturating_sub(self.swept_ns) >= STACK_KEPT_FOR_NS {
+            // Once per period a kept stack lasts: what a thread that stopped moving keeps.
+            for places in self.threads.values_mut() {
+                places.stacks.forget_expired(t);
+            }
+            self.swept_ns = t;
+        }
         let places = self.threads.entry(tid).or_default();
         let watched = self
             .reader
@@ -208,20 +218,23 @@ impl StackWatch {
             .ok()?;
         let innermost = watched.map(|(id, _)| id);
         if let Some(now) = innermost {
-            if let Some(frames) = places.stacks.find(now, t) {
-                self.stacks_reused += 1;
-                return Some((watched, frames));
-            }
-            // A loop that lets the GIL go at several of its instructions: the callers as kept,
-            // the innermost line where the thread is now; kept with its walk's time, so the
-            // callers are walked again as often as any kept stack's.
-            if let Some((then, kept, walked)) = places.stacks.find_in_frame(now, t)
-                && let Some(moved) = self.reader.moved_to(&kept, then, now)
-            {
-                let frames = Arc::new(moved);
-                places.stacks.keep(now, frames.clone(), walked);
-                self.stacks_reused_other_line += 1;
-                return Some((watched, frames));
+            match places.stacks.find(now, t) {
+                Kept::Same(frames) => {
+                    self.stacks_reused += 1;
+                    return Some((watched, frames));
+                }
+                // A loop that lets the GIL go at several of its instructions: the callers as
+                // kept, the innermost line where the thread is now; kept with its walk's time, so
+                // the callers are walked again as often as any kept stack's.
+                Kept::OtherLine(then, kept, walked) => {
+                    if let Some(moved) = self.reader.moved_to(&kept, then, now) {
+                        let frames = Arc::new(moved);
+                        places.stacks.keep(now, frames.clone(), walked);
+                        self.stacks_reused_other_line += 1;
+                        return Some((watched, frames));
+                    }
+                }
+                Kept::Nothing => {}
             }
         }
         let top = Ok(innermost.map_or(0, |id| id.frame));

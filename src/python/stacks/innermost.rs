@@ -20,15 +20,21 @@ use crate::python::objects::ObjectResult;
 /// Bytes of a frame's locals and value stack `innermost_watched` digests: the first 16 slots.
 const SLOT_BYTES: u64 = 128;
 
-/// How many of a thread's last places `RecentTops` keeps. A thread that runs Python called back
-/// from native code (a training step: torch's dispatcher calling Python operators and hooks) is
-/// found in several C frames, one per nesting of the interpreter loop. With its last two places
-/// kept, half of the loader workload's innermost-frame reads missed the C frame (2,810 of 5,672 in
-/// 3 s took three system calls); with 8, 845 did. Each C frame guessed adds an 8-byte range to the
-/// first read, and each range pins its page on its own: recording that workload, the innermost
-/// reads took a larger share of the sampler's CPU than with 2 places (docs/cost.md, "Names and
-/// stacks", where merging the ranges is the next step).
-const PLACES_KEPT: usize = 8;
+/// How many of a thread's last places (C frame and frame) `RecentTops` keeps. A thread that runs
+/// Python called back from native code (a training step: torch's dispatcher calling Python
+/// operators and hooks) is found in several C frames, one per nesting of the interpreter loop:
+/// keeping 8 places cut the loader workload's innermost reads that took three system calls from
+/// 2,810 to 845 of 5,672 in 3 s, but those reads then took more of the sampler's CPU, not less
+/// (`perf`, docs/cost.md "Names and stacks": the wider first read costs more than the calls it
+/// saves).
+const PLACES_KEPT: usize = 2;
+
+/// The places' C frames' `current_frame` words that lie within this many bytes of each other are
+/// read as one range: the kernel pins a page for each range, and copying a few hundred bytes more
+/// costs less. A thread's C frames lie near each other on its C stack (on the loader workload,
+/// those of its last 8 places within 544 bytes at the median read, 3.5 KiB at the 90th
+/// percentile, 18 KiB at most), so a C frame between two places is found in the first read too.
+pub(super) const CSTACK_SPAN: u64 = 4096;
 
 /// How many of those places' frames the first read brings whole (a frame's header and first slots,
 /// about 200 bytes each): the innermost frame is mostly where it was at one of the last two reads.
@@ -77,6 +83,67 @@ fn distinct<const N: usize>(all: impl Iterator<Item = u64>) -> [u64; N] {
         }
     }
     out
+}
+
+/// The C frames' `current_frame` words the first read brings: ranges of the C stack, each holding
+/// the words that lie within `CSTACK_SPAN` bytes of each other, lowest first.
+struct CurrentWords {
+    /// (start, bytes); the first `count` are used.
+    ranges: [(u64, usize); PLACES_KEPT],
+    count: usize,
+}
+
+impl CurrentWords {
+    /// The ranges for the words of `cframes` (0 for none).
+    fn of(cframes: &[u64; PLACES_KEPT], current: u64) -> CurrentWords {
+        let mut words = cframes.map(|cframe| {
+            let word = cframe.checked_add(current)?;
+            (cframe != 0 && word.checked_add(8).is_some()).then_some(word)
+        });
+        words.sort_unstable();
+        let mut out = CurrentWords {
+            ranges: [(0, 0); PLACES_KEPT],
+            count: 0,
+        };
+        for word in words.into_iter().flatten() {
+            match out.ranges[..out.count].last_mut() {
+                Some((start, len)) if word + 8 - *start <= CSTACK_SPAN => {
+                    *len = (word + 8 - *start) as usize;
+                }
+                _ => {
+                    out.ranges[out.count] = (word, 8);
+                    out.count += 1;
+                }
+            }
+        }
+        out
+    }
+
+    fn used(&self) -> &[(u64, usize)] {
+        &self.ranges[..self.count]
+    }
+
+    /// The bytes of every range, one after another.
+    fn total_len(&self) -> usize {
+        self.used().iter().map(|&(_, len)| len).sum()
+    }
+
+    /// The word at `addr` from `bytes` (the ranges' bytes as read), where a range that read
+    /// (`read(i)`) holds it: a C frame's among the places or one lying between them.
+    fn word_of(&self, bytes: &[u8], read: impl Fn(usize) -> bool, addr: u64) -> Option<u64> {
+        let mut offset = 0;
+        for (i, &(start, len)) in self.used().iter().enumerate() {
+            let at = addr
+                .checked_sub(start)
+                .and_then(|at| usize::try_from(at).ok());
+            if let Some(at) = at.filter(|&at| at.checked_add(8).is_some_and(|end| end <= len)) {
+                let word = bytes.get(offset + at..offset + at + 8)?;
+                return read(i).then(|| u64::from_ne_bytes(word.try_into().expect("8 bytes")));
+            }
+            offset += len;
+        }
+        None
+    }
 }
 
 impl StackReader {
@@ -134,11 +201,13 @@ impl StackReader {
             Some(_) => recent.cframes(),
             None => [0; PLACES_KEPT],
         };
+        let current = current_field.unwrap_or(0);
+        let words = CurrentWords::of(&cframes, current);
         let frames = recent.frames();
         let mut top_word = [0u8; 8];
-        let mut currents = [[0u8; 8]; PLACES_KEPT];
+        let mut span_bytes = vec![0u8; words.total_len()];
         let mut frame_bytes = vec![0u8; FRAMES_GUESSED * frame_len];
-        let mut cframe_at = [usize::MAX; PLACES_KEPT];
+        let mut span_at = [usize::MAX; PLACES_KEPT];
         let mut frame_at = [usize::MAX; FRAMES_GUESSED];
         let filled = {
             // In this order: the kernel copies the ranges one after another, so a guessed frame's
@@ -146,12 +215,12 @@ impl StackReader {
             let mut reads: Vec<(RemoteAddr, &mut [u8])> =
                 Vec::with_capacity(1 + PLACES_KEPT + FRAMES_GUESSED);
             reads.push((RemoteAddr(tstate.0.wrapping_add(top_field)), &mut top_word));
-            let current = current_field.unwrap_or(0);
-            for ((&cframe, word), at) in cframes.iter().zip(&mut currents).zip(&mut cframe_at) {
-                if cframe != 0 {
-                    *at = reads.len();
-                    reads.push((RemoteAddr(cframe.wrapping_add(current)), word));
-                }
+            let mut rest = span_bytes.as_mut_slice();
+            for (&(start, len), at) in words.used().iter().zip(&mut span_at) {
+                let (bytes, after) = std::mem::take(&mut rest).split_at_mut(len);
+                rest = after;
+                *at = reads.len();
+                reads.push((RemoteAddr(start), bytes));
             }
             let chunks = frame_bytes.chunks_mut(frame_len);
             for ((&frame, bytes), at) in frames.iter().zip(chunks).zip(&mut frame_at) {
@@ -177,9 +246,10 @@ impl StackReader {
                     return Ok(None);
                 }
                 check_pointer(top)?;
-                let guessed = (0..PLACES_KEPT)
-                    .find(|&i| cframes[i] == top && cframe_at[i] < filled)
-                    .map(|i| u64::from_ne_bytes(currents[i]));
+                // The ranges were read after the pointer to the C frame, as a read of its own
+                // would have been.
+                let read = |i: usize| span_at[i] < filled;
+                let guessed = words.word_of(&span_bytes, read, top.wrapping_add(current));
                 match guessed {
                     Some(frame) => (top, frame, true),
                     None => {

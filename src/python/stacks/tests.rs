@@ -5,6 +5,7 @@ use crate::process::memory::{ReadError, SnapshotMemory};
 use crate::python::layout::{Flavour, find_shipped};
 use crate::python::objects::TypeObjects;
 use crate::python::test_heap::{BASE, BYTES_TYPE, CODE_TYPE, Heap, STR_TYPE};
+use innermost::CSTACK_SPAN;
 
 /// A 3.9 thread state whose one frame runs a code object named `name`; returns the heap, the
 /// thread state and the code object's address.
@@ -328,41 +329,47 @@ fn the_innermost_frame_near_its_last_places_is_one_read_and_what_the_pointers_sa
 }
 
 /// A thread that runs Python called back from native code goes round several C frames (one per
-/// nesting of the interpreter loop): each C frame of its last places is read with the first read,
-/// so back in one of them its frame costs one more read, not the pointer chain's two.
+/// nesting of the interpreter loop), near each other on its C stack: the first read brings its
+/// last places' C frames' words as one range where they lie together, so back in one of them, or
+/// in a C frame between them, its frame costs one more read at most, not the pointer chain's two.
+/// Words far apart are a range each.
 #[test]
 fn a_thread_going_round_several_c_frames_finds_each_in_the_first_read() {
     let (mut heap, tstate, first, frames) = data_stack_312();
     let reader = reader_of(&heap.layout, PyVersion::from_hex(0x030c_00f0));
     let current = heap.field("cframe.current_frame");
     let calls = |heap: &Heap, recent: &mut RecentTops| read_near(&reader, heap, tstate, recent).1;
-    // Four C frames (two of them at one frame): more places than frames guessed whole.
-    let mut cframes = vec![first];
-    for &frame in &frames[..2] {
+    let cframe_at = |heap: &mut Heap, frame: u64| {
         let cframe = heap.alloc(64);
         heap.put(cframe + current, frame, 8);
-        cframes.push(cframe);
-    }
-    let fourth = heap.alloc(64);
-    heap.put(fourth + current, frames[0], 8);
-    cframes.push(fourth);
+        cframe
+    };
+    // Two more C frames beside the first, one further away than a range.
+    let near = [
+        cframe_at(&mut heap, frames[0]),
+        cframe_at(&mut heap, frames[1]),
+    ];
+    heap.alloc(2 * CSTACK_SPAN);
+    let far = cframe_at(&mut heap, frames[1]);
     let enter =
         |heap: &mut Heap, cframe: u64| heap.put(tstate + heap.field("tstate.cframe"), cframe, 8);
     let mut recent = RecentTops::default();
-    for &cframe in &cframes {
+    let mut expect = |cframe: u64, reads: usize| {
         enter(&mut heap, cframe);
-        // Not seen before: the batch, the C frame's pointer, the frame.
-        assert_eq!(calls(&heap, &mut recent), 3);
-    }
-    // The first C frame again: its pointer came with the batch; its frame is not among the last
-    // two, so it is read after.
-    enter(&mut heap, cframes[0]);
-    assert_eq!(calls(&heap, &mut recent), 2);
-    // And now it is one of the last two: one read.
-    enter(&mut heap, cframes[3]);
-    assert_eq!(calls(&heap, &mut recent), 1);
-    enter(&mut heap, cframes[0]);
-    assert_eq!(calls(&heap, &mut recent), 1);
+        assert_eq!(calls(&heap, &mut recent), reads, "C frame {cframe:#x}");
+    };
+    // Not seen before: the batch, the C frame's pointer, the frame.
+    expect(first, 3);
+    expect(near[0], 3);
+    // Both places, frames and all, in the first read.
+    expect(first, 1);
+    expect(near[1], 3);
+    // Between the two places (first, near[1]): its pointer came with the first read, its frame
+    // (not one of the last two) is read after.
+    expect(near[0], 2);
+    // Far from them: its own range, and the other place's still read.
+    expect(far, 3);
+    expect(near[0], 1);
 }
 
 /// Serves the first system call from one memory and every later one from another: a target that

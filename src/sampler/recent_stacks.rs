@@ -20,6 +20,11 @@ const STACKS_KEPT: usize = 64;
 /// and its callers are; a place the thread keeps coming back to is walked once a second at most.
 pub(super) const STACK_KEPT_FOR_NS: u64 = 1_000_000_000;
 
+/// Whether a stack walked at `walked` is still used at `t`.
+fn fresh(walked: u64, t: u64) -> bool {
+    t.saturating_sub(walked) < STACK_KEPT_FOR_NS
+}
+
 /// A thread's last `STACKS_KEPT` stacks, each with the innermost frame it was read at and when, the
 /// most recently used first.
 #[derive(Default)]
@@ -47,7 +52,7 @@ impl RecentStacks {
     pub(super) fn find(&mut self, innermost: FrameId, t: u64) -> Kept {
         let (mut same, mut other_line, mut at) = (None, None, 0);
         self.kept.retain(|(id, _, walked)| {
-            if t.saturating_sub(*walked) >= STACK_KEPT_FOR_NS {
+            if !fresh(*walked, t) {
                 return false;
             }
             if *id == innermost {
@@ -83,8 +88,7 @@ impl RecentStacks {
     /// before use anyway, and a thread that stopped moving would otherwise hold its stacks (up to
     /// `STACKS_KEPT`) for as long as it lives.
     pub(super) fn forget_expired(&mut self, t: u64) {
-        self.kept
-            .retain(|(_, _, walked)| t.saturating_sub(*walked) < STACK_KEPT_FOR_NS);
+        self.kept.retain(|(_, _, walked)| fresh(*walked, t));
     }
 }
 
@@ -96,10 +100,15 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn frame(at: u64) -> FrameId {
+        at_instr(at, 7)
+    }
+
+    /// The frame at `at` (one code object) at instruction `instr`.
+    fn at_instr(at: u64, instr: u64) -> FrameId {
         FrameId {
             frame: at,
             code: 0x2000,
-            instr: 7,
+            instr,
         }
     }
 
@@ -120,10 +129,7 @@ mod tests {
         assert!(matches!(kept.find(frame(0), MS), Kept::Same(_)));
         assert!(matches!(kept.find(frame(99), MS), Kept::Same(_)));
         // Another instruction in the same frame is another place.
-        let elsewhere = FrameId {
-            instr: 8,
-            ..frame(0)
-        };
+        let elsewhere = at_instr(0, 8);
         assert_eq!(
             kept.find(elsewhere, MS),
             Kept::OtherLine(frame(0), frames("f0"), 0)
@@ -134,10 +140,7 @@ mod tests {
     fn a_stack_kept_at_another_instruction_of_the_frame_is_found_until_it_expires() {
         let mut kept = RecentStacks::default();
         kept.keep(frame(1), frames("f"), MS);
-        let later_line = FrameId {
-            instr: 9,
-            ..frame(1)
-        };
+        let later_line = at_instr(1, 9);
         assert_eq!(
             kept.find(later_line, 2 * MS),
             Kept::OtherLine(frame(1), frames("f"), MS)
@@ -156,10 +159,7 @@ mod tests {
     fn the_same_instruction_comes_before_another_line_of_the_frame() {
         let mut kept = RecentStacks::default();
         kept.keep(frame(1), frames("at 7"), MS);
-        let later_line = FrameId {
-            instr: 9,
-            ..frame(1)
-        };
+        let later_line = at_instr(1, 9);
         kept.keep(later_line, frames("at 9"), MS);
         assert_eq!(kept.find(frame(1), 2 * MS), Kept::Same(frames("at 7")));
     }

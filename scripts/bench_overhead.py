@@ -26,7 +26,7 @@ Usage: scripts/bench_overhead.py [--python PY] [--threads 4] [--idle 0] [--secon
                                  [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--floor] [--json out.json]
        scripts/bench_overhead.py --zoo [--python PY] [--reps 7] [--seconds 3] [--pin]
                                  [--baseline OTHER_GILSAMPLE [--only-gilsample]] [--with-top] [--only NAME,...]
-                                 [--variant FLAGS ...]
+                                 [--variant FLAGS ...] [--shuffle SEED]
                                  [--json out.json]
 Needs root, a release build (cargo build --release; for --floor and --zoo also --example wake_floor), py-spy
 on PATH, and for the eBPF row bpftrace, giltruth (--giltruth PATH or $GILTRUTH; scripts/README.md) and a
@@ -37,6 +37,7 @@ workloads, 5 observers, 7 rounds of 3 s takes ~15 min.
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import statistics
@@ -235,12 +236,25 @@ def paired_slowdowns(alone_runs, runs):
     return [a["ops_per_s"] / r["ops_per_s"] if r["ops_per_s"] else float("inf") for a, r in zip(alone_runs, runs)]
 
 
+def round_orders(observers, reps, shuffle_seed=None):
+    """The order of the observers in each round. Rotated by default, so that no observer always runs
+    first after a pause; with a seed, shuffled anew each round, so that no observer always follows the
+    same one either (what one run leaves behind, a CPU's caches or a pool of exiting threads, then lands
+    on every observer alike instead of on one)."""
+    if shuffle_seed is None:
+        return [observers[rep % len(observers):] + observers[:rep % len(observers)] for rep in range(reps)]
+    rng = random.Random(shuffle_seed)
+    return [rng.sample(observers, len(observers)) for _ in range(reps)]
+
+
+def round_order_text(args):
+    return "; order shuffled from seed %d" % args.shuffle if args.shuffle is not None else "; order rotated"
+
+
 def measure(args, observers, out):
-    """Every observer once per round, the order rotated each round; the runs by observer."""
+    """Every observer once per round, in `round_orders`; the runs by observer."""
     runs = {name: [] for name, _ in observers}
-    for rep in range(args.reps):
-        # Rotate the order each round so no observer always runs first after a pause.
-        order = observers[rep % len(observers):] + observers[:rep % len(observers)]
+    for order in round_orders(observers, args.reps, args.shuffle):
         for name, run in order:
             runs[name].append(run(args, out))
     return runs
@@ -313,7 +327,8 @@ def run_zoo(args, out):
     print("\nzoo, %d rounds x %.0f s, %s, gilsample at %s, priority %s%s: work kept (median), observer CPU s/s, "
           "achieved rate; for gilsample also system calls per tick" % (
               args.reps, args.seconds, args.python, args.rate, args.priority,
-              "; observers pinned to a spare CPU" if args.pin else "; sharing the target's cores"))
+              "; observers pinned to a spare CPU" if args.pin else "; sharing the target's cores")
+          + round_order_text(args))
     names = [n for n, _ in observers if n != "alone"]
     print("| workload | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
@@ -389,6 +404,9 @@ def main():
                         help="with --zoo: also gilsample with these flags (quoted, repeatable: --variant '--cpus 1')")
     parser.add_argument("--with-top", action="store_true",
                         help="with --zoo: also `gilsample top --lines 5` (what watching live costs beside record)")
+    parser.add_argument("--shuffle", type=int, metavar="SEED",
+                        help="a new random order of the observers each round, from SEED (printed with the "
+                             "results; the default rotates the order)")
     parser.add_argument("--json")
     add_giltruth_option(parser)
     args = parser.parse_args()
@@ -418,7 +436,7 @@ def main():
               % (args.python, args.workload, args.threads, args.idle,
                  ", GIL released every %d counts" % args.release_every if args.release_every else "",
                  args.reps, args.seconds, args.rate, args.priority,
-                 "; observers pinned to a spare CPU" if args.pin else ""))
+                 "; observers pinned to a spare CPU" if args.pin else "") + round_order_text(args))
         results = summarise(observers, runs)
         print_table(observers, runs, results)
     if args.json:

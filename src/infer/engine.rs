@@ -13,7 +13,7 @@ use crate::infer::intervals::{GilState, TimelineParams};
 use crate::infer::parked::{Parked, placed_asleep_outside};
 use crate::infer::quiet::{QuietWatch, params_for};
 use crate::infer::rules::DecisionCounts;
-use crate::infer::sample::{Sample, SampleContext, Wants};
+use crate::infer::sample::{Sample, SampleContext, ThreadSample, Wants};
 use crate::infer::thread::ThreadInference;
 use crate::infer::thread_step::{decide, hold_back, note_hold, want_for_next};
 use crate::observed::Waiters;
@@ -79,13 +79,14 @@ pub struct Engine {
     params: TimelineParams,
     /// In the order of the last sample's threads.
     threads: Vec<ThreadInference>,
-    /// The holder at the last sample that saw one (hand-offs seen).
-    last_holder: Option<u32>,
+    /// The tid of the holder at the last sample that saw one (hand-offs seen).
+    prev_holder_tid: Option<u32>,
     /// The thread last classified as holding, and when: hand-off arrows join two such samples, so
     /// both ends lie inside `hold_gil` slices (the GIL's own words can name a holder that the rules
     /// place in take/drop, e.g. one asleep on the GIL's mutex).
     last_hold: Option<(u32, u64)>,
-    waiters: Option<u32>,
+    /// The threads placed in `take_gil` at the last sample (`Finding::WaitingThreads`).
+    waiting_threads: Option<u32>,
     /// The switch interval last passed on (`Finding::SwitchInterval`).
     switch_interval_us: Option<u64>,
     first_switch: Option<u64>,
@@ -102,6 +103,17 @@ pub struct Engine {
     tids: Vec<u32>,
     /// Threads asleep outside the GIL, left unstepped (infer/parked.rs).
     parked: Parked,
+}
+
+/// What every thread of one sample is stepped against.
+struct SampleFacts {
+    /// What the waiter counts say about the threads running without the GIL.
+    census: Census,
+    /// The last hand-off is younger than the switch interval: nobody can have asked for a switch.
+    no_switch_request: bool,
+    params: TimelineParams,
+    /// The sample comes after a gap, which ends every open interval: no parked thread stays parked.
+    gap: bool,
 }
 
 /// What a sample's threads moved, gathered while they are stepped, for the whole sample's counts.
@@ -127,9 +139,9 @@ impl Engine {
             ctx,
             explained: None,
             threads: Vec::with_capacity(64),
-            last_holder: None,
+            prev_holder_tid: None,
             last_hold: None,
-            waiters: None,
+            waiting_threads: None,
             switch_interval_us: None,
             first_switch: None,
             handoff_age: HandoffAge::default(),
@@ -242,14 +254,15 @@ impl Engine {
         self.note_switch_interval(sample, sink);
         let word = sample.word;
         self.handoff_age.observe(word.switch_number, sample.woke_ns);
-        let no_switch_request = word
-            .interval_us
-            .is_some_and(|interval_us| self.handoff_age.younger_than(interval_us, sample.read_ns));
-        let census = self.census(sample);
-        let t = sample.t_ns;
         let params = params_for(self.params, sample);
-        let ranges = self.ctx.ranges;
-        let mut moved = Moved::default();
+        let facts = SampleFacts {
+            census: self.census(sample),
+            no_switch_request: word.interval_us.is_some_and(|interval_us| {
+                self.handoff_age.younger_than(interval_us, sample.read_ns)
+            }),
+            params,
+            gap: self.parked.gap_before(sample.t_ns, params.max_gap_ns),
+        };
         self.decided.clear();
         self.holder_tid = None;
         self.wanted.schedstat_always.clear();
@@ -257,93 +270,116 @@ impl Engine {
         if let Some(explained) = self.explained.as_mut() {
             explained.clear();
         }
-        let gap = self.parked.gap_before(t, params.max_gap_ns);
-        for (index, (thread, seen)) in self.threads.iter_mut().zip(&sample.threads).enumerate() {
-            let asleep_outside_gil = seen.kernel.is_some_and(|k| asleep_elsewhere(&k, &ranges));
-            let outside = placed_asleep_outside(asleep_outside_gil, seen, sample);
-            if self.parked.stays(index, outside, gap) {
-                continue;
-            }
-            self.parked.catch_up(index, thread);
-            let holds = sample.holds(seen);
-            if holds {
-                self.holder_tid = Some(thread.tid);
-            }
-            let previous = thread.timeline.current();
-            let mut decision = decide(
-                thread,
-                seen,
-                asleep_outside_gil,
-                sample,
-                census,
-                no_switch_request,
-                &ranges,
-            );
-            if let Some(flags) = self.flags.as_mut() {
-                decision = flags.decide(seen.gil_flags, decision, holds || !word.locked);
-            }
-            let (state, basis) = decision;
-            if let Some(explained) = self.explained.as_mut() {
-                explained.push((index, Explained { state, basis }));
-            }
-            let asleep_in = blocking_syscall(seen.kernel, |addr| ranges.contains(addr));
-            thread.blocked.observe(
-                thread.tid,
-                t,
-                (state == GilState::Hold, asleep_in),
-                &params,
-                &mut |s| sink(Finding::HeldWhileBlocked(s)),
-            );
-            thread.take_sleep_slices = match (state, basis) {
-                (GilState::Take, Basis::Direct) => seen.slices_before_sleep,
-                (_, Basis::Ambiguous { .. }) => thread.take_sleep_slices,
-                _ => None,
-            };
-            let decisions = &mut self.counts.decisions;
-            match basis {
-                Basis::Ambiguous { after } => {
-                    hold_back(
-                        thread, seen, after, previous, sample, &params, decisions, sink,
-                    );
-                    moved.gil_waits = true;
-                }
-                Basis::Direct | Basis::Rule(_) => {
-                    if let Basis::Rule(decision) = basis {
-                        decisions.count(decision);
-                    }
-                    let after_stretch = thread.pending.is_some();
-                    if after_stretch {
-                        let next = thread
-                            .definite_switch
-                            .map(|before| (state, word.switch_number.wrapping_sub(before)));
-                        thread.settle(Some((t, seen.schedstat)), next, &params, decisions, sink);
-                    }
-                    thread.definite_switch = Some(word.switch_number);
-                    if state == GilState::Hold {
-                        self.last_hold = Some(note_hold(thread, seen, self.last_hold, t, sink));
-                        thread.hold_handoff_after = self.handoff_age.after_ns();
-                    }
-                    self.decided.push(Decided {
-                        index,
-                        tid: thread.tid,
-                        previous,
-                        state,
-                        after_gap: thread.timeline.gap_before(t, &params),
-                        after_stretch,
-                    });
-                    thread
-                        .timeline
-                        .observe(t, state, &params, &mut |iv| sink(Finding::Interval(iv)));
-                    moved.taking += u32::from(state == GilState::Take);
-                    moved.gil_waits |= matches!(state, GilState::Take | GilState::Drop);
-                }
-            }
-            moved.pending |= thread.pending.is_some();
-            want_for_next(thread, &mut self.wanted);
-            self.parked.stepped_thread(index, outside);
+        // Taken out for the loop, so that each thread's step may use the rest of the engine.
+        let mut threads = std::mem::take(&mut self.threads);
+        let mut moved = Moved::default();
+        for (index, (thread, seen)) in threads.iter_mut().zip(&sample.threads).enumerate() {
+            let step = self.step_thread(index, thread, seen, sample, &facts, sink);
+            moved.taking += step.taking;
+            moved.gil_waits |= step.gil_waits;
+            moved.pending |= step.pending;
         }
-        self.parked.stepped(t, word.switch_number);
+        self.threads = threads;
+        self.parked.stepped(sample.t_ns, word.switch_number);
         self.after_sample(sample, moved, sink);
+    }
+
+    /// Thread `index` of `sample` (`seen`): decided, its stretch held back or its interval
+    /// observed; what it moved, for the sample's counts.
+    fn step_thread(
+        &mut self,
+        index: usize,
+        thread: &mut ThreadInference,
+        seen: &ThreadSample,
+        sample: &Sample,
+        facts: &SampleFacts,
+        sink: &mut dyn FnMut(Finding),
+    ) -> Moved {
+        let mut moved = Moved::default();
+        let (t, word, params, ranges) = (sample.t_ns, sample.word, &facts.params, self.ctx.ranges);
+        let asleep_outside_gil = seen.kernel.is_some_and(|k| asleep_elsewhere(&k, &ranges));
+        let outside = placed_asleep_outside(asleep_outside_gil, seen, sample);
+        if self.parked.stays(index, outside, facts.gap) {
+            return moved;
+        }
+        self.parked.catch_up(index, thread);
+        let holds = sample.holds(seen);
+        if holds {
+            self.holder_tid = Some(thread.tid);
+        }
+        let previous = thread.timeline.current();
+        let mut decision = decide(
+            thread,
+            seen,
+            asleep_outside_gil,
+            sample,
+            facts.census,
+            facts.no_switch_request,
+            &ranges,
+        );
+        if let Some(flags) = self.flags.as_mut() {
+            decision = flags.decide(seen.gil_flags, decision, holds || !word.locked);
+        }
+        let (state, basis) = decision;
+        if let Some(explained) = self.explained.as_mut() {
+            explained.push((index, Explained { state, basis }));
+        }
+        let asleep_in = blocking_syscall(seen.kernel, |addr| ranges.contains(addr));
+        thread.blocked.observe(
+            thread.tid,
+            t,
+            (state == GilState::Hold, asleep_in),
+            params,
+            &mut |s| sink(Finding::HeldWhileBlocked(s)),
+        );
+        thread.take_sleep_slices = match (state, basis) {
+            (GilState::Take, Basis::Direct) => seen.slices_before_sleep,
+            (_, Basis::Ambiguous { .. }) => thread.take_sleep_slices,
+            _ => None,
+        };
+        let decisions = &mut self.counts.decisions;
+        match basis {
+            Basis::Ambiguous { after } => {
+                hold_back(
+                    thread, seen, after, previous, sample, params, decisions, sink,
+                );
+                moved.gil_waits = true;
+            }
+            Basis::Direct | Basis::Rule(_) => {
+                if let Basis::Rule(decision) = basis {
+                    decisions.count(decision);
+                }
+                let after_stretch = thread.pending.is_some();
+                if after_stretch {
+                    let next = thread
+                        .definite_switch
+                        .map(|before| (state, word.switch_number.wrapping_sub(before)));
+                    thread.settle(Some((t, seen.schedstat)), next, params, decisions, sink);
+                }
+                thread.definite_switch = Some(word.switch_number);
+                if state == GilState::Hold {
+                    self.last_hold = Some(note_hold(thread, seen, self.last_hold, t, sink));
+                    thread.hold_handoff_after = self.handoff_age.after_ns();
+                }
+                self.decided.push(Decided {
+                    index,
+                    tid: thread.tid,
+                    previous,
+                    state,
+                    after_gap: thread.timeline.gap_before(t, params),
+                    after_stretch,
+                });
+                thread
+                    .timeline
+                    .observe(t, state, params, &mut |iv| sink(Finding::Interval(iv)));
+                moved.taking = u32::from(state == GilState::Take);
+                moved.gil_waits = matches!(state, GilState::Take | GilState::Drop);
+            }
+        }
+        moved.pending = thread.pending.is_some();
+        want_for_next(thread, &mut self.wanted);
+        self.parked.stepped_thread(index, outside);
+        moved
     }
 
     /// A new switch interval goes out before this sample's intervals: the trace judges the holds
@@ -372,18 +408,18 @@ impl Engine {
         let waits = moved.gil_waits;
         self.quiet
             .observe(sample, self.ctx.period_ns, waits, moved.pending, sink);
-        if self.waiters != Some(taking) {
-            self.waiters = Some(taking);
-            sink(Finding::Waiters {
+        if self.waiting_threads != Some(taking) {
+            self.waiting_threads = Some(taking);
+            sink(Finding::WaitingThreads {
                 t_ns: t,
                 count: taking,
             });
         }
         if let Some(tid) = self.holder_tid {
-            if self.last_holder.is_some_and(|from_tid| from_tid != tid) {
+            if self.prev_holder_tid.is_some_and(|from_tid| from_tid != tid) {
                 self.counts.handoffs_seen += 1;
             }
-            self.last_holder = Some(tid);
+            self.prev_holder_tid = Some(tid);
         }
         let first = *self.first_switch.get_or_insert(word.switch_number);
         self.counts.handoffs_counted = word.switch_number.wrapping_sub(first);

@@ -68,7 +68,7 @@ pub enum Finding {
         us: u64,
     },
     /// The number of threads waiting for the GIL changed to `count` at `t_ns`.
-    Waiters {
+    WaitingThreads {
         /// When the count changed, monotonic nanoseconds.
         t_ns: u64,
         /// Threads waiting for the GIL from then on.
@@ -82,13 +82,13 @@ pub enum Finding {
         hz: u32,
     },
     /// Only for a live view that asked for it (`SamplerConfig::live_every_ns`): what is known at a
-    /// sample beyond the records closed so far. The trace writer hands it to its tap, if any
+    /// sample beyond the findings closed so far. The trace writer hands it to its tap, if any
     /// (trace/tap.rs), and writes nothing of it.
     Live(Box<LiveSnapshot>),
 }
 
-/// What a live view needs at one sample besides the closed records: boxed in `Finding::Live`, so
-/// that every other record stays as small as it was.
+/// What a live view needs at one sample besides the closed findings: boxed in `Finding::Live`, so
+/// that every other finding stays as small as it was.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveSnapshot {
     /// The sample's time and the recording's first sample's (monotonic).
@@ -111,7 +111,7 @@ impl Finding {
             Finding::Interval(interval) => interval.end_ns,
             Finding::HeldWhileBlocked(stretch) => stretch.end_ns,
             Finding::Handoff(handoff) => handoff.taken_ns,
-            Finding::Waiters { t_ns, .. } | Finding::Rate { t_ns, .. } => *t_ns,
+            Finding::WaitingThreads { t_ns, .. } | Finding::Rate { t_ns, .. } => *t_ns,
             Finding::Stack { t_ns, .. }
             | Finding::HoldFrames { t_ns, .. }
             | Finding::SwitchInterval { t_ns, .. } => *t_ns,

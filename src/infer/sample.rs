@@ -26,12 +26,13 @@ pub struct Sample {
     pub word: GilWord,
     /// glibc's waiter counts of the GIL's condition variables, read with the GIL words.
     pub waiters: Option<Waiters>,
-    /// The same counts read again after the kernel readings, where `Wants::recount` asked for them.
+    /// The same counts read again after the kernel readings, where `Engine::wants_recount` asked for
+    /// them.
     pub waiters_again: Option<Waiters>,
     /// The tid (the target's namespace) that owns the GIL's mutex, where the layout places it.
     pub mutex_owner: Option<u32>,
-    /// No thread's kernel state was carried over from an earlier tick (idle threads are read only
-    /// every few ticks; sampler/tick_loop.rs).
+    /// No thread's kernel state was carried over from an earlier tick that could have changed since
+    /// (idle threads read only every few ticks, or counted out; sampler/thread_reads.rs).
     pub all_kernel_read: bool,
     /// Periods the sampler let pass without a tick before this one because the target was quiet
     /// (`Wants::skip_periods`): 0 at the full rate. The timeline's gap rule allows for them.

@@ -85,7 +85,7 @@ pub(super) fn record_members(members: Vec<Member>, shared: &Shared<'_>) {
 struct TraceOutput {
     process: RecordedProcess,
     force: bool,
-    /// The records' way to the writer thread; dropped (and so flushed) when sampling ends.
+    /// The findings' way to the writer thread; dropped (and so flushed) when sampling ends.
     push: Option<Box<dyn FnMut(Finding) + Send>>,
     writer_failed: Arc<AtomicBool>,
     writing: TraceWriting,
@@ -174,16 +174,16 @@ impl LaneOutput for TraceOutput {
     }
 }
 
-/// Who sets the pace of the records: a live sampler, or a replay that goes as fast as the writer.
+/// Who sets the pace of the findings: a live sampler, or a replay that goes as fast as the writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pace {
-    /// A live sampler: records come as the target runs.
+    /// A live sampler: findings come as the target runs.
     Live,
-    /// A replay: records come as fast as the writer takes them.
+    /// A replay: findings come as fast as the writer takes them.
     AsFastAsTheWriter,
 }
 
-/// Batches a replay may have ahead of its writer: a few MB of records.
+/// Batches a replay may have ahead of its writer: a few MB of findings.
 const BATCHES_IN_FLIGHT: usize = 8;
 
 enum Sender {
@@ -215,7 +215,7 @@ pub struct TraceWriting {
 }
 
 impl TraceWriting {
-    /// Starts the writer thread; records pushed to the batch reach it.
+    /// Starts the writer thread; findings pushed to the batch reach it.
     fn start(
         process: &RecordedProcess,
         mut writer: ChromeWriter,
@@ -357,7 +357,7 @@ fn write_finding(
             totals.add(&interval);
             writer.write_interval(&interval)
         }
-        Finding::Waiters { t_ns, count } => writer.write_waiters(t_ns, count),
+        Finding::WaitingThreads { t_ns, count } => writer.write_waiters(t_ns, count),
         Finding::Rate { t_ns, hz } => writer.write_rate(t_ns, hz),
         Finding::HeldWhileBlocked(stretch) => writer.write_held_while_blocked(&stretch),
         Finding::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff),
@@ -444,44 +444,44 @@ fn unfinished(
     }
 }
 
-/// The sampler's records on their way to the writer thread, sent in batches: one send per record woke
+/// The sampler's findings on their way to the writer thread, sent in batches: one send per finding woke
 /// the writer on nearly every tick, and those wake-ups were a tenth of the sampler's CPU at ~45k GIL
 /// releases/s (scripts/bench_overhead.py; docs/cost.md, "What keeps the sampler cheap").
 struct Batch {
     tx: Sender,
-    records: Vec<Finding>,
+    findings: Vec<Finding>,
     first_ns: u64,
     /// Set when a send finds the writer gone (it failed): sampling stops.
     writer_failed: Arc<AtomicBool>,
 }
 
 impl Batch {
-    /// At most this many records, and this old, wait for the writer; the age bounds how far the file
+    /// At most this many findings, and this old, wait for the writer; the age bounds how far the file
     /// lags behind the recording.
-    const MAX_RECORDS: usize = 4096;
+    const MAX_FINDINGS: usize = 4096;
     const MAX_AGE_NS: u64 = 20_000_000;
 
     fn new(tx: Sender) -> Batch {
         Batch {
             tx,
-            records: Vec::with_capacity(Self::MAX_RECORDS),
+            findings: Vec::with_capacity(Self::MAX_FINDINGS),
             first_ns: 0,
             writer_failed: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    fn push(&mut self, record: Finding) {
-        // The records' own sample times, not a clock read per record (records of different threads
+    fn push(&mut self, finding: Finding) {
+        // The findings' own sample times, not a clock read per finding (those of different threads
         // come slightly out of order; the age only needs to be roughly right).
-        let at = record.time_ns();
-        if self.records.is_empty() {
+        let at = finding.time_ns();
+        if self.findings.is_empty() {
             self.first_ns = at;
         }
         // A live view's snapshot is sent at once: it is what that view is waiting for.
-        let live = matches!(record, Finding::Live(_));
-        self.records.push(record);
+        let live = matches!(finding, Finding::Live(_));
+        self.findings.push(finding);
         if live
-            || self.records.len() >= Self::MAX_RECORDS
+            || self.findings.len() >= Self::MAX_FINDINGS
             || at.saturating_sub(self.first_ns) >= Self::MAX_AGE_NS
         {
             self.flush();
@@ -489,10 +489,10 @@ impl Batch {
     }
 
     fn flush(&mut self) {
-        if self.records.is_empty() {
+        if self.findings.is_empty() {
             return;
         }
-        let full = std::mem::replace(&mut self.records, Vec::with_capacity(Self::MAX_RECORDS));
+        let full = std::mem::replace(&mut self.findings, Vec::with_capacity(Self::MAX_FINDINGS));
         let sent = match &self.tx {
             Sender::Unbounded(tx) => tx.send(full).is_ok(),
             Sender::Bounded(tx) => tx.send(full).is_ok(),
@@ -503,7 +503,7 @@ impl Batch {
     }
 }
 
-/// The last records go to the writer when sampling ends; dropping the sender then ends its thread.
+/// The last findings go to the writer when sampling ends; dropping the sender then ends its thread.
 impl Drop for Batch {
     fn drop(&mut self) {
         self.flush();

@@ -20,7 +20,10 @@ pub struct SamplerConfig {
     pub refresh_ns: u64,
     /// The scheduling the sampler thread asks for.
     pub priority: Priority,
-    /// Read threads idle in a non-GIL wait only every few samples (see `IDLE_READ_EVERY`).
+    /// Spare the reads that cannot change what a sample decides (sampler/thread_reads.rs): threads
+    /// idle in a non-GIL wait read only every few samples (`IDLE_READ_EVERY`) or counted out by the
+    /// waiter counts, and waiters proven still waiting left unread. Off: every thread read at every
+    /// tick (`--no-idle-backoff`).
     pub idle_backoff: bool,
     /// Skip periods while the target is quiet, as inference suggests (infer/quiet.rs).
     pub adaptive_rate: bool,

@@ -265,8 +265,7 @@ impl StackWatch {
         if state != GilState::Hold
             && let Some(hold) = self.take_hold(tid)
         {
-            flush(tid, &hold, sink);
-            self.end(tid, &hold, sink);
+            self.close_hold(tid, &hold, sink);
         }
         match state {
             GilState::Take if previous != Some(GilState::Take) => {
@@ -280,7 +279,7 @@ impl StackWatch {
                 if begins {
                     // A hold whose end this watch did not see (a held-back stretch between).
                     if let Some(hold) = self.take_hold(tid) {
-                        self.end(tid, &hold, sink);
+                        self.close_hold(tid, &hold, sink);
                     }
                     self.begin_hold(mem, tid, tstate, t, Holder::of(seen), sink);
                     return;
@@ -316,8 +315,7 @@ impl StackWatch {
                     return;
                 }
                 let hold = self.take_hold(tid).expect("looked up above");
-                flush(tid, &hold, sink);
-                self.end(tid, &hold, sink);
+                self.close_hold(tid, &hold, sink);
                 self.begin_hold(mem, tid, tstate, t, Holder::of(seen), sink);
             }
             _ => {}
@@ -361,10 +359,12 @@ impl StackWatch {
         Some(self.holds.swap_remove(at).1)
     }
 
-    /// The end of a hold, or of its part in one frame: what its frame's reads found, with the frame's
-    /// text at the instruction that stood still longest (its line from the code object read for
-    /// the stack: no read of the target).
-    fn end(&mut self, tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
+    /// The end of a hold, or of its part in one frame: the samples seen in it since the last
+    /// report, then what its frame's reads found, with the frame's text at the instruction that
+    /// stood still longest (its line from the code object read for the stack: no read of the
+    /// target).
+    fn close_hold(&mut self, tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
+        flush(tid, hold, sink);
         send_watch(&mut self.reader, tid, hold, sink);
     }
 
@@ -372,8 +372,7 @@ impl StackWatch {
     /// judged with what its watch saw.
     pub fn finish(&mut self, sink: &mut dyn FnMut(Finding)) {
         for (tid, hold) in std::mem::take(&mut self.holds) {
-            flush(tid, &hold, sink);
-            self.end(tid, &hold, sink);
+            self.close_hold(tid, &hold, sink);
         }
     }
 

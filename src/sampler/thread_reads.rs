@@ -107,6 +107,8 @@ pub(super) struct ThreadTable {
     checks: Vec<(usize, Option<KernelState>)>,
     /// The tick's `CondStamp`, read before any of its threads.
     tick_stamp: Option<CondStamp>,
+    /// Ticks read so far: spreads the threads' every-few-ticks turns over the ticks.
+    ticks: u64,
     /// Where `index_of_thread_state` last found what it looked for.
     last_found: usize,
     /// Each thread's index by tid (`reindex`).
@@ -195,9 +197,28 @@ impl ThreadTable {
         gil: FirstRead,
         spare: ReadsSpared,
     ) -> Option<Waiters> {
-        let (now, word, stamp) = (sample.read_ns, sample.word, gil.cond_stamp);
-        let (counts, mutex_contended) = (gil.counts, gil.mutex_contended);
-        self.tick_stamp = stamp;
+        self.tick_stamp = gil.cond_stamp;
+        self.ticks += 1;
+        let carried_over = self.first_pass(sample, ranges, spare, report);
+        sample.all_kernel_read = !carried_over;
+        if !self.checks.is_empty() {
+            self.check_proven_waiting(target, gil.counts, sample, ranges, report);
+        }
+        self.settle_unread(target, sample, ranges, gil, report)
+    }
+
+    /// The tick's pass over every thread: reads each one, or carries its last reading over where
+    /// `spare` allows (an idle thread left for the counts to rule out goes into `unread`). True when
+    /// a carried-over reading could have changed since (one skipped on an every-few-ticks turn).
+    fn first_pass(
+        &mut self,
+        sample: &mut Sample,
+        ranges: &GilWaitRanges,
+        spare: ReadsSpared,
+        report: &mut SamplerReport,
+    ) -> bool {
+        let (now, word, stamp, tick) = (sample.read_ns, sample.word, self.tick_stamp, self.ticks);
+        let mutex_owner = sample.mutex_owner;
         let out = &mut sample.threads;
         // Kept from the last tick and written in place: most of a large thread table reads the same
         // from one tick to the next, and only what changed is written.
@@ -206,17 +227,16 @@ impl ThreadTable {
         self.read.clear();
         self.woken_from_cond.clear();
         self.checks.clear();
-        let tick = report.samples;
-        let skipped_before = report.kernel_reads_skipped;
         let count_out = spare.counted_out && self.idle_last_tick >= COUNTED_OUT_FROM;
         let mut idle_now = 0;
+        let mut carried_over = false;
         for (index, tracked) in self.threads.iter_mut().enumerate() {
             let is_idle = tracked
                 .idle_since
                 .is_some_and(|since| now.saturating_sub(since) >= IDLE_AFTER_NS);
             // Never the holder, nor the mutex's owner: they are inside the GIL.
             let in_gil = tracked.thread.tstate == word.last_holder
-                || sample.mutex_owner == Some(tracked.thread.their_tid);
+                || mutex_owner == Some(tracked.thread.their_tid);
             idle_now += usize::from(is_idle && !in_gil);
             let turn = |every: u64| (tick + u64::from(tracked.thread.tid)).is_multiple_of(every);
             let left_unread = is_idle && !in_gil && count_out && !turn(COUNTED_OUT_READ_EVERY);
@@ -246,6 +266,7 @@ impl ThreadTable {
                 && !turn(IDLE_READ_EVERY)
             {
                 report.kernel_reads_skipped += 1;
+                carried_over = true;
                 tracked.last_kernel
             } else {
                 if was_on_cond && !in_gil {
@@ -269,18 +290,28 @@ impl ThreadTable {
             }
         }
         self.idle_last_tick = idle_now;
-        sample.all_kernel_read = report.kernel_reads_skipped == skipped_before;
-        if !self.checks.is_empty() {
-            self.check_proven_waiting(target, counts, sample, ranges, report);
-        }
-        let (Some(at), Some(counted), false) = (counts, sample.waiters, self.unread.is_empty())
+        carried_over
+    }
+
+    /// The idle threads the first pass left unread: ruled out by the waiter counts
+    /// (`count_out`), or read now. Returns the counts read last where they bracket the tick's
+    /// first readings (no thread was read again before them), for the engine's recount.
+    fn settle_unread(
+        &mut self,
+        target: &Target,
+        sample: &mut Sample,
+        ranges: &GilWaitRanges,
+        gil: FirstRead,
+        report: &mut SamplerReport,
+    ) -> Option<Waiters> {
+        let (Some(at), Some(counted), false) = (gil.counts, sample.waiters, self.unread.is_empty())
         else {
             return None;
         };
         let first = WaiterWords {
             waiters: counted,
             mutex_owner: sample.mutex_owner,
-            mutex_contended,
+            mutex_contended: gil.mutex_contended,
         };
         match self.count_out(target, at, first, &mut sample.threads, ranges, report) {
             Ok(proof) => {
@@ -294,6 +325,7 @@ impl ThreadTable {
                     NotCountedOut::Refuted => report.counted_out_refuted += 1,
                     NotCountedOut::CheaperToRead => report.counted_out_read_instead += 1,
                 }
+                let (now, stamp) = (sample.read_ns, self.tick_stamp);
                 for &index in &self.unread {
                     let (tracked, seen) = (&mut self.threads[index], &mut sample.threads[index]);
                     read_into(tracked, seen, (now, stamp), ranges, report);

@@ -6,14 +6,14 @@
 //! thread's syscall file where thread_reads.rs cannot spare it (idle threads, waiters proven still
 //! waiting, sleeps schedstat proves unchanged), and what the engine asked for at the last tick
 //! (schedstat of some threads, 3.15's GIL flags). That is one
-//! `Sample`; the engine turns it into records, and the stacks of threads that began to wait or hold
+//! `Sample`; the engine turns it into findings, and the stacks of threads that began to wait or hold
 //! are read after. The thread list is re-walked when its head moves (CPython puts every new thread
 //! state at the head; the head is read with the GIL words, in the same system call), whenever the
 //! GIL holder is not a known thread, after one, two, four… periods while two thread states name one
 //! thread (a starting thread before 3.11; `pace.rs`), and every `refresh_ns` for threads that exit
 //! elsewhere in the list: a thread that starts is seen at the next tick, one that exits within
-//! `refresh_ns` (its kernel state reads as unknown meanwhile). Nothing on the per-tick path allocates once the
-//! thread table is built.
+//! `refresh_ns` (its kernel state reads as unknown meanwhile). Once the thread table is built, the
+//! tick's GIL and kernel reads allocate nothing; reading a stack does (python/stacks/).
 
 use std::sync::atomic::Ordering;
 
@@ -307,7 +307,8 @@ impl<'a> Sampler<'a> {
     }
 
     /// Re-walks the thread list when it is due: every `refresh_ns`, when the GIL's holder is not a
-    /// known thread, or when the list's head moved. Errors as `read_gil`'s.
+    /// known thread, when the list's head moved, or at the repeat walks while two thread states
+    /// name one thread (`pace.unbound`). Errors as `read_gil`'s.
     fn walk_if_due(
         &mut self,
         t0: u64,

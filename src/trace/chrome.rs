@@ -4,7 +4,7 @@
 //! file beside the final name; `finish` appends the metadata, syncs, and renames. A recording that is cut
 //! short therefore never leaves a truncated file at the final name.
 //!
-//! Timestamps are microseconds with nanosecond decimals, on the wall clock by default (what Ascend msprof
+//! Timestamps are whole microseconds (`span_micros`), on the wall clock by default (what Ascend msprof
 //! and PyTorch/Kineto traces use, so they line up when opened together); `otherData` records the
 //! clock and `trace_to_monotonic_offset_ns` (monotonic_ns = ts_us * 1000 + offset).
 

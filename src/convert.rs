@@ -127,15 +127,29 @@ impl OrderCheck {
     }
 }
 
-/// The first pass: the threads whose events are not in time order in the file.
+/// The first pass: the threads whose events are not in time order in the file. A file that has
+/// `hold_gil` slices already (a gilsample recording, or one converted before) is refused: pairing
+/// its takes and drops again would put a second hold over each.
 fn out_of_order_threads(input: &Path) -> Result<HashSet<ThreadKey>> {
     let mut check = OrderCheck::default();
+    let mut holds = 0u64;
     for_each_event(input, |index, event| {
+        holds += u64::from(event.get("name").and_then(Value::as_str) == Some("hold_gil"));
         if let Some(raw) = validate(index, &event)? {
             check.see(raw);
         }
         Ok(())
     })?;
+    if holds > 0 {
+        return Err(Error::Input {
+            path: input.to_path_buf(),
+            why: format!(
+                "it has {holds} hold_gil slices already (a gilsample recording, or a file converted \
+                 before): there is nothing to convert. Open it as it is, merge it with `gilsample \
+                 merge`, or read it with `gilsample report`"
+            ),
+        });
+    }
     Ok(check.out_of_order)
 }
 

@@ -108,13 +108,24 @@ fn parse_command_line() -> Cli {
 
 /// Takes SIGINT, SIGTERM and SIGHUP (signals.rs) and says what each did; the ones that end the wait
 /// exit at once (files stay at their temporary names, never half-written at the final name).
-fn install_signal_thread(state: SessionState) {
-    watch_signals(state, |step| match step {
+fn install_signal_thread(state: SessionState, output: &OutputSpec) {
+    let partial_dir = match output {
+        OutputSpec::Directory(dir) => dir.clone(),
+        OutputSpec::File(file) => file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| ".".into(), Path::to_path_buf),
+    };
+    watch_signals(state, move |step| match step {
         SignalStep::Stopping(signal) => {
             eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)")
         }
         SignalStep::Abort => {
-            eprintln!("gilsample: aborted; unfinished traces are left as .*.partial files");
+            let dir = partial_dir.display();
+            eprintln!(
+                "gilsample: aborted; what was recorded so far is in hidden .*.partial files in \
+                 {dir} (`ls -a {dir}`): `gilsample report {dir}` reads them"
+            );
             std::process::exit(exit::INTERRUPTED);
         }
         SignalStep::PassedOn { signal, command } => eprintln!(
@@ -246,11 +257,11 @@ fn run_record(
     }
     let state = SessionState::default();
     let (stop, waiting_for_command) = (state.stop.clone(), state.waiting_for_command.clone());
-    install_signal_thread(state);
+    install_signal_thread(state, &opts.output);
     if let Some(reader) = reader {
         wait_for_go(reader, &stop)?;
     }
-    let progress = ProgressDisplay::new(args.quiet, opts.duration);
+    let progress = ProgressDisplay::new(args.quiet, args.verbose, opts.duration);
     let mut on_progress = |update: Update<'_>| {
         if let Some(control) = control
             && let Some(event) = event_for(&update)
@@ -417,7 +428,7 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
     let opts = record_options(&args.record)?;
     let state = SessionState::default();
     let stop = state.stop.clone();
-    install_signal_thread(state);
+    install_signal_thread(state, &opts.output);
     let outcome = gilsample::top::run(&plan, opts.clone(), stop, Box::new(std::io::stdout()))?;
     let mut report = outcome.report?;
     something_recorded(&report, &opts.targets)?;
@@ -483,6 +494,9 @@ fn run_merge(args: &MergeArgs) -> Result<()> {
         offsets: args.offset.clone(),
     };
     let report = merge(&args.inputs, &args.output, &opts)?;
+    for (path, why) in &report.left_out {
+        eprintln!("gilsample: {}: left out: {why}", path.display());
+    }
     for input in &report.inputs {
         let mut line = format!(
             "gilsample: {}: {}, {} events, {}",

@@ -1,6 +1,7 @@
 //! What `record` says while it runs: a progress bar on a terminal, and a line for each update
 //! worth saying, above the bar or plain on stderr without one.
 
+use std::cell::Cell;
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -12,22 +13,40 @@ use gilsample::record::{Progress, Update};
 pub(crate) struct ProgressDisplay {
     bar: Option<ProgressBar>,
     quiet: bool,
+    verbose: bool,
+    /// Without a bar or a duration, how the recording ends is said once, after the first start:
+    /// the bar says it on a terminal; piped, nothing else would until the end.
+    say_how_it_ends: Cell<bool>,
 }
 
 impl ProgressDisplay {
-    /// A bar only when not quiet and stderr is a terminal.
-    pub(crate) fn new(quiet: bool, duration: Option<Duration>) -> Self {
+    /// A bar only when not quiet and stderr is a terminal; with `verbose`, also the processes
+    /// passed over.
+    pub(crate) fn new(quiet: bool, verbose: bool, duration: Option<Duration>) -> Self {
         let show_progress = !quiet && std::io::stderr().is_terminal();
         let bar = show_progress.then(|| new_progress_bar(duration));
-        Self { bar, quiet }
+        Self {
+            say_how_it_ends: Cell::new(bar.is_none() && !quiet && duration.is_none()),
+            bar,
+            quiet,
+            verbose,
+        }
     }
 
     pub(crate) fn show(&self, update: Update<'_>) {
         match update {
             Update::Progress(p) => self.show_progress(p),
             update => {
-                if let Some(line) = line_for(update, self.quiet) {
+                let started = matches!(update, Update::Started { .. });
+                if let Some(line) = line_for(update, self.quiet, self.verbose) {
                     self.say(line);
+                }
+                if started && self.say_how_it_ends.replace(false) {
+                    self.say(
+                        "gilsample: recording until Ctrl+C (SIGINT or SIGTERM) or the end of what \
+                         it records; --duration sets a length"
+                            .into(),
+                    );
                 }
             }
         }
@@ -66,8 +85,9 @@ impl ProgressDisplay {
     }
 }
 
-/// The line an update says, if any: with `quiet`, only a stopped command and a failed write.
-fn line_for(update: Update<'_>, quiet: bool) -> Option<String> {
+/// The line an update says, if any: with `quiet`, only a stopped command and a failed write; the
+/// descendants passed over only with `verbose`.
+fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
     match update {
         Update::Started {
             pid,
@@ -91,6 +111,14 @@ fn line_for(update: Update<'_>, quiet: bool) -> Option<String> {
             "gilsample: process {pid} runs {program}, not Python: recording the Python processes it starts"
         )),
         Update::ThreadOfProcess { .. } | Update::Launcher { .. } => None,
+        Update::PassedOver { pid, program } if verbose && !quiet => Some(format!(
+            "gilsample: process {pid} runs {}, not Python: passed over, and looked at again if it \
+             starts another program",
+            program.map_or("a program gilsample cannot name".into(), |p| p
+                .display()
+                .to_string())
+        )),
+        Update::PassedOver { .. } => None,
         // Said even when quiet: the user's command did not run to its end.
         Update::CommandStopped { pid, how } => Some(format!(
             "gilsample: the recording failed, so the launched command (pid {pid}) was stopped: {}",

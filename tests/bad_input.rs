@@ -41,11 +41,12 @@ fn nonexistent_pid() {
 #[test]
 fn non_python_process() {
     let sleeper = start_ready("sh", &["-c", "echo up; exec sleep 60"]);
-    assert_refused(
-        &["--pid", &sleeper.id().to_string()],
-        UNSUPPORTED,
-        "not a Python process",
-    );
+    let pid = sleeper.id().to_string();
+    assert_refused(&["--pid", &pid], UNSUPPORTED, "not a Python process");
+    // It names the program, and the two ways on.
+    assert_refused(&["--pid", &pid], UNSUPPORTED, "it runs /");
+    assert_refused(&["--pid", &pid], UNSUPPORTED, "pgrep -af python");
+    assert_refused(&["--pid", &pid], UNSUPPORTED, "add --subprocesses");
 }
 
 #[test]

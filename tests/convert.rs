@@ -160,6 +160,14 @@ fn huge_numbers() {
 }
 
 #[test]
+fn a_trace_with_holds_already_is_not_converted_again() {
+    refused(
+        r#"[{"name": "take_gil", "ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1}, {"name": "hold_gil", "ph": "X", "ts": 2, "dur": 5, "pid": 1, "tid": 1}, {"name": "drop_gil", "ph": "X", "ts": 7, "dur": 1, "pid": 1, "tid": 1}]"#,
+        "1 hold_gil slices already",
+    );
+}
+
+#[test]
 fn missing_fields() {
     refused(
         r#"[{"name": "take_gil", "ts": 1, "dur": 1, "pid": 1, "tid": 1}, {"name": "drop_gil", "dur": 1, "pid": 1, "tid": 1}]"#,

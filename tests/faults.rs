@@ -62,6 +62,12 @@ fn stop_signal_finishes_the_file(sig: Signal) {
     recording.signal(sig);
     let (status, stderr) = recording.finish();
     assert!(status.success(), "{sig:?}: exit {status}: {stderr}");
+    // Piped, without a duration: how the recording ends is said once it starts.
+    assert_eq!(
+        stderr.matches("recording until Ctrl+C").count(),
+        1,
+        "{stderr}"
+    );
     let trace = Trace::load_single(dir.path());
     assert_eq!(trace.other("end_reason").as_str(), Some("Stopped"));
 }
@@ -83,7 +89,8 @@ fn second_ctrl_c_exits_at_once_without_a_corrupt_file() {
     let recording = start_recording(workload.pid, dir.path(), &[]);
     recording.signal(Signal::SIGINT);
     recording.signal(Signal::SIGINT);
-    let code = recording.finish().0.code();
+    let (status, stderr) = recording.finish();
+    let code = status.code();
     assert!(
         matches!(code, Some(OK) | Some(INTERRUPTED)),
         "exit {code:?}"
@@ -93,6 +100,12 @@ fn second_ctrl_c_exits_at_once_without_a_corrupt_file() {
         Trace::load(&final_path); // complete and valid, or absent: never half-written
     } else {
         assert_eq!(code, Some(INTERRUPTED));
+        // Where what was recorded lies, and what reads it.
+        let dir = dir.path().display();
+        assert!(
+            stderr.contains(&format!("files in {dir}")) && stderr.contains("gilsample report"),
+            "{stderr}"
+        );
     }
 }
 

@@ -1,6 +1,7 @@
 //! Launching and following processes without surprises: outputs checked before a command runs, a
 //! command stopped (never orphaned) when the recording fails after it started, Python children found
-//! behind shells given or launched with `--subprocesses`, a thread id given as `--pid`, and the
+//! behind shells given or launched with `--subprocesses` (one that execs Python after it was passed
+//! over too), a thread id given as `--pid`, and the
 //! launched command line in the trace. A recording that ends before its command (a duration, a
 //! signal) gives its answer at once and says the command still runs; a command without Python yet
 //! is said to be waited for, once.
@@ -117,6 +118,52 @@ fn python_behind_a_launched_shell_is_recorded_with_subprocesses() {
         !stderr.contains("skipping process"),
         "the shell is the job's plumbing, not a failure: {stderr}"
     );
+}
+
+#[test]
+fn a_descendant_that_execs_python_after_it_was_passed_over_is_recorded() {
+    // pyenv's `python3` is a bash script that execs Python once it has found the version: a
+    // descendant first judged not Python, then Python, however late the exec comes.
+    let python = interpreter("3.12");
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("release");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let script = format!(
+        "sh -c 'read x < {}; exec {} {} short --threads 2 --seconds 0.5'; true",
+        fifo.display(),
+        python.command[0],
+        python.workload
+    );
+    let mut recording = gilsample()
+        .args(["--subprocesses", "--verbose", "-o"])
+        .arg(dir.path().join("out"))
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(recording.stderr.take().unwrap());
+    // The inner shell blocks opening the FIFO until the test writes to it: it has been looked at
+    // and passed over by then.
+    let seen = read_until(&mut stderr, "not Python: passed over");
+    std::fs::write(&fifo, "go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut recording.stdout.take().unwrap(), &mut stdout).unwrap();
+    let status = recording.wait().unwrap();
+    assert!(status.success(), "{seen}{rest}");
+    let child = ready_pid(stdout.lines().next().unwrap());
+    assert!(
+        seen.contains(&format!("process {child} runs /")),
+        "the shell that became Python was passed over first: {seen}"
+    );
+    assert!(
+        rest.contains(&format!("recording process {child}")),
+        "{rest}"
+    );
+    let trace = Trace::load(&dir.path().join(format!("out/GIL_{child}_rank_0.json")));
+    assert!(trace.events().iter().any(|e| e.name == "hold_gil"));
 }
 
 #[test]

@@ -179,6 +179,36 @@ fn absolute_kineto(dir: &Path, with_base: bool) -> PathBuf {
 }
 
 #[test]
+fn a_merged_trace_given_beside_the_files_it_holds_is_left_out() {
+    // `record --merge` writes GIL_merged.json beside the per-process files, and `GIL_*.json`
+    // matches it too.
+    let dir = tempfile::tempdir().unwrap();
+    let gil = gil_fixture();
+    let merged = dir.path().join("GIL_merged.json");
+    let (code, stderr) = merge(&[&gil], &[], &merged);
+    assert_eq!(code, 0, "{stderr}");
+    let once = events(&load(&merged)).len();
+    let again = dir.path().join("again.json");
+    let (code, stderr) = merge(&[&gil, &merged], &[], &again);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("GIL_merged.json: left out") && stderr.contains("there twice"),
+        "{stderr}"
+    );
+    let trace = load(&again);
+    assert_eq!(events(&trace).len(), once, "{stderr}");
+    let (pid, renumbered) = fixture_pid();
+    assert!(events(&trace).iter().all(|e| e["pid"] != json!(renumbered)));
+    assert!(events(&trace).iter().any(|e| e["pid"] == json!(pid)));
+    // Alone, or beside files it does not hold, a merged trace is merged like any other.
+    let alone = dir.path().join("alone.json");
+    let (code, stderr) = merge(&[&merged], &[], &alone);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("left out"), "{stderr}");
+    assert_eq!(events(&load(&alone)).len(), once);
+}
+
+#[test]
 fn kineto_traces_with_absolute_timestamps_are_taken_as_they_are() {
     let dir = tempfile::tempdir().unwrap();
     let gil = gil_fixture();

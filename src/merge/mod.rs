@@ -86,8 +86,10 @@ pub struct InputReport {
 pub struct MergeReport {
     /// The merged trace.
     pub output: PathBuf,
-    /// One report per input, in the order given.
+    /// One report per input merged, in the order given.
     pub inputs: Vec<InputReport>,
+    /// Inputs left out, and why (`repeated_merges`).
+    pub left_out: Vec<(PathBuf, String)>,
 }
 
 const NS_PER_SECOND: i128 = 1_000_000_000;
@@ -117,6 +119,19 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
     }
     check_not_exists(output, opts.force)?;
     let probes: Vec<Probe> = inputs.iter().map(|p| probe(p)).collect::<Result<_>>()?;
+    let repeats = repeated_merges(inputs, &probes);
+    let mut left_out = Vec::new();
+    let (mut kept, mut kept_probes) = (Vec::new(), Vec::new());
+    for ((input, probe), repeat) in inputs.iter().zip(probes).zip(repeats) {
+        match repeat {
+            Some(why) => left_out.push((input.clone(), why)),
+            None => {
+                kept.push(input.clone());
+                kept_probes.push(probe);
+            }
+        }
+    }
+    let (inputs, probes) = (&kept[..], kept_probes);
     let reports = plan(inputs, &probes, opts);
 
     let (file, partial) = create_partial(output)?;
@@ -182,7 +197,47 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
     Ok(MergeReport {
         output: output.to_path_buf(),
         inputs: reports,
+        left_out,
     })
+}
+
+/// Per input, why it is left out, if it is: a trace that `merge` or `record --merge` wrote, given
+/// beside a file it already holds (a `GIL_*.json` glob over a `--merge` directory matches
+/// `GIL_merged.json` too), would put that file's events on the timeline twice. Matched by file
+/// name against the inputs its `otherData.merge` lists.
+fn repeated_merges(inputs: &[PathBuf], probes: &[Probe]) -> Vec<Option<String>> {
+    let name = |path: &Path| path.file_name().map(|n| n.to_string_lossy().into_owned());
+    probes
+        .iter()
+        .enumerate()
+        .map(|(i, probe)| {
+            let listed = probe
+                .header
+                .keys
+                .get("otherData")?
+                .get("merge")?
+                .get("inputs")?
+                .as_array()?;
+            let holds: Vec<String> = listed
+                .iter()
+                .filter_map(|input| name(Path::new(input.get("file")?.as_str()?)))
+                .collect();
+            let also_given: Vec<String> = inputs
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .filter_map(|(_, other)| name(other))
+                .filter(|other| holds.contains(other))
+                .collect();
+            (!also_given.is_empty()).then(|| {
+                format!(
+                    "it is a merged trace that already holds {}, also given: their events would be \
+                     there twice",
+                    also_given.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

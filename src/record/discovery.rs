@@ -1,8 +1,8 @@
 //! Finding targets while a session runs: candidates attached or judged (not ready yet, not Python,
-//! gone), roots that are launchers and looked at again, and the accelerator users of `--all-npu` /
-//! `--all-gpu`.
+//! gone), processes judged not Python looked at again when they exec another program, and the
+//! accelerator users of `--all-npu` / `--all-gpu`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{MAX_NOT_READY_ROUNDS, Session, Update};
 use crate::discover::{DeviceKind, device_users};
@@ -30,7 +30,7 @@ impl Session<'_> {
             });
             self.launcher_report.push((pid, name));
         }
-        self.launchers.insert(pid, program);
+        self.not_python.insert(pid, program);
     }
 
     /// Lets discovery look at a root judged a launcher again, with the grace rounds every new
@@ -40,17 +40,27 @@ impl Session<'_> {
         self.known.remove(&pid);
     }
 
-    /// Launcher roots that run another program than when they were judged not Python: they are
-    /// candidates again.
-    pub(super) fn roots_that_changed_program(&mut self, roots: &[u32]) -> Vec<u32> {
+    /// Those of `pids` (roots and followed descendants) that run another program than when they
+    /// were judged not Python: they are candidates again. A shell or a version manager's shim that
+    /// execs Python after a while (pyenv's `python3` is a bash script) is caught so, whenever the
+    /// exec comes. The judged processes that are gone are forgotten.
+    pub(super) fn changed_program(&mut self, pids: &[u32]) -> Vec<u32> {
         let mut changed = Vec::new();
-        for &pid in roots {
-            if let Some(program) = self.launchers.get(&pid)
-                && exe_of(pid).is_some_and(|now| Some(&now) != program.as_ref())
-            {
-                self.launchers.remove(&pid);
-                self.known.remove(&pid);
-                self.not_ready.remove(&pid);
+        for &pid in pids {
+            let Some(program) = self.not_python.get(&pid) else {
+                continue;
+            };
+            let now = exe_of(pid);
+            let same = now.is_some() && now.as_ref() == program.as_ref();
+            // A program that cannot be read now of a process that is still there: nothing to go by.
+            let unreadable = now.is_none() && Path::new(&format!("/proc/{pid}")).exists();
+            if same || unreadable {
+                continue;
+            }
+            self.not_python.remove(&pid);
+            self.known.remove(&pid);
+            self.not_ready.remove(&pid);
+            if now.is_some() {
                 changed.push(pid);
             }
         }
@@ -59,8 +69,10 @@ impl Session<'_> {
 
     /// Attaches to candidates not seen before: Python ones are recorded, others are skipped with a
     /// reason; one whose interpreter has not started yet is retried on later rounds. Descendants
-    /// that are not Python (`descendants`: shells, `srun`, `sleep`) are passed over silently: they
-    /// are the job's plumbing, not something the user asked to record.
+    /// that are not Python (`descendants`: shells, `srun`, `sleep`) are passed over, said only with
+    /// `--verbose`: they are the job's plumbing, not something the user asked to record. Each
+    /// process judged not Python is kept with the program it ran, read before it was looked at, so
+    /// that an exec after that look makes it a candidate again (`changed_program`).
     pub(super) fn try_attach(
         &mut self,
         candidates: Vec<u32>,
@@ -72,12 +84,12 @@ impl Session<'_> {
                 continue;
             }
             let was_launcher = self.launcher_report.iter().any(|(p, _)| *p == pid);
-            let program = if was_launcher { exe_of(pid) } else { None };
+            let program = exe_of(pid);
             match locate(pid, self.opts.layout).and_then(|located| located.connect()) {
                 Ok(target) => {
                     self.known.insert(pid);
-                    // No longer a launcher whose change of program makes it a candidate again.
-                    self.launchers.remove(&pid);
+                    // No longer a process whose change of program makes it a candidate again.
+                    self.not_python.remove(&pid);
                     self.not_ready.remove(&pid);
                     if self.config.end_at_ns.is_none() && self.opts.duration.is_some() {
                         self.attached.push(target);
@@ -105,6 +117,11 @@ impl Session<'_> {
                 }
                 Err(Error::NotPython { .. }) if descendants => {
                     self.known.insert(pid);
+                    progress(Update::PassedOver {
+                        pid,
+                        program: program.as_deref(),
+                    });
+                    self.not_python.insert(pid, program);
                 }
                 Err(e) => {
                     self.known.insert(pid);

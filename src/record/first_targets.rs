@@ -32,6 +32,14 @@ impl Session<'_> {
                             self.launcher(pid, program, progress);
                             self.look_again(pid);
                         }
+                        Err(Error::NotPython { pid, why }) => {
+                            let why = given_pid_not_python(&why, program.as_deref());
+                            let e = Error::NotPython { pid, why };
+                            if pids.len() == 1 {
+                                return Err(e);
+                            }
+                            self.failures.push((pid, e));
+                        }
                         Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
                         Err(e) => self.failures.push((pid, e)),
                     }
@@ -93,4 +101,14 @@ impl Session<'_> {
         }
         Ok(())
     }
+}
+
+/// Why a given pid is not recorded, with its program named and the ways on: the pid of the Python
+/// process itself, or `--subprocesses` where it is a launcher (a shell, `srun`, a shim).
+fn given_pid_not_python(why: &str, program: Option<&Path>) -> String {
+    let runs = program.map_or(String::new(), |p| format!("it runs {}, and ", p.display()));
+    format!(
+        "{runs}{why}. Give the pid of the Python process itself (`pgrep -af python` lists them), \
+         or add --subprocesses to record the Python processes this one starts"
+    )
 }

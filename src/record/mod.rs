@@ -158,9 +158,10 @@ struct Session<'a> {
     not_ready: HashMap<u32, u32>,
     failures: Vec<(u32, Error)>,
     skipped: Vec<(u32, String)>,
-    /// Roots that are not Python, with the program each ran when last looked at: one that execs
-    /// another program (`exec python3` at the end of a script) is looked at again.
-    launchers: HashMap<u32, Option<PathBuf>>,
+    /// Roots and followed descendants judged not Python, with the program each ran when looked
+    /// at: one that execs another program (`exec python3` at the end of a script, a shim) is looked
+    /// at again.
+    not_python: HashMap<u32, Option<PathBuf>>,
     launcher_report: Vec<(u32, String)>,
 }
 
@@ -203,7 +204,7 @@ pub fn record(
         not_ready: HashMap::new(),
         failures: Vec::new(),
         skipped: Vec::new(),
-        launchers: HashMap::new(),
+        not_python: HashMap::new(),
         launcher_report: Vec::new(),
     };
     let mut launched: Option<Launched> = None;
@@ -299,16 +300,18 @@ impl Session<'_> {
                 match &opts.targets {
                     Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
                     _ => {
-                        let mut found = self.roots_that_changed_program(roots);
+                        let below = descendants(roots);
+                        let mut found = self.changed_program(roots);
+                        found.extend(self.changed_program(&below));
                         // A root judged a launcher is looked at again for a few rounds
                         // (`look_again`): it may have been caught in the middle of exec.
                         let unjudged: Vec<u32> = roots
                             .iter()
+                            .chain(&below)
                             .copied()
                             .filter(|pid| !self.known.contains(pid) && !found.contains(pid))
                             .collect();
                         found.extend(unjudged);
-                        found.extend(descendants(roots));
                         self.try_attach(found, true, progress)?;
                     }
                 }

@@ -123,6 +123,14 @@ pub enum Update<'a> {
         /// The program it runs.
         program: &'a str,
     },
+    /// A followed descendant is not Python (a shell, `srun`, a shim that has not exec'd yet): passed
+    /// over, and looked at again if it execs another program.
+    PassedOver {
+        /// The descendant's pid.
+        pid: u32,
+        /// The program it runs, where it could be read.
+        program: Option<&'a Path>,
+    },
     /// The recording failed after the command was launched, and the command was stopped.
     CommandStopped {
         /// The command's pid.

@@ -250,7 +250,7 @@ pub fn run(
         Update::WriteFailed { pid, error } => {
             console.say(format!("process {pid}: {error}; the recording stops"))
         }
-        Update::Ready | Update::Progress(_) => {}
+        Update::Ready | Update::PassedOver { .. } | Update::Progress(_) => {}
     };
     let report = record(&opts, stop.clone(), &mut on_update);
     let quit = stop.load(Ordering::SeqCst);

@@ -254,6 +254,7 @@ impl ThreadTimeline {
 
 /// Runs the state machine over a whole sequence of `(t_ns, state)` samples of one thread, closing at the
 /// end of the recording: the pure form of what the engine (infer/engine.rs) does incrementally.
+#[cfg(test)]
 pub fn infer_intervals(
     tid: u32,
     samples: &[(u64, GilState)],

@@ -172,7 +172,7 @@ pub struct StackWatch {
     threads: BTreeMap<u32, ThreadPlaces>,
     innermost_checks: u64,
     /// Stack reads answered from the thread's last one: same frame, same instruction.
-    pub stacks_reused: u64,
+    stacks_reused: u64,
     /// Stack reads answered from a kept one of the same frame and code at another instruction.
     stacks_reused_other_line: u64,
     /// When every thread's expired stacks were last forgotten.

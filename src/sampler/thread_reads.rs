@@ -404,7 +404,7 @@ impl ThreadTable {
                 });
             }
             // The next retry reads the read threads and the counts, after a sleep but the first.
-            let sleep = if rereads > 0 {
+            let sleep_in_reads = if rereads > 0 {
                 SLEEPING_RETRY_IN_READS
             } else {
                 0
@@ -412,7 +412,7 @@ impl ThreadTable {
             if rereads == COUNT_OUT_RETRIES {
                 break;
             }
-            if self.read.len() + 1 + sleep >= self.unread.len() {
+            if self.read.len() + 1 + sleep_in_reads >= self.unread.len() {
                 return Err(NotCountedOut::CheaperToRead);
             }
             let mut now = monotonic_ns();

@@ -107,7 +107,7 @@ impl<'a> Sampler<'a> {
     ) -> Sampler<'a> {
         let engine = Engine::new(sample_context(target, config));
         let reads = TickReads {
-            ranges: target.gil_wait_ranges(),
+            ranges: engine.context().ranges,
             counts: target
                 .waiter_counts
                 .as_ref()
@@ -151,22 +151,29 @@ impl<'a> Sampler<'a> {
         let first_walk = state.refresh().ok();
         state.report.start_ns = monotonic_ns();
         state.report.end_ns = state.report.start_ns;
-        let period = config.period_ns;
-        state.pace = Pace::new(state.report.start_ns, period);
-        if let Some(unbound) = first_walk {
-            state.pace.last_walk = state.report.start_ns;
-            let last_walk = state.pace.last_walk;
-            state
-                .pace
-                .unbound
-                .after_walk(last_walk, unbound, period, config.refresh_ns);
+        state.pace = Pace::new(state.report.start_ns, config.period_ns);
+        match first_walk {
+            Some(unbound) => state.walked(state.report.start_ns, unbound, live),
+            None => live
+                .threads
+                .store(state.table.threads.len() as u64, Ordering::Relaxed),
         }
         if may_dodge && config.dodge_holder && scheduling == Scheduling::Fifo {
             state.dodge = CpuDodge::new(target.pid);
         }
-        live.threads
-            .store(state.table.threads.len() as u64, Ordering::Relaxed);
         state
+    }
+
+    /// After a walk of the thread list at `at` (`unbound`: two thread states named one thread):
+    /// when the next walk is due, and the thread count the session shows.
+    fn walked(&mut self, at: u64, unbound: bool, live: &LiveCounters) {
+        let config = self.config;
+        self.pace.last_walk = at;
+        self.pace
+            .unbound
+            .after_walk(at, unbound, config.period_ns, config.refresh_ns);
+        live.threads
+            .store(self.table.threads.len() as u64, Ordering::Relaxed);
     }
 
     /// The pid of the target sampled.
@@ -332,11 +339,7 @@ impl<'a> Sampler<'a> {
         pace.walk_now = false;
         match self.refresh() {
             Ok(unbound) => {
-                self.pace
-                    .unbound
-                    .after_walk(t0, unbound, config.period_ns, config.refresh_ns);
-                live.threads
-                    .store(self.table.threads.len() as u64, Ordering::Relaxed);
+                self.walked(t0, unbound, live);
                 Ok(())
             }
             Err(WalkError::Read(ReadError::Gone)) => Err(Some(EndReason::TargetExited)),

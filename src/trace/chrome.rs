@@ -82,7 +82,7 @@ impl ChromeWriter {
             flows: 0,
             stacks: PendingStacks::default(),
             tap: None,
-            holds: HoldKinds::new(),
+            holds: HoldKinds::default(),
         };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
@@ -143,24 +143,27 @@ impl ChromeWriter {
         Ok(())
     }
 
+    /// Starts a complete event (`"ph":"X"`) named `name` on thread `tid` over `span` (monotonic
+    /// ns), up to its args: the caller closes it. Straight into the buffered file: a String per
+    /// event was a twentieth of gilsample's CPU.
+    fn slice_start(&mut self, name: &str, tid: u32, span: (u64, u64)) -> Result<()> {
+        self.separator()?;
+        let offset = self.offset_ns as i128;
+        let (ts, dur) = span_micros(span.0 as i128 + offset, span.1 as i128 + offset);
+        write!(
+            self.out,
+            "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{tid}",
+            self.pid
+        )
+        .map_err(|e| self.output_error(e))
+    }
+
     /// Writes a complete event for `interval` if its state is one the trace shows.
     pub fn write_interval(&mut self, interval: &Interval) -> Result<()> {
         let Some(name) = interval.state.event_name() else {
             return Ok(());
         };
-        self.separator()?;
-        let offset = self.offset_ns as i128;
-        let (ts, dur) = span_micros(
-            interval.start_ns as i128 + offset,
-            interval.end_ns as i128 + offset,
-        );
-        // Straight into the buffered file: a String per event was a twentieth of gilsample's CPU.
-        write!(
-            self.out,
-            "{{\"name\":\"{name}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{}",
-            self.pid, interval.tid
-        )
-        .map_err(|e| self.output_error(e))?;
+        self.slice_start(name, interval.tid, (interval.start_ns, interval.end_ns))?;
         let mut args = self.stacks.args_for(interval);
         if interval.state == GilState::Hold {
             args = self.holds.annotate(interval, args);
@@ -179,23 +182,16 @@ impl ChromeWriter {
     /// Writes a stretch in which the holder slept in a syscall while holding the GIL: a slice named
     /// `held_while_blocked` inside the thread's `hold_gil`, with the syscall by name in its args.
     pub fn write_held_while_blocked(&mut self, stretch: &BlockedStretch) -> Result<()> {
-        self.separator()?;
-        let offset = self.offset_ns as i128;
-        let (ts, dur) = span_micros(
-            stretch.start_ns as i128 + offset,
-            stretch.end_ns as i128 + offset,
-        );
+        let span = (stretch.start_ns, stretch.end_ns);
+        self.slice_start("held_while_blocked", stretch.tid, span)?;
         write!(
             self.out,
-            "{{\"name\":\"held_while_blocked\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{},\"args\":{{\"syscall\":\"{}\"}}}}",
-            self.pid,
-            stretch.tid,
+            ",\"args\":{{\"syscall\":\"{}\"}}}}",
             syscall_name(stretch.nr)
         )
         .map_err(|e| self.output_error(e))?;
         if self.tap.is_some() {
             let args = json!({"syscall": syscall_name(stretch.nr)});
-            let span = (stretch.start_ns, stretch.end_ns);
             self.tap_slice("held_while_blocked", stretch.tid, span, Some(&args));
         }
         Ok(())

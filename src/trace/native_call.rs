@@ -55,7 +55,9 @@ impl WaiterRuns {
     }
 }
 
-/// The writer's view of holds: what decides their kind, and the source lines of call sites.
+/// The writer's view of holds: what decides their kind, and the source lines of call sites
+/// (none until `read_sources_of`).
+#[derive(Default)]
 pub struct HoldKinds {
     interval_us: Option<u64>,
     waiters: WaiterRuns,
@@ -64,16 +66,6 @@ pub struct HoldKinds {
 }
 
 impl HoldKinds {
-    /// Holds with nothing noted yet, without source lines.
-    pub fn new() -> HoldKinds {
-        HoldKinds {
-            interval_us: None,
-            waiters: WaiterRuns::default(),
-            watches: BTreeMap::new(),
-            sources: None,
-        }
-    }
-
     /// Read call sites' source lines from the files of process `pid` (a live recording; a replay
     /// does not read them: the pid may be another process by then).
     pub fn read_sources_of(&mut self, pid: u32) {
@@ -170,12 +162,6 @@ impl HoldKinds {
     }
 }
 
-impl Default for HoldKinds {
-    fn default() -> HoldKinds {
-        HoldKinds::new()
-    }
-}
-
 /// The function, file and line of a stack's frame text, `function (file:line)` (or `function
 /// (file)`). A function's qualified name has no " (" in it; a path may.
 pub fn call_site(frame: &str) -> Option<(&str, &str, Option<u32>)> {
@@ -237,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_hold_that_stood_still_is_a_native_call_with_its_call_site() {
-        let mut kinds = HoldKinds::new();
+        let mut kinds = HoldKinds::default();
         kinds.note_interval(5000);
         kinds.note_frames(
             7,
@@ -265,7 +251,7 @@ mod tests {
 
     #[test]
     fn without_frames_only_a_long_wait_makes_a_native_call() {
-        let mut kinds = HoldKinds::new();
+        let mut kinds = HoldKinds::default();
         // No interval read: the default 5 ms. A waiter from 10 ms on.
         kinds.note_waiters(10 * MS, 1);
         assert_eq!(
@@ -293,7 +279,7 @@ mod tests {
         // One native call from 0 to 47 ms, the sampler away from 32 to 40 ms (a loaded machine):
         // two slices, the watch so far sent at the gap and the whole watch at the end. A waiter
         // throughout.
-        let mut kinds = HoldKinds::new();
+        let mut kinds = HoldKinds::default();
         kinds.note_interval(5000);
         kinds.note_waiters(0, 1);
         let mut watch = still("match (a.py:3)");

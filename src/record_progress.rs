@@ -127,8 +127,9 @@ fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
         Update::WaitingForPython { pid, program, why } if !quiet => Some(match program {
             Some(program) => format!(
                 "gilsample: the command (pid {pid}) runs {}, which is not Python; gilsample keeps \
-                 waiting for it to start Python, for up to {} s or until it exits. To record the \
-                 Python processes it starts instead, add --subprocesses",
+                 waiting for it to exec Python (as a script ending in `exec python` or pyenv's \
+                 python3 shim does), for up to {} s or until it exits. If it starts Python as \
+                 child processes instead, add --subprocesses to record them",
                 program.display(),
                 LAUNCH_TIMEOUT.as_secs()
             ),

@@ -43,7 +43,9 @@ impl Session<'_> {
     /// Those of `pids` (roots and followed descendants) that run another program than when they
     /// were judged not Python: they are candidates again. A shell or a version manager's shim that
     /// execs Python after a while (pyenv's `python3` is a bash script) is caught so, whenever the
-    /// exec comes. The judged processes that are gone are forgotten.
+    /// exec comes. Of `pids`, those gone are forgotten: a root is passed at every round, gone or
+    /// not; a descendant only while it lives, so a gone one's entry stays until its pid is reused,
+    /// and the new process is then a candidate if it runs another program.
     pub(super) fn changed_program(&mut self, pids: &[u32]) -> Vec<u32> {
         let mut changed = Vec::new();
         for &pid in pids {

@@ -252,16 +252,18 @@ fn run_record(
     reader: Option<std::fs::File>,
 ) -> Result<i32> {
     let opts = record_options(&args)?;
-    if !args.quiet {
-        warn_if_realtime_refused(&opts);
-    }
     let state = SessionState::default();
     let (stop, waiting_for_command) = (state.stop.clone(), state.waiting_for_command.clone());
     install_signal_thread(state, &opts.output);
     if let Some(reader) = reader {
         wait_for_go(reader, &stop)?;
     }
-    let progress = ProgressDisplay::new(args.quiet, args.verbose, opts.duration);
+    let progress = ProgressDisplay::new(
+        args.quiet,
+        args.verbose,
+        opts.duration,
+        realtime_refused_warning_for(&opts),
+    );
     let mut on_progress = |update: Update<'_>| {
         if let Some(control) = control
             && let Some(event) = event_for(&update)
@@ -310,14 +312,14 @@ fn run_record(
     Ok(code)
 }
 
-/// Said before recording: the sampler will run at a lower priority than asked.
-fn warn_if_realtime_refused(opts: &RecordOptions) {
-    if opts.priority == Priority::Realtime && !realtime_allowed() {
-        eprintln!(
+/// Said when the first target starts: the sampler will run at a lower priority than asked.
+fn realtime_refused_warning_for(opts: &RecordOptions) -> Option<String> {
+    (opts.priority == Priority::Realtime && !realtime_allowed()).then(|| {
+        format!(
             "gilsample: {}",
             realtime_refused_warning(opts.cpus.is_some(), has_cap_sys_nice())
-        );
-    }
+        )
+    })
 }
 
 /// Waits for the caller's go on `--control-fd`, then watches it for the stop.

@@ -17,12 +17,20 @@ pub(crate) struct ProgressDisplay {
     /// Without a bar or a duration, how the recording ends is said once, after the first start:
     /// the bar says it on a terminal; piped, nothing else would until the end.
     say_how_it_ends: Cell<bool>,
+    /// A warning about how the sampler will run (real-time scheduling refused), said before the
+    /// first start line: a run refused before any target starts (no access to it) says only why.
+    warning_at_start: Cell<Option<String>>,
 }
 
 impl ProgressDisplay {
     /// A bar only when not quiet and stderr is a terminal; with `verbose`, also the processes
-    /// passed over.
-    pub(crate) fn new(quiet: bool, verbose: bool, duration: Option<Duration>) -> Self {
+    /// passed over; `warning_at_start` goes before the first target's start line.
+    pub(crate) fn new(
+        quiet: bool,
+        verbose: bool,
+        duration: Option<Duration>,
+        warning_at_start: Option<String>,
+    ) -> Self {
         let show_progress = !quiet && std::io::stderr().is_terminal();
         let bar = show_progress.then(|| new_progress_bar(duration));
         Self {
@@ -30,6 +38,7 @@ impl ProgressDisplay {
             bar,
             quiet,
             verbose,
+            warning_at_start: Cell::new(warning_at_start.filter(|_| !quiet)),
         }
     }
 
@@ -38,6 +47,9 @@ impl ProgressDisplay {
             Update::Progress(p) => self.show_progress(p),
             update => {
                 let started = matches!(update, Update::Started { .. });
+                if started && let Some(warning) = self.warning_at_start.take() {
+                    self.say(warning);
+                }
                 if let Some(line) = line_for(update, self.quiet, self.verbose) {
                     self.say(line);
                 }

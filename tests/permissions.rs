@@ -91,6 +91,19 @@ fn another_unprivileged_user_is_told_whose_process_it_is() {
     assert!(message.contains("without CAP_SYS_PTRACE"), "{message}");
     assert!(message.contains("setcap cap_sys_ptrace"), "{message}");
     assert_truthful(&message);
+    // Without --quiet, the refusal is all it says: no warning about how a sampler that never
+    // started would have been scheduled (that user has no CAP_SYS_NICE for SCHED_FIFO either).
+    let mut loud = gilsample_for(workload.pid);
+    loud.retain(|a| a != "--quiet");
+    let out = Command::new("runuser")
+        .args(["-u", user, "--"])
+        .args(loud)
+        .output()
+        .unwrap();
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(PERMISSION), "{message}");
+    assert!(!message.contains("SCHED_FIFO"), "{message}");
+    assert!(message.contains("Why: "), "{message}");
 }
 
 #[test]

@@ -50,8 +50,8 @@ pub struct RecordArgs {
     #[arg(long, help_heading = HELP_TARGETS)]
     pub subprocesses: bool,
 
-    /// How long to record: 10 or 10s, 500ms, 2m, 1h; -1 (the default) records until Ctrl+C, SIGTERM
-    /// or the targets exit.
+    /// How long to record: 10 or 10s, 500ms, 2m, 1m30s, 1h; -1 (the default) records until Ctrl+C,
+    /// SIGTERM or the targets exit.
     ///
     /// For unattended runs, and with --all-npu/--all-gpu to wait for processes that have not started
     /// yet.

@@ -79,30 +79,33 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
 }
 
 /// A duration as py-spy takes it: `10` (seconds), `10s`, `500ms`, `2m`, `1h`, decimals allowed
-/// (`0.5s`); `-1` means until stopped.
+/// (`0.5s`), and parts added up as people write them (`1m30s`, `1h 15m`); `-1` means until stopped.
 pub fn parse_duration(text: &str) -> Result<DurationArg, String> {
     let trimmed = text.trim();
     let refuse = |why: &str| {
         format!(
-            "'{text}' is not a duration: {why}; write e.g. 10, 10s, 500ms, 2m or 1h, or -1 to record until stopped"
+            "'{text}' is not a duration: {why}; write e.g. 10, 10s, 500ms, 2m, 1m30s or 1h, or -1 to \
+             record until stopped"
         )
     };
-    let number_end = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(number_end);
-    let value: f64 = number.parse().map_err(|_| refuse("no number"))?;
-    let seconds_per_unit = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "s" | "sec" | "secs" => 1.0,
-        "ms" => 1e-3,
-        "m" | "min" | "mins" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(refuse(&format!("unknown unit '{}'", unit.trim()))),
-    };
-    if value == -1.0 && unit.trim().is_empty() {
+    if trimmed.parse::<f64>() == Ok(-1.0) {
         return Ok(DurationArg(None));
     }
-    let seconds = value * seconds_per_unit;
+    let mut seconds = 0.0;
+    let mut rest = trimmed;
+    while !rest.is_empty() {
+        let (value, unit, after) = duration_part(rest).map_err(|why| refuse(&why))?;
+        if value < 0.0 {
+            return Err(refuse("it must be more than 0"));
+        }
+        seconds += value
+            * seconds_per_unit(unit).ok_or_else(|| refuse(&format!("unknown unit '{unit}'")))?;
+        // A bare number is seconds, and only the last part may leave its unit out.
+        if unit.is_empty() && !after.is_empty() {
+            return Err(refuse("a number without a unit before another part"));
+        }
+        rest = after;
+    }
     if !seconds.is_finite() || seconds <= 0.0 {
         return Err(refuse("it must be more than 0"));
     }
@@ -111,6 +114,32 @@ pub fn parse_duration(text: &str) -> Result<DurationArg, String> {
         .filter(|d| *d <= MAX_DURATION)
         .map(|d| DurationArg(Some(d)))
         .ok_or_else(|| refuse("it must be at most a year"))
+}
+
+/// The first `NUMBER UNIT` of `text` (the unit may be empty), and what follows it, spaces trimmed.
+fn duration_part(text: &str) -> Result<(f64, &str, &str), String> {
+    let number_end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(text.len());
+    let (number, after_number) = text.split_at(number_end);
+    let value: f64 = number.parse().map_err(|_| "no number".to_string())?;
+    let after_number = after_number.trim_start();
+    let unit_end = after_number
+        .find(|c: char| !c.is_ascii_alphabetic())
+        .unwrap_or(after_number.len());
+    let (unit, after) = after_number.split_at(unit_end);
+    Ok((value, unit, after.trim_start()))
+}
+
+/// Seconds in one `unit` (empty: seconds), if it is one.
+fn seconds_per_unit(unit: &str) -> Option<f64> {
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" | "secs" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" | "mins" => 60.0,
+        "h" => 3600.0,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -149,10 +178,20 @@ mod tests {
     }
 
     #[test]
+    fn durations_in_parts_add_up() {
+        let secs = |s: f64| Ok(DurationArg(Some(Duration::from_secs_f64(s))));
+        assert_eq!(parse_duration("1m30s"), secs(90.0));
+        assert_eq!(parse_duration("1h 15m"), secs(4500.0));
+        assert_eq!(parse_duration("2m30"), secs(150.0));
+        assert_eq!(parse_duration("1s500ms"), secs(1.5));
+        assert_eq!(parse_duration("10 s"), secs(10.0));
+    }
+
+    #[test]
     fn durations_that_mean_nothing_are_refused_with_the_accepted_forms() {
         for bad in [
             "0", "0s", "-2", "-1s", "ten", "nan", "inf", "10x", "s", "", "1e3", "366d", "9000h",
-            "1.2.3",
+            "1.2.3", "30 1m", "1m-1m", "2m -1m", "1m x",
         ] {
             let error = parse_duration(bad).expect_err(bad);
             assert!(error.contains("10s, 500ms, 2m"), "{bad}: {error}");

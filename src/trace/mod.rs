@@ -5,6 +5,7 @@ pub mod chrome;
 pub mod micros;
 pub mod native_call;
 pub mod output;
+pub mod pending;
 pub mod source;
 pub mod stacks;
 pub mod tap;

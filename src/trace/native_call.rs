@@ -4,7 +4,7 @@
 //! line and that line's source, read from the target's own files where this is a live recording)
 //! and its callee where it was read.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
@@ -12,6 +12,7 @@ use crate::infer::intervals::Interval;
 use crate::infer::native_call::{
     DEFAULT_SWITCH_INTERVAL_US, FrameWatch, HoldEvidence, is_native_call,
 };
+use crate::trace::pending::PerThread;
 use crate::trace::source::SourceLines;
 
 /// Stretches with waiters kept after they ended: a hold is written when it closes, at most a held-back
@@ -57,12 +58,22 @@ impl WaiterRuns {
 
 /// The writer's view of holds: what decides their kind, and the source lines of call sites
 /// (none until `read_sources_of`).
-#[derive(Default)]
 pub struct HoldKinds {
     interval_us: Option<u64>,
     waiters: WaiterRuns,
-    watches: BTreeMap<u32, Vec<(u64, FrameWatch)>>,
+    watches: PerThread<FrameWatch>,
     sources: Option<SourceLines>,
+}
+
+impl Default for HoldKinds {
+    fn default() -> Self {
+        HoldKinds {
+            interval_us: None,
+            waiters: WaiterRuns::default(),
+            watches: PerThread::with_cap(MAX_WATCHES_PER_THREAD),
+            sources: None,
+        }
+    }
 }
 
 impl HoldKinds {
@@ -89,17 +100,13 @@ impl HoldKinds {
 
     /// What the sampler saw of thread `tid`'s innermost frame over a hold, last read at `t_ns`.
     pub fn note_frames(&mut self, tid: u32, t_ns: u64, watch: FrameWatch) {
-        let watches = self.watches.entry(tid).or_default();
-        if watches.len() >= MAX_WATCHES_PER_THREAD {
-            watches.remove(0);
-        }
-        watches.push((t_ns, watch));
+        self.watches.push(tid, t_ns, watch);
     }
 
     /// The hold `interval`'s `args` (its stacks, where it has them) with its kind added, and for one
     /// native call its call site and callee.
     pub fn annotate(&mut self, interval: &Interval, args: Option<Value>) -> Option<Value> {
-        let parts = self.take_watches(interval);
+        let parts = self.watches.take_inside(interval);
         // A hold the samples left a gap in is written as several slices, each with the watch
         // from the hold's start: what waited is counted from there too.
         let watched_from = parts
@@ -142,23 +149,6 @@ impl HoldKinds {
             args.insert("callee".into(), json!(frames.callee));
         }
         Some(Value::Object(args))
-    }
-
-    /// The watches of `interval`'s thread that ended inside it, with when; drops those it has
-    /// passed.
-    fn take_watches(&mut self, interval: &Interval) -> Vec<(u64, FrameWatch)> {
-        let Some(watches) = self.watches.get_mut(&interval.tid) else {
-            return Vec::new();
-        };
-        let upto = watches.partition_point(|(t, _)| *t <= interval.end_ns);
-        let inside = watches
-            .drain(..upto)
-            .filter(|(t, _)| *t >= interval.start_ns)
-            .collect();
-        if watches.is_empty() {
-            self.watches.remove(&interval.tid);
-        }
-        inside
     }
 }
 

@@ -7,82 +7,75 @@
 //! frame changed during the hold, `stack_changed` is true and `stacks` lists each stack seen with the
 //! number of samples it was seen at (most first).
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 
 use crate::infer::intervals::{GilState, Interval};
+use crate::trace::pending::PerThread;
 
 pub use crate::infer::findings::Frames;
 
-/// One stack reading: at a sample, in a state, seen over `samples` samples.
+/// One stack reading: in a state, seen over `samples` samples.
 #[derive(Clone, Debug)]
 struct Seen {
-    t_ns: u64,
     state: GilState,
     frames: Frames,
     samples: u64,
 }
 
 /// Stacks not yet placed in a slice, per thread, oldest first.
-#[derive(Default)]
 pub struct PendingStacks {
-    by_tid: BTreeMap<u32, Vec<Seen>>,
+    seen: PerThread<Seen>,
 }
 
 /// Stacks kept per thread while its slice is open: a hold that keeps changing stacks is summed,
 /// not stored sample by sample.
 const MAX_PENDING_PER_THREAD: usize = 64;
 
+impl Default for PendingStacks {
+    fn default() -> Self {
+        PendingStacks {
+            seen: PerThread::with_cap(MAX_PENDING_PER_THREAD),
+        }
+    }
+}
+
 impl PendingStacks {
     /// A stack read at `t_ns` in `state`, standing for `samples` samples.
     pub fn note(&mut self, tid: u32, t_ns: u64, state: GilState, frames: Frames, samples: u64) {
-        let pending = self.by_tid.entry(tid).or_default();
-        if let Some(same) = pending
-            .iter_mut()
-            .rev()
-            .take_while(|s| s.state == state)
-            .find(|s| s.frames == frames)
-        {
+        // Seen again since the thread entered `state`: counted where it was first seen.
+        let same = self.seen.of_mut(tid).and_then(|kept| {
+            kept.iter_mut()
+                .rev()
+                .take_while(|(_, s)| s.state == state)
+                .find(|(_, s)| s.frames == frames)
+        });
+        if let Some((_, same)) = same {
             same.samples += samples;
             return;
         }
-        if pending.len() >= MAX_PENDING_PER_THREAD {
-            pending.remove(0);
-        }
-        pending.push(Seen {
-            t_ns,
+        let seen = Seen {
             state,
             frames,
             samples,
-        });
+        };
+        self.seen.push(tid, t_ns, seen);
     }
 
     /// The `args` for `interval`, from the stacks read inside it; drops those it has passed.
     pub fn args_for(&mut self, interval: &Interval) -> Option<Value> {
-        let pending = self.by_tid.get_mut(&interval.tid)?;
-        let upto = pending.partition_point(|s| s.t_ns <= interval.end_ns);
-        let inside: Vec<Seen> = pending
-            .drain(..upto)
-            .filter(|s| s.state == interval.state && s.t_ns >= interval.start_ns)
-            .collect();
-        if pending.is_empty() {
-            self.by_tid.remove(&interval.tid);
-        }
-        args_of(interval.state, inside)
+        let inside = self.seen.take_inside(interval).into_iter().map(|(_, s)| s);
+        args_of(
+            interval.state,
+            inside.filter(|s| s.state == interval.state).collect(),
+        )
     }
 
     /// The `args` `interval` would get now, leaving the stacks in place: for a slice still open
     /// (trace/tap.rs), which gets its own later.
     pub fn peek_args_for(&self, interval: &Interval) -> Option<Value> {
-        let pending = self.by_tid.get(&interval.tid)?;
-        let inside: Vec<Seen> = pending
-            .iter()
-            .take_while(|s| s.t_ns <= interval.end_ns)
-            .filter(|s| s.state == interval.state && s.t_ns >= interval.start_ns)
-            .cloned()
-            .collect();
-        args_of(interval.state, inside)
+        let inside = self.seen.peek_inside(interval).map(|(_, s)| s);
+        let inside = inside.filter(|s| s.state == interval.state).cloned();
+        args_of(interval.state, inside.collect())
     }
 }
 

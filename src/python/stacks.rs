@@ -127,6 +127,113 @@ pub struct FrameId {
     pub instr: u64,
 }
 
+/// A thread's innermost frame as the stack watch compares its reads over a hold
+/// (sampler/stack_watch.rs): the frame, and a digest of its first locals and value-stack slots,
+/// which Python code changes as it runs and a native call does not (`None` where they do not read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchedFrame {
+    /// Where the frame is, its code and instruction.
+    pub id: FrameId,
+    /// The digest of its first slots.
+    pub slots_digest: Option<u64>,
+}
+
+/// A layout's fields that stacks need: a missing one is an error naming it.
+#[derive(Clone, Copy)]
+struct Needed<'a>(&'a Layout);
+
+impl Needed<'_> {
+    fn get(self, name: &str) -> Result<FieldInfo, String> {
+        self.0
+            .field(name)
+            .ok_or_else(|| format!("layout {} lacks {name}", self.0.key()))
+    }
+}
+
+/// Where the first byte after every one of `fields` lies.
+fn end_of(fields: &[FieldInfo]) -> u64 {
+    fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0)
+}
+
+/// 3.11+: `_PyInterpreterFrame`s, found through the thread state (3.13+) or its C frame (3.11,
+/// 3.12); with the length of a frame's header (the fields read of every frame).
+fn interpreter_frames(
+    fields: Needed<'_>,
+    version: PyVersion,
+) -> Result<(Top, Frames, u64), String> {
+    let layout = fields.0;
+    let top = match layout.field("tstate.current_frame") {
+        Some(f) => Top::Frame(f.offset),
+        None => Top::ViaCFrame {
+            cframe: fields.get("tstate.cframe")?.offset,
+            current: fields.get("cframe.current_frame")?.offset,
+        },
+    };
+    let previous = fields.get("iframe.previous")?;
+    let executable = fields.get("iframe.executable")?;
+    let instr = fields.get("iframe.instr_ptr")?;
+    let frames = Frames::Interpreter {
+        previous: previous.offset,
+        executable: executable.offset,
+        instr: instr.offset,
+        // 3.14+: `_PyStackRef` tags live in the two low bits (Include/internal/
+        // pycore_stackref.h); objects are at least 8-aligned, so clearing them is exact.
+        tag_bits: if (version.major, version.minor) >= (3, 14) {
+            3
+        } else {
+            0
+        },
+        bytecode: fields.get("code.co_code_adaptive")?.offset,
+        // Include/internal/pycore_frame.h of 3.12: `FRAME_OWNED_BY_CSTACK = 3`. 3.13+
+        // shims have no code object as their executable and are skipped as such.
+        shim: match (version.minor, layout.field("iframe.owner")) {
+            (12, Some(owner)) => Some((owner.offset, 3)),
+            _ => None,
+        },
+    };
+    let owner = layout.field("iframe.owner").unwrap_or(previous);
+    Ok((top, frames, end_of(&[previous, executable, instr, owner])))
+}
+
+/// Before 3.11: `PyFrameObject`s from the thread state's `frame`; with the length of a frame's
+/// header (the fields read of every frame).
+fn frame_objects(fields: Needed<'_>, version: PyVersion) -> Result<(Top, Frames, u64), String> {
+    let back = fields.get("frame.f_back")?;
+    let code = fields.get("frame.f_code")?;
+    let lasti = fields.get("frame.f_lasti")?;
+    let frames = Frames::Objects {
+        back: back.offset,
+        code: code.offset,
+        lasti,
+        // 3.10 counts f_lasti in code units (`f_lasti * sizeof(_Py_CODEUNIT)`).
+        lasti_scale: if version.minor == 10 { 2 } else { 1 },
+    };
+    let top = Top::Frame(fields.get("tstate.frame")?.offset);
+    Ok((top, frames, end_of(&[back, code, lasti])))
+}
+
+impl CodeFields {
+    /// The code object's fields a frame's text needs: its qualified name where the version has
+    /// one, else its name.
+    fn of(fields: Needed<'_>) -> Result<CodeFields, String> {
+        let name = match fields.0.field("code.co_qualname") {
+            Some(f) => f,
+            None => fields.get("code.co_name")?,
+        };
+        let filename = fields.get("code.co_filename")?;
+        let first_line = fields.get("code.co_firstlineno")?;
+        let table = fields.get("code.co_linetable")?;
+        let ob_type = fields.get("object.ob_type")?;
+        Ok(CodeFields {
+            name: name.offset,
+            filename: filename.offset,
+            first_line,
+            table: table.offset,
+            header: end_of(&[name, filename, first_line, table, ob_type]),
+        })
+    }
+}
+
 impl StackReader {
     /// A reader for stacks of a `version` interpreter laid out as `layout`, reading objects through
     /// `objects`; errs where the layout lacks frame fields.
@@ -135,100 +242,25 @@ impl StackReader {
         version: PyVersion,
         objects: ObjectReader,
     ) -> Result<StackReader, String> {
-        let get = |name: &str| {
-            layout
-                .field(name)
-                .ok_or_else(|| format!("layout {} lacks {name}", layout.key()))
-        };
-        let interpreter_frames = layout.field("iframe.previous").is_some();
-        let (top, frames, fields) = if interpreter_frames {
-            let top = match layout.field("tstate.current_frame") {
-                Some(f) => Top::Frame(f.offset),
-                None => Top::ViaCFrame {
-                    cframe: get("tstate.cframe")?.offset,
-                    current: get("cframe.current_frame")?.offset,
-                },
-            };
-            let (previous, executable, instr) = (
-                get("iframe.previous")?,
-                get("iframe.executable")?,
-                get("iframe.instr_ptr")?,
-            );
-            let frames = Frames::Interpreter {
-                previous: previous.offset,
-                executable: executable.offset,
-                instr: instr.offset,
-                // 3.14+: `_PyStackRef` tags live in the two low bits (Include/internal/
-                // pycore_stackref.h); objects are at least 8-aligned, so clearing them is exact.
-                tag_bits: if (version.major, version.minor) >= (3, 14) {
-                    3
-                } else {
-                    0
-                },
-                bytecode: get("code.co_code_adaptive")?.offset,
-                // Include/internal/pycore_frame.h of 3.12: `FRAME_OWNED_BY_CSTACK = 3`. 3.13+
-                // shims have no code object as their executable and are skipped as such.
-                shim: match (version.minor, layout.field("iframe.owner")) {
-                    (12, Some(owner)) => Some((owner.offset, 3)),
-                    _ => None,
-                },
-            };
-            let owner = layout.field("iframe.owner").unwrap_or(previous);
-            (top, frames, [previous, executable, instr, owner])
+        let fields = Needed(layout);
+        let (top, frames, frame_header) = if layout.field("iframe.previous").is_some() {
+            interpreter_frames(fields, version)?
         } else {
-            let (back, code, lasti) = (
-                get("frame.f_back")?,
-                get("frame.f_code")?,
-                get("frame.f_lasti")?,
-            );
-            let frames = Frames::Objects {
-                back: back.offset,
-                code: code.offset,
-                lasti,
-                // 3.10 counts f_lasti in code units (`f_lasti * sizeof(_Py_CODEUNIT)`).
-                lasti_scale: if version.minor == 10 { 2 } else { 1 },
-            };
-            (
-                Top::Frame(get("tstate.frame")?.offset),
-                frames,
-                [back, code, lasti, back],
-            )
+            frame_objects(fields, version)?
         };
-        let frame_header = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(0);
         let slots = layout
             .field("iframe.localsplus")
             .or_else(|| layout.field("frame.f_localsplus"))
             .map(|f| f.offset)
             .filter(|&at| at >= frame_header && at < 4096);
-        let name = match layout.field("code.co_qualname") {
-            Some(f) => f,
-            None => get("code.co_name")?,
-        };
-        let code_fields = [
-            name,
-            get("code.co_filename")?,
-            get("code.co_firstlineno")?,
-            get("code.co_linetable")?,
-            get("object.ob_type")?,
-        ];
-        get("bytes.ob_sval")?;
+        fields.get("bytes.ob_sval")?;
         Ok(StackReader {
             objects,
             top,
             frames,
             frame_header,
             slots,
-            code: CodeFields {
-                name: code_fields[0].offset,
-                filename: code_fields[1].offset,
-                first_line: code_fields[2],
-                table: code_fields[3].offset,
-                header: code_fields
-                    .iter()
-                    .map(|f| f.offset + f.size)
-                    .max()
-                    .unwrap_or(0),
-            },
+            code: CodeFields::of(fields)?,
             format: LineTableFormat::for_version(version.major, version.minor),
             cache: HashMap::new(),
             stats: StackStats::default(),

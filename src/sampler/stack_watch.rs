@@ -23,7 +23,7 @@ use crate::infer::native_call::FrameWatch;
 use crate::infer::sample::ThreadSample;
 use crate::observed::KernelState;
 use crate::python::objects::ObjectResult;
-use crate::python::stacks::{FrameId, RecentTops, StackReader, StackStats};
+use crate::python::stacks::{FrameId, RecentTops, StackReader, StackStats, WatchedFrame};
 use crate::python::target::Target;
 use crate::sampler::recent_stacks::{Kept, RecentStacks, STACK_KEPT_FOR_NS};
 
@@ -51,7 +51,8 @@ pub struct StackReport {
 
 /// A hold being watched: the innermost frame and stack last read, and the samples since reported.
 struct Hold {
-    innermost: Option<(u64, u64)>,
+    /// Its innermost frame when the hold (or its part in this frame) began.
+    in_frame: Option<FrameInCode>,
     frames: Frames,
     last_ns: u64,
     unreported: u64,
@@ -60,9 +61,22 @@ struct Hold {
     still: Stillness,
 }
 
-/// The innermost frame as a hold's watch compares its reads: where it is, its code and instruction,
-/// and a digest of its locals and value stack.
-type Watched = (FrameId, Option<u64>);
+/// Which frame, running which code: a hold stays in one frame (its part in one frame, for the
+/// watch) while this does, whatever instruction it moves to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FrameInCode {
+    frame: u64,
+    code: u64,
+}
+
+impl FrameInCode {
+    fn of(watched: Option<WatchedFrame>) -> Option<FrameInCode> {
+        watched.map(|w| FrameInCode {
+            frame: w.id.frame,
+            code: w.id.code,
+        })
+    }
+}
 
 /// The innermost frame's reads over one hold (while it stays in one frame), in runs of reads at one
 /// instruction. A pair of reads at one instruction counts as standing still only where the holder
@@ -72,7 +86,7 @@ type Watched = (FrameId, Option<u64>);
 /// in the first pair of its run without running then: the first pair of a run counts for neither.
 /// The sampler reads the holder's schedstat at every sample anyway.
 struct Stillness {
-    last: Option<Watched>,
+    last: Option<WatchedFrame>,
     last_cpu_ns: Option<u64>,
     reads: u32,
     /// Pairs of reads at one instruction while the holder ran or slept, and while it did neither.
@@ -81,7 +95,7 @@ struct Stillness {
     /// The pairs so far of the run of reads at `last`, and of those the ones that stood still.
     run: (u32, u32),
     /// The run with the most pairs that stood still, and where.
-    longest: (u32, Option<Watched>),
+    longest: (u32, Option<WatchedFrame>),
     first_ns: u64,
     last_ns: u64,
 }
@@ -104,7 +118,7 @@ impl Holder {
 }
 
 impl Stillness {
-    fn new(first: Option<Watched>, t_ns: u64, holder: Holder) -> Stillness {
+    fn new(first: Option<WatchedFrame>, t_ns: u64, holder: Holder) -> Stillness {
         Stillness {
             last: first,
             last_cpu_ns: holder.cpu_ns,
@@ -118,7 +132,7 @@ impl Stillness {
         }
     }
 
-    fn read(&mut self, now: Option<Watched>, t_ns: u64, holder: Holder) {
+    fn read(&mut self, now: Option<WatchedFrame>, t_ns: u64, holder: Holder) {
         self.reads += 1;
         self.last_ns = t_ns;
         let ran = match (self.last_cpu_ns, holder.cpu_ns) {
@@ -155,7 +169,7 @@ impl Stillness {
             still_reads: self.still_reads,
             idle_reads: self.idle_reads,
             span_ns: self.last_ns.saturating_sub(self.first_ns),
-            innermost: self.longest.1.and_then(|(id, _)| innermost(id)),
+            innermost: self.longest.1.and_then(|w| innermost(w.id)),
             callee: None,
         })
     }
@@ -196,14 +210,14 @@ impl StackWatch {
 
     /// The stack of `tstate` at `t`, reused from one of the thread's recent reads whose innermost
     /// frame is the same frame at the same instruction; `None` where it does not decode. With it,
-    /// the innermost frame as a hold's watch compares it (`Watched`).
+    /// the innermost frame as a hold's watch compares it (`WatchedFrame`).
     fn stack_of(
         &mut self,
         mem: &dyn crate::process::memory::MemorySource,
         tid: u32,
         tstate: RemoteAddr,
         t: u64,
-    ) -> Option<(Option<Watched>, Frames)> {
+    ) -> Option<(Option<WatchedFrame>, Frames)> {
         if t.saturating_sub(self.swept_ns) >= STACK_KEPT_FOR_NS {
             // Once per period a kept stack lasts: what a thread that stopped moving keeps.
             for places in self.threads.values_mut() {
@@ -216,7 +230,7 @@ impl StackWatch {
             .reader
             .innermost_watched_near(mem, tstate, &mut places.tops)
             .ok()?;
-        let innermost = watched.map(|(id, _)| id);
+        let innermost = watched.map(|w| w.id);
         if let Some(now) = innermost {
             match places.stacks.find(now, t) {
                 Kept::Same(frames) => {
@@ -306,7 +320,7 @@ impl StackWatch {
                 hold.until_check = CHECK_EVERY;
                 self.innermost_checks += 1;
                 let now = innermost_near(&self.reader, &mut self.threads, mem, tid, tstate).ok();
-                if now.map(|w| key(w.map(|(id, _)| id))) == Some(hold.innermost) {
+                if now.map(FrameInCode::of) == Some(hold.in_frame) {
                     // Same frame: report the samples so far, so they count even if the hold's end
                     // is settled before this watch sees it.
                     hold.still.read(now.flatten(), t, Holder::of(seen));
@@ -333,8 +347,8 @@ impl StackWatch {
     ) {
         // A stack that does not decode is watched as empty (and not shown), so that a holder whose
         // memory keeps changing under the reads is not read again at every sample.
-        let (first, innermost, frames) = match self.stack_of(mem, tid, tstate, t) {
-            Some((watched, frames)) => (watched, Some(key(watched.map(|(id, _)| id))), frames),
+        let (first, in_frame, frames) = match self.stack_of(mem, tid, tstate, t) {
+            Some((watched, frames)) => (watched, FrameInCode::of(watched), frames),
             None => (None, None, Arc::new(Vec::new())),
         };
         if !frames.is_empty() {
@@ -343,7 +357,7 @@ impl StackWatch {
         self.holds.push((
             tid,
             Hold {
-                innermost: innermost.flatten(),
+                in_frame,
                 frames,
                 last_ns: t,
                 unreported: 0,
@@ -407,7 +421,7 @@ fn innermost_near(
     mem: &dyn crate::process::memory::MemorySource,
     tid: u32,
     tstate: RemoteAddr,
-) -> ObjectResult<Option<Watched>> {
+) -> ObjectResult<Option<WatchedFrame>> {
     let places = threads.entry(tid).or_default();
     reader.innermost_watched_near(mem, tstate, &mut places.tops)
 }
@@ -427,10 +441,6 @@ fn send_watch(reader: &mut StackReader, tid: u32, hold: &Hold, sink: &mut dyn Fn
 }
 
 /// A frame's identity for "has the holder moved on": the frame and its code, not the instruction.
-fn key(frame: Option<FrameId>) -> Option<(u64, u64)> {
-    frame.map(|f| (f.frame, f.code))
-}
-
 fn flush(tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
     if hold.unreported > 0 && !hold.frames.is_empty() {
         sink(stack(
@@ -459,15 +469,16 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn at(instr: u64, slots: u64) -> Option<Watched> {
-        Some((
-            FrameId {
-                frame: 0x1000,
-                code: 0x2000,
-                instr,
-            },
-            Some(slots),
-        ))
+    fn at(instr: u64, slots: u64) -> Option<WatchedFrame> {
+        let id = FrameId {
+            frame: 0x1000,
+            code: 0x2000,
+            instr,
+        };
+        Some(WatchedFrame {
+            id,
+            slots_digest: Some(slots),
+        })
     }
 
     fn holder(cpu_ms: u64, asleep: bool) -> Holder {
@@ -478,7 +489,7 @@ mod tests {
     }
 
     /// Reads one per millisecond at `instrs`, with the holder's CPU time `cpu` (ms) at each.
-    fn watched(reads: &[(Option<Watched>, Holder)]) -> FrameWatch {
+    fn watched(reads: &[(Option<WatchedFrame>, Holder)]) -> FrameWatch {
         let mut still = Stillness::new(reads[0].0, 0, reads[0].1);
         for (i, &(now, h)) in reads.iter().enumerate().skip(1) {
             still.read(now, i as u64 * MS, h);

@@ -12,7 +12,7 @@
 //! first read; a guessed place that no longer reads (a freed data-stack chunk) ends that first read
 //! there, and what it did not bring is read as without guesses.
 
-use super::{FrameId, StackReader, Top, check_pointer};
+use super::{FrameId, StackReader, Top, WatchedFrame, check_pointer};
 use crate::addr::RemoteAddr;
 use crate::process::memory::MemorySource;
 use crate::python::objects::ObjectResult;
@@ -170,7 +170,7 @@ impl StackReader {
         &self,
         mem: &dyn MemorySource,
         tstate: RemoteAddr,
-    ) -> ObjectResult<Option<(FrameId, Option<u64>)>> {
+    ) -> ObjectResult<Option<WatchedFrame>> {
         let frame = self.top_frame(mem, tstate)?;
         if frame == 0 {
             return Ok(None);
@@ -186,75 +186,37 @@ impl StackReader {
         mem: &dyn MemorySource,
         tstate: RemoteAddr,
         recent: &mut RecentTops,
-    ) -> ObjectResult<Option<(FrameId, Option<u64>)>> {
-        let (top_field, current_field) = match self.top {
-            Top::Frame(offset) => (offset, None),
-            Top::ViaCFrame { cframe, current } => (cframe, Some(current)),
-        };
+    ) -> ObjectResult<Option<WatchedFrame>> {
         let frame_len = self.watched_len() as usize;
         if frame_len == 0 {
             // A layout without frame fields has nothing to guess.
             return self.innermost_watched(mem, tstate);
         }
-        // Guesses are 0 where there is none; `at` is each one's place among the reads, where read.
-        let cframes = match current_field {
-            Some(_) => recent.cframes(),
-            None => [0; PLACES_KEPT],
+        let (top_field, current_field) = match self.top {
+            Top::Frame(offset) => (offset, None),
+            Top::ViaCFrame { cframe, current } => (cframe, Some(current)),
         };
-        let current = current_field.unwrap_or(0);
-        let words = CurrentWords::of(&cframes, current);
-        let frames = recent.frames();
-        let mut top_word = [0u8; 8];
-        let mut span_bytes = vec![0u8; words.total_len()];
-        let mut frame_bytes = vec![0u8; FRAMES_GUESSED * frame_len];
-        let mut span_at = [usize::MAX; PLACES_KEPT];
-        let mut frame_at = [usize::MAX; FRAMES_GUESSED];
-        let filled = {
-            // In this order: the kernel copies the ranges one after another, so a guessed frame's
-            // bytes are read after the pointers that lead to it.
-            let mut reads: Vec<(RemoteAddr, &mut [u8])> =
-                Vec::with_capacity(1 + PLACES_KEPT + FRAMES_GUESSED);
-            reads.push((RemoteAddr(tstate.0.wrapping_add(top_field)), &mut top_word));
-            let mut rest = span_bytes.as_mut_slice();
-            for (&(start, len), at) in words.used().iter().zip(&mut span_at) {
-                let (bytes, after) = std::mem::take(&mut rest).split_at_mut(len);
-                rest = after;
-                *at = reads.len();
-                reads.push((RemoteAddr(start), bytes));
-            }
-            let chunks = frame_bytes.chunks_mut(frame_len);
-            for ((&frame, bytes), at) in frames.iter().zip(chunks).zip(&mut frame_at) {
-                if frame != 0 {
-                    *at = reads.len();
-                    reads.push((RemoteAddr(frame), bytes));
-                }
-            }
-            mem.read_each(&mut reads)
-        };
-        if filled == 0 {
+        let first = FirstRead::of(mem, tstate, top_field, current_field, recent, frame_len);
+        if !first.has(0) {
             // The thread state's field did not read: the answer (an error) as without guesses.
             return self.innermost_watched(mem, tstate);
         }
-        let top = u64::from_ne_bytes(top_word);
-        // `in_one_read`: the frame's pointer came from the batch, so a guessed frame's bytes in it
-        // were read after it. A pointer read later may lead to a frame the batch saw before the
-        // thread put it there.
+        // `in_one_read`: the frame's pointer came from the first read, so a guessed frame's bytes
+        // in it were read after it. A pointer read later may lead to a frame the first read saw
+        // before the thread put it there.
         let (cframe, frame, in_one_read) = match current_field {
-            None => (0, top, true),
+            None => (0, first.top(), true),
             Some(current) => {
-                if top == 0 {
+                let cframe = first.top();
+                if cframe == 0 {
                     return Ok(None);
                 }
-                check_pointer(top)?;
-                // The ranges were read after the pointer to the C frame, as a read of its own
-                // would have been.
-                let read = |i: usize| span_at[i] < filled;
-                let guessed = words.word_of(&span_bytes, read, top.wrapping_add(current));
-                match guessed {
-                    Some(frame) => (top, frame, true),
+                check_pointer(cframe)?;
+                match first.current_word(cframe.wrapping_add(current)) {
+                    Some(frame) => (cframe, frame, true),
                     None => {
-                        let frame = mem.read_u64(RemoteAddr(top.wrapping_add(current)))?;
-                        (top, frame, false)
+                        let frame = mem.read_u64(RemoteAddr(cframe.wrapping_add(current)))?;
+                        (cframe, frame, false)
                     }
                 }
             }
@@ -264,10 +226,7 @@ impl StackReader {
         }
         check_pointer(frame)?;
         recent.note((cframe, frame));
-        let guessed = (0..FRAMES_GUESSED)
-            .find(|&i| in_one_read && frames[i] == frame && frame_at[i] < filled)
-            .map(|i| &frame_bytes[i * frame_len..(i + 1) * frame_len]);
-        match guessed {
+        match first.guessed_frame(frame).filter(|_| in_one_read) {
             Some(bytes) => self.watched_from(frame, bytes).map(Some),
             None => self.watched_frame(mem, frame).map(Some),
         }
@@ -279,11 +238,7 @@ impl StackReader {
     }
 
     /// The watched frame at `frame`, read now: with its slots where they read, else its header.
-    fn watched_frame(
-        &self,
-        mem: &dyn MemorySource,
-        frame: u64,
-    ) -> ObjectResult<(FrameId, Option<u64>)> {
+    fn watched_frame(&self, mem: &dyn MemorySource, frame: u64) -> ObjectResult<WatchedFrame> {
         if self.slots.is_some() {
             let mut bytes = vec![0u8; self.watched_len() as usize];
             // Past the end of the frame's memory the slots do not read: the header alone is.
@@ -292,17 +247,115 @@ impl StackReader {
             }
         }
         let (code, instr, _) = self.read_frame(mem, frame)?;
-        Ok((FrameId { frame, code, instr }, None))
+        let id = FrameId { frame, code, instr };
+        Ok(WatchedFrame {
+            id,
+            slots_digest: None,
+        })
     }
 
     /// The watched frame from `bytes` read at `frame` (`watched_len` of them).
-    fn watched_from(&self, frame: u64, bytes: &[u8]) -> ObjectResult<(FrameId, Option<u64>)> {
+    fn watched_from(&self, frame: u64, bytes: &[u8]) -> ObjectResult<WatchedFrame> {
         let (code, instr, _) = self.decode_frame(bytes)?;
-        let slots = self.slots.and_then(|at| bytes.get(at as usize..)).map(|s| {
+        let slots_digest = self.slots.and_then(|at| bytes.get(at as usize..)).map(|s| {
             let mut digest = std::hash::DefaultHasher::new();
             std::hash::Hash::hash(s, &mut digest);
             std::hash::Hasher::finish(&digest)
         });
-        Ok((FrameId { frame, code, instr }, slots))
+        let id = FrameId { frame, code, instr };
+        Ok(WatchedFrame { id, slots_digest })
+    }
+}
+
+/// The first read of `innermost_watched_near`: the thread state's pointer to the innermost frame
+/// (or to its C frame), the C frames' `current_frame` words the thread was last found behind, and
+/// the frames it was last found at, in one `read_each`, in this order: the kernel copies the
+/// ranges one after another, so a guessed frame's bytes are read after the pointers that lead to it.
+struct FirstRead {
+    words: CurrentWords,
+    frames: [u64; FRAMES_GUESSED],
+    frame_len: usize,
+    /// The pointer's 8 bytes, then the words' ranges, then `frame_len` bytes per guessed frame.
+    bytes: Vec<u8>,
+    /// Each range's place among the reads (the pointer's is 0), `usize::MAX` where not read.
+    span_at: [usize; PLACES_KEPT],
+    frame_at: [usize; FRAMES_GUESSED],
+    /// How many of the reads were filled (they stop at the first that does not read).
+    filled: usize,
+}
+
+impl FirstRead {
+    fn of(
+        mem: &dyn MemorySource,
+        tstate: RemoteAddr,
+        top_field: u64,
+        current_field: Option<u64>,
+        recent: &RecentTops,
+        frame_len: usize,
+    ) -> FirstRead {
+        let cframes = match current_field {
+            Some(_) => recent.cframes(),
+            None => [0; PLACES_KEPT],
+        };
+        let words = CurrentWords::of(&cframes, current_field.unwrap_or(0));
+        let span_len = words.total_len();
+        let mut first = FirstRead {
+            frames: recent.frames(),
+            bytes: vec![0u8; 8 + span_len + FRAMES_GUESSED * frame_len],
+            words,
+            frame_len,
+            span_at: [usize::MAX; PLACES_KEPT],
+            frame_at: [usize::MAX; FRAMES_GUESSED],
+            filled: 0,
+        };
+        let mut reads: [(RemoteAddr, &mut [u8]); 1 + PLACES_KEPT + FRAMES_GUESSED] =
+            std::array::from_fn(|_| (RemoteAddr(0), &mut [][..]));
+        let (top_word, rest) = first.bytes.split_at_mut(8);
+        let (mut span_bytes, frame_bytes) = rest.split_at_mut(span_len);
+        reads[0] = (RemoteAddr(tstate.0.wrapping_add(top_field)), top_word);
+        let mut count = 1;
+        for (&(start, len), at) in first.words.used().iter().zip(&mut first.span_at) {
+            let (bytes, after) = std::mem::take(&mut span_bytes).split_at_mut(len);
+            span_bytes = after;
+            *at = count;
+            reads[count] = (RemoteAddr(start), bytes);
+            count += 1;
+        }
+        let chunks = frame_bytes.chunks_mut(frame_len);
+        for ((&frame, bytes), at) in first.frames.iter().zip(chunks).zip(&mut first.frame_at) {
+            if frame != 0 {
+                *at = count;
+                reads[count] = (RemoteAddr(frame), bytes);
+                count += 1;
+            }
+        }
+        first.filled = mem.read_each(&mut reads[..count]);
+        first
+    }
+
+    /// Whether the read at place `at` was filled.
+    fn has(&self, at: usize) -> bool {
+        at < self.filled
+    }
+
+    /// The pointer the thread state's field held.
+    fn top(&self) -> u64 {
+        u64::from_ne_bytes(self.bytes[..8].try_into().expect("8 bytes"))
+    }
+
+    /// The `current_frame` word at `addr`, where a range that read holds it (read after the
+    /// pointer to its C frame, as a read of its own would have been).
+    fn current_word(&self, addr: u64) -> Option<u64> {
+        let span = &self.bytes[8..8 + self.words.total_len()];
+        self.words
+            .word_of(span, |i| self.has(self.span_at[i]), addr)
+    }
+
+    /// The bytes of `frame` where it was among the guessed frames and read.
+    fn guessed_frame(&self, frame: u64) -> Option<&[u8]> {
+        let i =
+            (0..FRAMES_GUESSED).find(|&i| self.frames[i] == frame && self.has(self.frame_at[i]))?;
+        let start = 8 + self.words.total_len() + i * self.frame_len;
+        self.bytes.get(start..start + self.frame_len)
     }
 }

@@ -218,18 +218,25 @@ fn a_frames_slots_are_digested_with_it_and_its_text_comes_from_the_cached_code()
     let mut reader = reader(&heap.layout);
     let tstate = RemoteAddr(tstate);
     reader.read_stack(&memory(&heap), tstate).unwrap();
-    let (id, before) = reader
+    let WatchedFrame {
+        id,
+        slots_digest: before,
+    } = reader
         .innermost_watched(&memory(&heap), tstate)
         .unwrap()
         .unwrap();
     assert!(before.is_some(), "3.9's layout places f_localsplus");
     assert_eq!(reader.frame_text(id).as_deref(), Some("prefetch (a.py:11)"));
     let same = reader.innermost_watched(&memory(&heap), tstate).unwrap();
-    assert_eq!(same, Some((id, before)));
+    let slots_digest = before;
+    assert_eq!(same, Some(WatchedFrame { id, slots_digest }));
     // A local changes (a loop variable): the same frame and instruction, other slots.
     let slots = heap.field("frame.f_localsplus");
     heap.put(id.frame + slots + 8, 0x5555, 8);
-    let (again, after) = reader
+    let WatchedFrame {
+        id: again,
+        slots_digest: after,
+    } = reader
         .innermost_watched(&memory(&heap), tstate)
         .unwrap()
         .unwrap();
@@ -246,7 +253,7 @@ fn a_stack_moved_to_another_instruction_of_its_innermost_frame_shows_that_line()
     let mut reader = reader(&heap.layout);
     let tstate = RemoteAddr(tstate);
     let stack = reader.read_stack(&memory(&heap), tstate).unwrap();
-    let (then, _) = reader
+    let WatchedFrame { id: then, .. } = reader
         .innermost_watched(&memory(&heap), tstate)
         .unwrap()
         .unwrap();
@@ -288,7 +295,7 @@ fn read_near(
         .unwrap();
     let plain = reader.innermost_watched(&memory(heap), RemoteAddr(tstate));
     assert_eq!(near, plain.unwrap());
-    (near.map(|(id, _)| id.frame), mem.calls.get())
+    (near.map(|w| w.id.frame), mem.calls.get())
 }
 
 /// The innermost frame read near where the thread was found last: one system call while it is at
@@ -313,7 +320,7 @@ fn the_innermost_frame_near_its_last_places_is_one_read_and_what_the_pointers_sa
     assert_eq!(read(&heap, &mut recent), (Some(frames[1]), 1));
     // The same place at another instruction: the bytes of this read, not of an earlier one.
     heap.put(frames[1] + heap.field("iframe.instr_ptr"), 0x1234, 8);
-    let (id, _) = reader
+    let WatchedFrame { id, .. } = reader
         .innermost_watched_near(&memory(&heap), RemoteAddr(tstate), &mut recent)
         .unwrap()
         .unwrap();
@@ -424,7 +431,7 @@ fn a_guessed_frame_read_before_its_pointer_is_read_again() {
         after: memory(&heap),
         calls: Default::default(),
     };
-    let (id, _) = reader
+    let WatchedFrame { id, .. } = reader
         .innermost_watched_near(&mem, RemoteAddr(tstate), &mut recent)
         .unwrap()
         .unwrap();

@@ -68,6 +68,8 @@ pub struct DecisionInfo {
 /// The decision table, one row per `Decision` in its declaration order (`DecisionCounts` indexes by
 /// it).
 pub const DECISIONS: [DecisionInfo; 10] = [
+    // Counts the threads still in `drop_gil`'s forced-switch wait too: the key is older than that
+    // case, and kept so that saved traces stay comparable (docs/classification.md, rule 7).
     row(Decision::RunningStillWaiting, 7, "running_classified_take"),
     row(Decision::RunningReleased, 10, "running_classified_released"),
     row(

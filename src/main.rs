@@ -136,6 +136,10 @@ fn install_signal_thread(state: SessionState, output: &OutputSpec) {
             "gilsample: waiting for the command (pid {command}), which got the {signal:?} too, to \
              exit (again to stop waiting: it then gets SIGTERM)"
         ),
+        SignalStep::Repeated { signal, sender } => eprintln!(
+            "gilsample: {signal:?} again from process {sender} at once (as `timeout` sends it): \
+             taken as the same request (another must come a second later, or from Ctrl+C)"
+        ),
         SignalStep::StopWaiting { command } => {
             eprintln!(
                 "gilsample: not waiting for the command (pid {command}) any longer; it gets SIGTERM"

@@ -4,9 +4,16 @@
 //! waited for, the first is passed on to the command when a process sent it to gilsample alone (a
 //! terminal's Ctrl+C goes to the command too), and a second one stops the wait: the command gets
 //! SIGTERM. The caller is told each step and does the printing and exiting (main.rs).
+//!
+//! The same signal sent again by the same process within `REPEAT_WITHIN` is the same request, not a
+//! second one: GNU `timeout` (and anything that signals a process and then its process group) sends
+//! it twice, microseconds apart, and took recordings it meant to stop cleanly to an abort. A
+//! terminal's Ctrl+C (sent by the kernel), another signal, another sender, or the same one later
+//! counts as a second.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, pthread_sigmask};
 use nix::unistd::Pid;
@@ -37,6 +44,26 @@ pub enum SignalStep {
         /// The command's pid.
         command: u32,
     },
+    /// The last signal again, from the same process at once (`REPEAT_WITHIN`): taken as the same
+    /// request, nothing done.
+    Repeated {
+        /// The signal received.
+        signal: Signal,
+        /// The process that sent it.
+        sender: i32,
+    },
+}
+
+/// How soon the same signal from the same process counts as the same request (module docs). A
+/// person who sends it again by hand, to abort, takes longer; Ctrl+C is never taken as a repeat.
+pub const REPEAT_WITHIN: Duration = Duration::from_secs(1);
+
+/// A signal as `wait_for_signal` took it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Received {
+    signal: Signal,
+    /// The process that sent it (`kill`); `None` where the kernel did (a terminal's Ctrl+C).
+    sender: Option<i32>,
 }
 
 /// Where the session is, shared with the signal thread.
@@ -59,14 +86,28 @@ pub fn watch_signals(state: SessionState, on_step: impl Fn(SignalStep) + Send + 
     std::thread::spawn(move || {
         let mut while_recording = 0;
         let mut while_waiting = 0;
-        while let Some((signal, from_a_process)) = wait_for_signal(&set) {
+        let mut last: Option<(Received, Instant)> = None;
+        while let Some(received) = wait_for_signal(&set) {
+            let now = Instant::now();
+            let repeated = last.is_some_and(|(before, at)| {
+                before == received
+                    && received.sender.is_some()
+                    && now.duration_since(at) < REPEAT_WITHIN
+            });
+            last = Some((received, now));
+            let Received { signal, sender } = received;
+            if repeated {
+                let sender = sender.expect("a repeat has a sender");
+                on_step(SignalStep::Repeated { signal, sender });
+                continue;
+            }
             let command = state.waiting_for_command.load(Ordering::SeqCst);
             let step = if command != 0 {
                 while_waiting += 1;
                 if while_waiting > 1 {
                     let _ = kill(Pid::from_raw(command as i32), Signal::SIGTERM);
                     SignalStep::StopWaiting { command }
-                } else if from_a_process {
+                } else if sender.is_some() {
                     let _ = kill(Pid::from_raw(command as i32), signal);
                     SignalStep::PassedOn { signal, command }
                 } else {
@@ -86,18 +127,20 @@ pub fn watch_signals(state: SessionState, on_step: impl Fn(SignalStep) + Send + 
     });
 }
 
-/// The next of `set`'s signals, and whether a process sent it (`kill`) rather than the kernel (a
+/// The next of `set`'s signals, and the process that sent it (`kill`) where the kernel did not (a
 /// terminal's Ctrl+C, which goes to the whole foreground process group).
-fn wait_for_signal(set: &SigSet) -> Option<(Signal, bool)> {
+fn wait_for_signal(set: &SigSet) -> Option<Received> {
     // SAFETY: a zeroed siginfo_t is valid for the kernel to fill; `set` outlives the call.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     loop {
         let number = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
         if number > 0 {
             // SI_USER, SI_QUEUE, SI_TKILL are 0 or below; the kernel's own (SI_KERNEL) above.
+            // SAFETY: for those codes the kernel filled in the sender's pid.
+            let sender = (info.si_code <= 0).then(|| unsafe { info.si_pid() });
             return Signal::try_from(number)
                 .ok()
-                .map(|s| (s, info.si_code <= 0));
+                .map(|signal| Received { signal, sender });
         }
         if nix::errno::Errno::last() != nix::errno::Errno::EINTR {
             return None;

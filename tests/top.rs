@@ -553,6 +553,42 @@ fn top_lines_prints_a_table_every_interval_until_stopped() {
     }
 }
 
+/// `--lines N --duration D`: the tables cover the whole recording, the last interval included,
+/// each starting where the one before ended.
+#[test]
+fn top_lines_with_a_duration_prints_the_last_interval_too() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let pid = workload.pid.to_string();
+    let args = [
+        "--lines",
+        "1",
+        "--interval",
+        "200ms",
+        "--duration",
+        "600ms",
+        "--pid",
+        &pid,
+    ];
+    let (stdout, stderr, code, _) = piped(&args);
+    assert_eq!(code, Some(OK), "{stderr}");
+    let spans: Vec<(f64, f64)> = stdout
+        .lines()
+        .filter(|l| l.starts_with("process "))
+        .map(|l| {
+            let span = l.split(", ").nth(1).unwrap().split(" s:").next().unwrap();
+            let (from, to) = span.split_once('-').unwrap();
+            (from.parse().unwrap(), to.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(spans.len(), 3, "{stdout}");
+    assert_eq!(spans[0].0, 0.0, "{stdout}");
+    for pair in spans.windows(2) {
+        assert_eq!(pair[0].1, pair[1].0, "not one after the other: {stdout}");
+    }
+    assert!(spans[2].1 > spans[2].0, "{stdout}");
+}
+
 /// `-o` keeps the trace, as `record -o` writes it, and ends with record's summary.
 #[test]
 fn top_with_o_saves_the_trace() {

@@ -265,6 +265,15 @@ impl<'a> Sampler<'a> {
             watch.finish(&mut |finding| log_and_send(log, sink, finding));
             watch.report_into(&mut self.report.stacks);
         }
+        // A watcher (`top`) is told up to the last sample, not the last periodic snapshot: its
+        // tables then cover the recording to its end.
+        let last_ns = self.sample.t_ns;
+        if let Some(every) = self.config.live_every_ns
+            && last_ns > 0
+            && last_ns + every > self.pace.next_live_ns
+        {
+            sink(Finding::Live(Box::new(self.live_snapshot(last_ns))));
+        }
         self.engine.finish(sink);
         self.report.inference = self.engine.counts();
         self.report.end = end;

@@ -439,7 +439,9 @@ fn show_screen(
 const SETTLED_NS: i128 = MAX_STRETCH_NS as i128;
 
 /// Plain tables: each over one interval of the recording, counted from its first sample, so that
-/// consecutive tables cover consecutive intervals, none left out.
+/// consecutive tables cover consecutive intervals, none left out: once the recording has ended
+/// (`done`: its every sample is in), what is left is printed too, the last part of an interval
+/// included.
 fn show_plain(
     live: &Live,
     stop: &AtomicBool,
@@ -448,41 +450,55 @@ fn show_plain(
     mut out: Box<dyn Write + Send>,
 ) -> std::io::Result<()> {
     let step = interval.as_nanos() as i128;
-    let mut next_at: Option<i128> = None;
-    let mut printed = false;
+    // Where the next table starts: the recording's first sample, then the last table's end.
+    let mut printed_to: Option<i128> = None;
     loop {
-        let ending = stop.load(Ordering::SeqCst) || done.load(Ordering::SeqCst);
-        let now = live.now_ns();
-        if next_at.is_none() {
-            next_at = live.started_ns().map(|start| start + step);
-        }
-        let due = match (now, next_at) {
-            (Some(now), Some(at)) if now >= at + SETTLED_NS => Some(at),
-            // A single table is printed even when the recording ended within its interval.
-            (Some(now), Some(_)) if ending && once && !printed => Some(now),
+        let finished = done.load(Ordering::SeqCst);
+        printed_to = printed_to.or_else(|| live.started_ns());
+        let next = match (live.now_ns(), printed_to) {
+            (Some(now), Some(from)) => next_table_end(from, step, now, finished, once),
             _ => None,
         };
-        if let Some(at) = due {
+        if let (Some(to), Some(from)) = (next, printed_to) {
             let view = View {
-                paused_at: Some(at),
+                paused_at: Some(to),
                 sort: SortBy::Wait,
                 ..View::default()
             };
-            out.write_all(plain_tables(live, &view, interval, lines).as_bytes())?;
+            let span = Duration::from_nanos((to - from).max(0) as u64);
+            out.write_all(plain_tables(live, &view, span, lines).as_bytes())?;
             out.flush()?;
-            printed = true;
             if once {
                 stop.store(true, Ordering::SeqCst);
                 return Ok(());
             }
-            next_at = Some(at + step);
+            printed_to = Some(to);
             continue;
         }
-        if ending {
+        if finished {
             return Ok(());
         }
         thread::sleep(POLL / 2);
     }
+}
+
+/// Where the next plain table ends, if it is due: one interval (`step`) after `from` once the
+/// recording knows `SETTLED_NS` past it (`now`: its latest sample), so that the table is whole.
+/// Once the recording has ended every sample is in, and the rest is due: whole intervals, then the
+/// last part, a rest shorter than a tenth of an interval going into the table before it; with
+/// `once`, the one table, however short.
+fn next_table_end(from: i128, step: i128, now: i128, finished: bool, once: bool) -> Option<i128> {
+    let whole = from + step;
+    if !finished {
+        return (now >= whole + SETTLED_NS).then_some(whole);
+    }
+    if once {
+        return Some(now.clamp(from, whole));
+    }
+    if now <= from {
+        return None;
+    }
+    Some(if now - whole < step / 10 { now } else { whole })
 }
 
 /// Every process's headline and table over the interval that ends at `view.paused_at`.

@@ -107,7 +107,7 @@ pub fn event_for(update: &Update<'_>) -> Option<Value> {
         }
         Update::WaitingForPython { pid, .. } => json!({"event": "waiting", "pid": pid}),
         // Sent with the other failures at the end.
-        Update::WriteFailed { .. } => return None,
+        Update::WriteFailed { .. } | Update::WaitingForDevices { .. } => return None,
         Update::PassedOver { .. } | Update::Progress(_) => return None,
     })
 }

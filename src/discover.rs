@@ -47,6 +47,15 @@ impl DeviceKind {
     }
 }
 
+/// Whether this machine's `/dev` has one of `kind`'s numbered device nodes. Inside a container the
+/// nodes the job uses may be elsewhere, so this only informs a message.
+pub fn device_nodes_here(kind: DeviceKind) -> bool {
+    fs::read_dir("/dev").is_ok_and(|dir| {
+        dir.flatten()
+            .any(|e| kind.matches(&e.file_name().to_string_lossy()))
+    })
+}
+
 /// Every process id in /proc.
 pub fn list_pids() -> Vec<u32> {
     fs::read_dir("/proc")

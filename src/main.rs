@@ -267,6 +267,7 @@ fn run_record(
         args.verbose,
         opts.duration,
         realtime_refused_warning_for(&opts),
+        matches!(opts.targets, Targets::Launch(_)),
     );
     let mut on_progress = |update: Update<'_>| {
         if let Some(control) = control

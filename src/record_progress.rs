@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use gilsample::discover::DeviceKind;
 use gilsample::launch::LAUNCH_TIMEOUT;
 use gilsample::record::{Progress, Update};
 
@@ -16,7 +17,7 @@ pub(crate) struct ProgressDisplay {
     verbose: bool,
     /// Without a bar or a duration, how the recording ends is said once, after the first start:
     /// the bar says it on a terminal; piped, nothing else would until the end.
-    say_how_it_ends: Cell<bool>,
+    how_it_ends: Cell<Option<&'static str>>,
     /// A warning about how the sampler will run (real-time scheduling refused), said before the
     /// first start line: a run refused before any target starts (no access to it) says only why.
     warning_at_start: Cell<Option<String>>,
@@ -24,17 +25,27 @@ pub(crate) struct ProgressDisplay {
 
 impl ProgressDisplay {
     /// A bar only when not quiet and stderr is a terminal; with `verbose`, also the processes
-    /// passed over; `warning_at_start` goes before the first target's start line.
+    /// passed over; `warning_at_start` goes before the first target's start line; `launched`: a
+    /// command is recorded (its exit ends the recording).
     pub(crate) fn new(
         quiet: bool,
         verbose: bool,
         duration: Option<Duration>,
         warning_at_start: Option<String>,
+        launched: bool,
     ) -> Self {
         let show_progress = !quiet && std::io::stderr().is_terminal();
         let bar = show_progress.then(|| new_progress_bar(duration));
         Self {
-            say_how_it_ends: Cell::new(bar.is_none() && !quiet && duration.is_none()),
+            how_it_ends: Cell::new(
+                (bar.is_none() && !quiet && duration.is_none()).then_some(if launched {
+                    "gilsample: recording until the command exits, or Ctrl+C (SIGINT or SIGTERM); \
+                     --duration sets a length"
+                } else {
+                    "gilsample: recording until Ctrl+C (SIGINT or SIGTERM) or the processes exit; \
+                     --duration sets a length"
+                }),
+            ),
             bar,
             quiet,
             verbose,
@@ -53,12 +64,8 @@ impl ProgressDisplay {
                 if let Some(line) = line_for(update, self.quiet, self.verbose) {
                     self.say(line);
                 }
-                if started && self.say_how_it_ends.replace(false) {
-                    self.say(
-                        "gilsample: recording until Ctrl+C (SIGINT or SIGTERM) or the end of what \
-                         it records; --duration sets a length"
-                            .into(),
-                    );
+                if started && let Some(line) = self.how_it_ends.take() {
+                    self.say(line.into());
                 }
             }
         }
@@ -157,6 +164,12 @@ fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
             ),
         }),
         Update::WaitingForPython { .. } => None,
+        Update::WaitingForDevices {
+            kind,
+            duration,
+            nodes_here,
+        } if !quiet => Some(waiting_for_devices(kind, duration, nodes_here)),
+        Update::WaitingForDevices { .. } => None,
         // Said even when quiet: an error, said when it happens.
         Update::WriteFailed { pid, error } => Some(format!(
             "gilsample: error: process {pid}: {error}; the recording stops, and the answer for what \
@@ -191,4 +204,39 @@ fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
             bar
         }
     }
+}
+
+/// `--all-npu`/`--all-gpu` found nobody at the start: what it waits for, and for how long.
+fn waiting_for_devices(kind: DeviceKind, duration: Duration, nodes_here: bool) -> String {
+    let mut line = format!(
+        "gilsample: no Python process has {} open yet; looking for one as they start, for the \
+         --duration ({})",
+        kind.describe(),
+        humantime_short(duration)
+    );
+    if !nodes_here {
+        line += &format!(
+            ". This machine's /dev has no such device: on a machine without one, give --pid, {}, \
+             or a command after --",
+            kind.other_option()
+        );
+    }
+    line
+}
+
+/// `90 s`, `2 min`, `1.5 h`: a duration as the user gave it, near enough.
+fn humantime_short(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs >= 3600.0 {
+        format!("{} h", trim(secs / 3600.0))
+    } else if secs >= 120.0 {
+        format!("{} min", trim(secs / 60.0))
+    } else {
+        format!("{} s", trim(secs))
+    }
+}
+
+fn trim(value: f64) -> String {
+    let text = format!("{value:.1}");
+    text.strip_suffix(".0").unwrap_or(&text).to_string()
 }

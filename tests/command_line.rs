@@ -253,6 +253,21 @@ fn a_bare_gilsample_that_finds_no_npu_process_says_so_and_shows_the_common_comma
         waited.contains("--all-npu for Ascend NPUs") && !waited.contains("--all-gpu for"),
         "{waited}"
     );
+    // It said at once what it waits for, and that this machine has no such device at all.
+    let waiting = waited
+        .find("looking for one as they start, for the --duration (0.2 s)")
+        .unwrap_or_else(|| panic!("no waiting line: {waited}"));
+    assert!(waiting < waited.find("error:").unwrap(), "{waited}");
+    let gpus_here = std::fs::read_dir("/dev").unwrap().flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        name.strip_prefix("nvidia")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    assert_eq!(
+        waited.contains("This machine's /dev has no such device"),
+        !gpus_here,
+        "{waited}"
+    );
     let commands: Vec<&str> = stderr
         .lines()
         .filter(|l| l.trim_start().starts_with("gilsample record "))

@@ -118,6 +118,12 @@ fn python_behind_a_launched_shell_is_recorded_with_subprocesses() {
         !stderr.contains("skipping process"),
         "the shell is the job's plumbing, not a failure: {stderr}"
     );
+    // Piped and without --duration: how a launched command's recording ends, said once.
+    assert_eq!(
+        stderr.matches("recording until the command exits").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]

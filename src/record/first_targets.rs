@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::checks::processes_of;
 use super::{Session, Targets, Update};
+use crate::discover::device_nodes_here;
 use crate::error::{Error, Result};
 use crate::launch::{Launch, Launched, exe_of, wait_for_interpreter};
 use crate::python::attach::locate;
@@ -70,7 +71,20 @@ impl Session<'_> {
                     }
                 }
             }
-            Targets::Devices(kind) => self.discover_devices(*kind, progress)?,
+            Targets::Devices(kind) => {
+                self.discover_devices(*kind, progress)?;
+                // Said at once: nothing else would be until the duration ends.
+                if let Some(duration) = opts.duration
+                    && self.attached.is_empty()
+                {
+                    let nodes_here = device_nodes_here(*kind);
+                    progress(Update::WaitingForDevices {
+                        kind: *kind,
+                        duration,
+                        nodes_here,
+                    });
+                }
+            }
         }
         Ok(roots)
     }

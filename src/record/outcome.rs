@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::discover::DeviceKind;
 use crate::error::Error;
 use crate::infer::stats::Totals;
 use crate::launch::{Launched, Stopped};
@@ -147,6 +148,16 @@ pub enum Update<'a> {
         program: Option<&'a Path>,
         /// Else the last reason it is not readable yet.
         why: &'a str,
+    },
+    /// `--all-npu`/`--all-gpu` with `--duration` found no Python process using the device at the
+    /// start: it keeps looking until the duration ends.
+    WaitingForDevices {
+        /// Which devices.
+        kind: DeviceKind,
+        /// How long it keeps looking.
+        duration: Duration,
+        /// Whether this machine's `/dev` has any such device node.
+        nodes_here: bool,
     },
     /// Writing a target's trace failed: its recording stopped, and so does the session's.
     WriteFailed {

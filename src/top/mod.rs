@@ -250,6 +250,10 @@ pub fn run(
         Update::WriteFailed { pid, error } => {
             console.say(format!("process {pid}: {error}; the recording stops"))
         }
+        Update::WaitingForDevices { kind, .. } => console.say(format!(
+            "no Python process has {} open yet; looking for one until the --duration ends",
+            kind.describe()
+        )),
         Update::Ready | Update::PassedOver { .. } | Update::Progress(_) => {}
     };
     let report = record(&opts, stop.clone(), &mut on_update);

@@ -37,15 +37,15 @@ impl ProgressDisplay {
         let show_progress = !quiet && std::io::stderr().is_terminal();
         let bar = show_progress.then(|| new_progress_bar(duration));
         Self {
-            how_it_ends: Cell::new(
-                (bar.is_none() && !quiet && duration.is_none()).then_some(if launched {
+            how_it_ends: Cell::new((bar.is_none() && !quiet && duration.is_none()).then_some(
+                if launched {
                     "gilsample: recording until the command exits, or Ctrl+C (SIGINT or SIGTERM); \
                      --duration sets a length"
                 } else {
                     "gilsample: recording until Ctrl+C (SIGINT or SIGTERM) or the processes exit; \
                      --duration sets a length"
-                }),
-            ),
+                },
+            )),
             bar,
             quiet,
             verbose,

@@ -1,13 +1,50 @@
 //! What a stray word on the command line most likely meant, for clap's "unexpected argument" error:
-//! a unit written apart from its number (`--rate 10 kHz`, `-d 2 m`), or the command to launch
-//! without its `--` (`gilsample record python3 x.py`).
+//! a unit written apart from its number (`--rate 10 kHz`, `-d 2 m`), a process id without its
+//! `--pid` (`gilsample 12345`), or the command to launch without its `--` (`gilsample record
+//! python3 x.py`).
 
 use crate::cli::values::{parse_duration, parse_rate};
 
 /// The tip for `stray`, the word clap did not expect in `args` (the whole command line): the unit
-/// case first, since a unit is never a command worth launching.
+/// case first, since a unit is never a command worth launching, and a number is a process id.
 pub fn suggestion_for_stray(args: &[String], stray: &str) -> Option<String> {
-    unit_suggestion(args, stray).or_else(|| launch_suggestion(args, stray))
+    unit_suggestion(args, stray)
+        .or_else(|| pid_suggestion(args, stray))
+        .or_else(|| launch_suggestion(args, stray))
+}
+
+/// The subcommands that take no process and launch no command: a stray word there is not one.
+const NO_TARGET_COMMANDS: [&str; 5] = ["convert", "merge", "report", "replay", "layout"];
+
+/// The subcommand named in `args` before `at`, if any (the default, `record`, is named by none).
+fn subcommand(args: &[String], at: usize) -> Option<&str> {
+    const ALL: [&str; 8] = [
+        "record", "top", "info", "convert", "merge", "report", "replay", "layout",
+    ];
+    args[1..at]
+        .iter()
+        .map(String::as_str)
+        .find(|a| ALL.contains(a))
+}
+
+/// `gilsample top --pid 12345` for `gilsample top 12345`: a bare number where a process is asked
+/// for (record, top, info) is a process id.
+fn pid_suggestion(args: &[String], stray: &str) -> Option<String> {
+    if stray.is_empty() || !stray.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let at = position_before_dashes(args, stray)?;
+    if subcommand(args, at).is_some_and(|c| NO_TARGET_COMMANDS.contains(&c)) {
+        return None;
+    }
+    let mut words = vec!["gilsample".to_string()];
+    words.extend(args[1..at].iter().cloned());
+    words.extend(["--pid".to_string(), stray.to_string()]);
+    words.extend(args[at + 1..].iter().cloned());
+    Some(format!(
+        "give a process by its id with --pid: {}",
+        words.join(" ")
+    ))
 }
 
 /// `--rate 10khz` for `--rate 10 kHz`: `stray` follows the value of `--rate` or `--duration`, and
@@ -37,6 +74,10 @@ fn launch_suggestion(args: &[String], stray: &str) -> Option<String> {
         return None;
     }
     let at = position_before_dashes(args, stray)?;
+    // `info`, like the commands without a target, launches nothing.
+    if subcommand(args, at).is_some_and(|c| c == "info" || NO_TARGET_COMMANDS.contains(&c)) {
+        return None;
+    }
     let quoted = |a: &String| {
         if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
             format!("'{}'", a.replace('\'', "'\\''"))
@@ -96,6 +137,37 @@ mod tests {
                 got.as_deref().is_some_and(|t| t.ends_with(want)),
                 "{line}: {got:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_bare_number_is_a_process_id_where_one_is_asked_for() {
+        for (line, want) in [
+            ("gilsample 6419", "gilsample --pid 6419"),
+            ("gilsample top 6419", "gilsample top --pid 6419"),
+            ("gilsample info 6419", "gilsample info --pid 6419"),
+            (
+                "gilsample record 6419 -d 5",
+                "gilsample record --pid 6419 -d 5",
+            ),
+        ] {
+            let got = tip(line, "6419");
+            assert!(
+                got.as_deref().is_some_and(|t| t.ends_with(want)),
+                "{line}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn commands_that_launch_nothing_get_no_launch_tip() {
+        for (line, stray) in [
+            ("gilsample info 12a", "12a"),
+            ("gilsample convert a.json out", "a.json"),
+            ("gilsample replay a b", "b"),
+            ("gilsample report 6419", "6419"),
+        ] {
+            assert_eq!(tip(line, stray), None, "{line}");
         }
     }
 

@@ -128,6 +128,16 @@ fn a_real_pytorch_trace_lands_inside_the_gil_recording_of_the_same_run() {
         .map(|e| &e["pid"])
         .collect();
     assert!(!torch_pids.is_empty() && torch_pids.iter().all(|&p| *p == json!(moved_pid)));
+    // `report` reads the GIL tracks of the merged file and passes over the profiler's events
+    // (Kineto's "Spans" and "Traces" processes have words for pids).
+    let report = gilsample().arg("report").arg(&output).output().unwrap();
+    let said = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    assert!(said.contains(&format!("process {pid}")), "{said}");
     assert!(
         events(&merged).iter().any(|e| e["name"] == "process_name"
             && e["pid"] == json!(moved_pid)

@@ -300,8 +300,10 @@ fn accept(
     };
     let ph = object.get("ph").and_then(Value::as_str).unwrap_or("X");
     if ph == "M" {
-        if let (Some(pid), "thread_name") = (id("pid")?, name)
-            && let Some(tid) = id("tid")?
+        // Another tool's metadata beside ours (a merged profiler trace: Kineto names its "Spans"
+        // and "Traces" processes with words for pids) is not this report's to read.
+        if name == "thread_name"
+            && let (Ok(Some(pid)), Ok(Some(tid))) = (id("pid"), id("tid"))
             && let Some(text) = object
                 .get("args")
                 .and_then(|a| a.get("name"))

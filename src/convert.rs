@@ -274,6 +274,11 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         why,
     };
     let meta = std::fs::metadata(input).map_err(|e| input_error(e.to_string()))?;
+    if meta.is_dir() {
+        return Err(input_error(
+            "a directory: convert takes one trace file (GIL_<pid>_rank_0.json)".into(),
+        ));
+    }
     if !meta.is_file() {
         return Err(input_error(
             "not a regular file: convert reads its input twice, so a pipe or a device cannot be \

@@ -360,7 +360,7 @@ fn replay_refuses_bad_streams_with_the_file_and_byte() {
     assert_refused(
         &["replay", "/nonexistent/run.gilsamples"],
         7,
-        "/nonexistent/run.gilsamples: byte 0: cannot open",
+        "/nonexistent/run.gilsamples: cannot open",
     );
 }
 

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use clap::CommandFactory;
 use common::{Trace, Workload, gilsample, interpreter};
 use gilsample::cli::Cli;
-use gilsample::error::exit::{NO_SUCH_PROCESS, OK, USAGE};
+use gilsample::error::exit::{NO_SUCH_PROCESS, OK, OUTPUT, USAGE};
 
 /// stdout and stderr of a gilsample run that must end with `code`.
 fn run_expecting(args: &[&str], code: i32) -> (String, String) {
@@ -486,4 +486,19 @@ fn info_words_cover_every_expected_interpreter() {
             "no info-words test for {label}"
         );
     }
+}
+
+/// `-o` naming a file that exists, without `.json`: the way to one file is said.
+#[test]
+fn an_output_that_is_a_plain_file_says_how_to_name_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("traces");
+    std::fs::write(&file, "x").unwrap();
+    let pid = std::process::id().to_string();
+    let output = file.display().to_string();
+    let (_, stderr) = run_expecting(&["--pid", &pid, "-o", &output], OUTPUT);
+    assert!(
+        stderr.contains("a directory is needed") && stderr.contains("ending in .json"),
+        "{stderr}"
+    );
 }

@@ -128,8 +128,24 @@ fn empty_input() {
 }
 
 #[test]
+fn a_directory_is_refused_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out.json");
+    let (code, stderr) = convert(dir.path(), &output);
+    assert_eq!(code, INPUT, "{stderr}");
+    assert!(
+        stderr.contains("a directory: convert takes one trace file"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn not_json() {
-    refused("take_gil at noon", "not valid JSON");
+    refused(
+        "take_gil at noon",
+        "not a Chrome Trace: a trace is a JSON file",
+    );
+    refused("[take_gil at noon]", "not valid JSON");
 }
 
 #[test]
@@ -143,7 +159,7 @@ fn truncated_input() {
 #[test]
 fn wrong_shape() {
     refused(r#"{"events": []}"#, "without a `traceEvents` array");
-    refused("7", "expected a Chrome Trace");
+    refused("7", "not a Chrome Trace");
     refused(r#"[1, 2]"#, "event 0: not a JSON object");
 }
 

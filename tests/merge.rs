@@ -393,7 +393,11 @@ fn empty_input() {
 
 #[test]
 fn not_json() {
-    refused("<html>profile</html>", "not valid JSON");
+    refused(
+        "<html>profile</html>",
+        "not a Chrome Trace: a trace is a JSON file",
+    );
+    refused("{html: profile}", "not valid JSON");
 }
 
 #[test]
@@ -406,7 +410,7 @@ fn truncated_input() {
 
 #[test]
 fn wrong_shape() {
-    refused("42", "expected a Chrome Trace");
+    refused("42", "not a Chrome Trace");
     refused(r#"{"events": []}"#, "without a `traceEvents` array");
     refused(
         r#"{"traceEvents": {"ph": "X"}}"#,

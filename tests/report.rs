@@ -268,7 +268,8 @@ fn bad_input_is_refused_with_exit_7() {
         b"[{\"name\": \"other\", \"ph\": \"X\", \"ts\": 1, \"dur\": 1}]",
         "not a GIL trace",
     );
-    refused(b"\x00\xff garbage", "not valid JSON");
+    refused(b"\x00\xff garbage", "not a Chrome Trace");
+    refused(b"[\x00\xff garbage", "not valid JSON");
     refused(
         b"[{\"name\": \"take_gil\", \"ph\": \"X\", \"ts\": \"x\", \"dur\": 1, \"pid\": 1, \"tid\": 1}]",
         "ts",
@@ -288,7 +289,7 @@ fn bad_files_among_good_ones_are_skipped_with_a_warning_and_duplicates_counted_o
     assert_eq!(doc["processes"].as_array().unwrap().len(), 1, "{doc}");
     let bad = dir.path().join("GIL_9_rank_0.json").display().to_string();
     assert!(
-        stderr.contains(&format!("{bad}: skipped: not valid JSON")),
+        stderr.contains(&format!("{bad}: skipped: not a Chrome Trace")),
         "the file named once: {stderr}"
     );
     assert!(stderr.contains("repeats process 12345"), "{stderr}");

@@ -206,9 +206,8 @@ pub struct InfoArgs {
     /// The process to describe.
     #[arg(short, long)]
     pub pid: u32,
-    // Where the layout comes from, as `record --layout-source`. Not a doc comment: clap would make
-    // it this option's --help text, which `info --help` has never shown.
-    #[allow(missing_docs)]
+    /// Where the interpreter's struct layouts come from, as record's --layout-source: to see what
+    /// gilsample reads through a given source.
     #[arg(long, value_enum, default_value = "auto")]
     pub layout_source: LayoutChoice,
 }

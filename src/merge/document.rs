@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -68,9 +68,23 @@ where
     if file.metadata().map(|m| m.len() == 0).unwrap_or(false) {
         return Err(bad("the file is empty".into()));
     }
+    let mut reader = BufReader::new(file);
+    if let Some(&first) = reader
+        .fill_buf()
+        .map_err(|e| bad(e.to_string()))?
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        && first != b'['
+        && first != b'{'
+    {
+        // A script, a log, a saved sample stream: JSON's own message would name a column.
+        return Err(bad(
+            "not a Chrome Trace: a trace is a JSON file that starts with [ or {".into(),
+        ));
+    }
     let mut header = Header::default();
     let mut saw_events = false;
-    let mut deserializer = serde_json::Deserializer::from_reader(BufReader::new(file));
+    let mut deserializer = serde_json::Deserializer::from_reader(reader);
     let parsed = Document {
         on_event: &mut on_event,
         header: &mut header,

@@ -64,7 +64,9 @@ fn check_can_create_in(dir: &Path) -> Result<()> {
     if !existing.is_dir() {
         return Err(Error::Output {
             path: existing,
-            why: "it is a file, but a directory is needed".into(),
+            why: "it is a file, but a directory is needed (for one process's trace in one file, give \
+                      -o a name ending in .json)"
+                    .into(),
         });
     }
     let probe = existing.join(format!(".gilsample-write-check-{}", std::process::id()));

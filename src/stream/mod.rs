@@ -209,17 +209,13 @@ pub struct StreamError {
     pub offset: u64,
     /// What is wrong there.
     pub why: String,
+    /// Whether the file opened (else `offset` means nothing).
+    pub opened: bool,
 }
 
 impl fmt::Display for StreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: byte {}: {}",
-            self.path.display(),
-            self.offset,
-            self.why
-        )
+        write!(f, "{}: {}", self.path.display(), self.place_and_why())
     }
 }
 
@@ -227,14 +223,24 @@ impl fmt::Display for StreamError {
 /// goes into the message so a damaged file can be looked at where it broke.
 impl From<StreamError> for crate::error::Error {
     fn from(e: StreamError) -> crate::error::Error {
-        crate::error::Error::Input {
-            path: e.path,
-            why: format!("byte {}: {}", e.offset, e.why),
-        }
+        let why = e.place_and_why();
+        crate::error::Error::Input { path: e.path, why }
     }
 }
 
 impl std::error::Error for StreamError {}
+
+impl StreamError {
+    /// What is wrong, and where in the file where that is anywhere (a file that did not open is
+    /// wrong at no byte).
+    fn place_and_why(&self) -> String {
+        if self.opened {
+            format!("byte {}: {}", self.offset, self.why)
+        } else {
+            self.why.clone()
+        }
+    }
+}
 
 /// Finding kinds: the first byte of every record.
 mod kind {

@@ -34,6 +34,7 @@ impl StreamReader<BufReader<File>> {
             path: path.to_path_buf(),
             offset: 0,
             why: format!("cannot open: {e}"),
+            opened: false,
         })?;
         StreamReader::new(BufReader::with_capacity(1 << 16, file), path)
     }
@@ -47,6 +48,7 @@ impl<R: Read> StreamReader<R> {
             path: path.clone(),
             offset,
             why,
+            opened: true,
         };
         let mut preamble = [0u8; 10];
         let got = read_full(&mut input, &mut preamble).map_err(|e| err(0, io_why(&e)))?;
@@ -181,6 +183,7 @@ impl<R: Read> StreamReader<R> {
             path: records.path.clone(),
             offset: payload_start + b.at as u64,
             why: format!("in a {} record: {}", kind::name(k), b.why),
+            opened: true,
         };
         let mut input = Input::new(&records.payload);
         // `None`: a pace record, which is no item.
@@ -259,6 +262,7 @@ impl<R: Read> Records<R> {
             path: self.path.clone(),
             offset,
             why,
+            opened: true,
         }
     }
 

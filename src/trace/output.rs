@@ -76,7 +76,9 @@ impl OutputSpec {
         if dir.exists() && !dir.is_dir() {
             return Err(Error::Output {
                 path: dir,
-                why: "it is a file, but a directory is needed".into(),
+                why: "it is a file, but a directory is needed (for one process's trace in one file, give \
+                      -o a name ending in .json)"
+                    .into(),
             });
         }
         fs::create_dir_all(&dir).map_err(|e| Error::Output {

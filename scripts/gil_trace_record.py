@@ -21,7 +21,14 @@ import argparse
 import os
 import sys
 
-from gilsample import binary_path, gil_trace_record_start, gil_trace_record_stop
+try:
+    from gilsample import binary_path, gil_trace_record_start, gil_trace_record_stop
+except ImportError as missing:
+    NEEDS = ("gil_trace_record needs the gilsample package in this Python: "
+             "pip install gilsample-<version>-<platform>.whl (built by scripts/build-wheels.sh)")
+    if __name__ == "__main__":
+        sys.exit("error: " + NEEDS)
+    raise ImportError(NEEDS) from missing
 
 __all__ = ["gil_trace_record_start", "gil_trace_record_stop"]
 

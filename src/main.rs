@@ -108,7 +108,9 @@ fn parse_command_line() -> Cli {
 
 /// Takes SIGINT, SIGTERM and SIGHUP (signals.rs) and says what each did; the ones that end the wait
 /// exit at once (files stay at their temporary names, never half-written at the final name).
-fn install_signal_thread(state: SessionState, output: &OutputSpec) {
+/// `keeps_trace`: the session writes trace files (not `top` without `-o`), which a first signal
+/// finishes and a second leaves as `.partial` files.
+fn install_signal_thread(state: SessionState, output: &OutputSpec, keeps_trace: bool) {
     let partial_dir = match output {
         OutputSpec::Directory(dir) => dir.clone(),
         OutputSpec::File(file) => file
@@ -117,8 +119,15 @@ fn install_signal_thread(state: SessionState, output: &OutputSpec) {
             .map_or_else(|| ".".into(), Path::to_path_buf),
     };
     watch_signals(state, move |step| match step {
+        SignalStep::Stopping(signal) if !keeps_trace => {
+            eprintln!("\ngilsample: {signal:?} received, stopping (again to abort)")
+        }
         SignalStep::Stopping(signal) => {
             eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)")
+        }
+        SignalStep::Abort if !keeps_trace => {
+            eprintln!("gilsample: aborted");
+            std::process::exit(exit::INTERRUPTED);
         }
         SignalStep::Abort => {
             let dir = partial_dir.display();
@@ -258,7 +267,7 @@ fn run_record(
     let opts = record_options(&args)?;
     let state = SessionState::default();
     let (stop, waiting_for_command) = (state.stop.clone(), state.waiting_for_command.clone());
-    install_signal_thread(state, &opts.output);
+    install_signal_thread(state, &opts.output, true);
     if let Some(reader) = reader {
         wait_for_go(reader, &stop)?;
     }
@@ -435,7 +444,7 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
     let opts = record_options(&args.record)?;
     let state = SessionState::default();
     let stop = state.stop.clone();
-    install_signal_thread(state, &opts.output);
+    install_signal_thread(state, &opts.output, plan.saves());
     let outcome = gilsample::top::run(&plan, opts.clone(), stop, Box::new(std::io::stdout()))?;
     let mut report = outcome.report?;
     something_recorded(&report, &opts.targets)?;

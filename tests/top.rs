@@ -525,6 +525,11 @@ fn top_lines_prints_a_table_every_interval_until_stopped() {
     .unwrap();
     let status = top.wait().unwrap();
     assert_eq!(status.code(), Some(OK));
+    // Without -o there is no trace to finish: the signal's line says so.
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut top.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(said.contains("SIGTERM received, stopping"), "{said}");
+    assert!(!said.contains("finishing the trace"), "{said}");
     let spans: Vec<&str> = tables
         .iter()
         .map(|t| t[0].split(", ").nth(1).unwrap().split(':').next().unwrap())

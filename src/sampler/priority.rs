@@ -104,10 +104,16 @@ pub fn realtime_refused_warning(cpus_given: bool, capable: bool) -> String {
     } else {
         (
             ": it needs root or CAP_SYS_NICE",
-            "Grant the capability (sudo setcap cap_sys_nice,cap_sys_ptrace+ep $(command -v \
-             gilsample); in a container --cap-add SYS_NICE)",
+            "Grant the capability (sudo setcap cap_sys_nice,cap_sys_ptrace+ep {exe}; in a \
+             container --cap-add SYS_NICE)",
         )
     };
+    // The binary itself, as the permission errors name it: setcap on a link or a wrapper does
+    // nothing.
+    let exe = std::env::current_exe().map_or("$(command -v gilsample)".into(), |p| {
+        p.display().to_string()
+    });
+    let fix = fix.replace("{exe}", &exe);
     format!(
         "warning: real-time scheduling (SCHED_FIFO) was refused{why}. The sampler runs \
          without it, so while the target's threads keep every CPU busy it waits behind them and \

@@ -290,6 +290,15 @@ class ReferenceNames(TempDirTest):
         trace = load(os.path.join(self.dir, "GIL_%d_rank_0.json" % child.pid))
         self.assertIn(child.pid, tids_holding(trace))
 
+    def test_the_drop_in_script_without_the_package_says_how_to_get_it(self):
+        # -I -S: no site-packages, so no gilsample, as in a Python it was not installed into.
+        script = os.path.join(REPO, "scripts", "gil_trace_record.py")
+        run = subprocess.run([sys.executable, "-I", "-S", script, "--help"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 1, run.stderr)
+        self.assertIn("needs the gilsample package", run.stderr)
+        self.assertNotIn("Traceback", run.stderr)
+
     def test_the_drop_in_module_exports_the_reference_names(self):
         sys.path.insert(0, os.path.join(REPO, "scripts"))
         try:

@@ -125,7 +125,9 @@ fn install_signal_thread(state: SessionState, output: &OutputSpec, keeps_trace: 
         SignalStep::Stopping(signal) => {
             eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)")
         }
+        // top's own temporary directory: exiting skips the drop that removes it.
         SignalStep::Abort if !keeps_trace => {
+            let _ = std::fs::remove_dir_all(&partial_dir);
             eprintln!("gilsample: aborted");
             std::process::exit(exit::INTERRUPTED);
         }
@@ -150,6 +152,9 @@ fn install_signal_thread(state: SessionState, output: &OutputSpec, keeps_trace: 
              taken as the same request (another must come a second later, or from Ctrl+C)"
         ),
         SignalStep::StopWaiting { command } => {
+            if !keeps_trace {
+                let _ = std::fs::remove_dir_all(&partial_dir);
+            }
             eprintln!(
                 "gilsample: not waiting for the command (pid {command}) any longer; it gets SIGTERM"
             );

@@ -89,18 +89,13 @@ pub fn watch_signals(state: SessionState, on_step: impl Fn(SignalStep) + Send + 
         let mut last: Option<(Received, Instant)> = None;
         while let Some(received) = wait_for_signal(&set) {
             let now = Instant::now();
-            let repeated = last.is_some_and(|(before, at)| {
-                before == received
-                    && received.sender.is_some()
-                    && now.duration_since(at) < REPEAT_WITHIN
-            });
-            last = Some((received, now));
             let Received { signal, sender } = received;
-            if repeated {
-                let sender = sender.expect("a repeat has a sender");
+            if let Some(sender) = sender.filter(|_| repeats(last, received, now)) {
+                // Not a new `last`: a request repeated every so often still gets its second.
                 on_step(SignalStep::Repeated { signal, sender });
                 continue;
             }
+            last = Some((received, now));
             let command = state.waiting_for_command.load(Ordering::SeqCst);
             let step = if command != 0 {
                 while_waiting += 1;
@@ -127,6 +122,16 @@ pub fn watch_signals(state: SessionState, on_step: impl Fn(SignalStep) + Send + 
     });
 }
 
+/// Whether `received`, at `now`, is the request `last` made again (module docs): the same signal
+/// from the same process, sooner than `REPEAT_WITHIN`. The kernel's (Ctrl+C) never is.
+fn repeats(last: Option<(Received, Instant)>, received: Received, now: Instant) -> bool {
+    last.is_some_and(|(before, at)| {
+        before == received
+            && received.sender.is_some()
+            && now.saturating_duration_since(at) < REPEAT_WITHIN
+    })
+}
+
 /// The next of `set`'s signals, and the process that sent it (`kill`) where the kernel did not (a
 /// terminal's Ctrl+C, which goes to the whole foreground process group).
 fn wait_for_signal(set: &SigSet) -> Option<Received> {
@@ -136,7 +141,9 @@ fn wait_for_signal(set: &SigSet) -> Option<Received> {
         let number = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
         if number > 0 {
             // SI_USER, SI_QUEUE, SI_TKILL are 0 or below; the kernel's own (SI_KERNEL) above.
-            // SAFETY: for those codes the kernel filled in the sender's pid.
+            // SAFETY: reading the field is sound for any siginfo_t; for kill, sigqueue and tkill
+            // it is the sender's pid (for the timer and async codes, also at or below 0, it is
+            // some other value, which can only make two signals look alike or apart).
             let sender = (info.si_code <= 0).then(|| unsafe { info.si_pid() });
             return Signal::try_from(number)
                 .ok()
@@ -145,5 +152,34 @@ fn wait_for_signal(set: &SigSet) -> Option<Received> {
         if nix::errno::Errno::last() != nix::errno::Errno::EINTR {
             return None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(sender: Option<i32>, signal: Signal) -> Received {
+        Received { signal, sender }
+    }
+
+    #[test]
+    fn the_same_signal_from_the_same_process_at_once_is_a_repeat() {
+        let at = Instant::now();
+        let term = from(Some(42), Signal::SIGTERM);
+        let last = Some((term, at));
+        assert!(repeats(last, term, at + Duration::from_micros(5)));
+        assert!(repeats(
+            last,
+            term,
+            at + REPEAT_WITHIN - Duration::from_millis(1)
+        ));
+        // Later, from another process, another signal, or from the kernel: a second request.
+        assert!(!repeats(last, term, at + REPEAT_WITHIN));
+        assert!(!repeats(last, from(Some(43), Signal::SIGTERM), at));
+        assert!(!repeats(last, from(Some(42), Signal::SIGINT), at));
+        let ctrl_c = from(None, Signal::SIGINT);
+        assert!(!repeats(Some((ctrl_c, at)), ctrl_c, at));
+        assert!(!repeats(None, term, at));
     }
 }

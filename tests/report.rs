@@ -269,6 +269,11 @@ fn bad_input_is_refused_with_exit_7() {
         "not a GIL trace",
     );
     refused(b"\x00\xff garbage", "not a Chrome Trace");
+    // A byte-order mark is passed over: the events after it are read (and here not GIL ones).
+    refused(
+        b"\xEF\xBB\xBF[{\"name\": \"other\", \"ph\": \"X\", \"ts\": 1, \"dur\": 1}]",
+        "not a GIL trace",
+    );
     refused(b"[\x00\xff garbage", "not valid JSON");
     refused(
         b"[{\"name\": \"take_gil\", \"ph\": \"X\", \"ts\": \"x\", \"dur\": 1, \"pid\": 1, \"tid\": 1}]",

@@ -558,6 +558,41 @@ fn top_lines_prints_a_table_every_interval_until_stopped() {
     }
 }
 
+/// Aborted by a second signal, `top` without `-o` leaves no temporary trace behind.
+#[test]
+fn an_aborted_top_leaves_no_temporary_trace() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let temp = tempfile::tempdir().unwrap();
+    let mut top = KilledOnDrop::spawn(
+        gilsample()
+            .args(["top", "--lines", "1", "--interval", "200ms", "--pid"])
+            .arg(workload.pid.to_string())
+            .env("TMPDIR", temp.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let mut stdout = BufReader::new(top.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("process ") {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "top ended early");
+    }
+    assert_eq!(files_in(temp.path()).len(), 1, "its temporary directory");
+    let pid = top.id().to_string();
+    // Two senders: two requests, the second an abort where it comes before the end.
+    for _ in 0..2 {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+    let status = top.wait().unwrap();
+    assert!(matches!(status.code(), Some(OK) | Some(130)), "{status}");
+    assert_eq!(files_in(temp.path()), Vec::<String>::new());
+}
+
 /// `--lines N --duration D`: the tables cover the whole recording, the last interval included,
 /// each starting where the one before ended.
 #[test]
@@ -586,12 +621,19 @@ fn top_lines_with_a_duration_prints_the_last_interval_too() {
             (from.parse().unwrap(), to.parse().unwrap())
         })
         .collect();
-    assert_eq!(spans.len(), 3, "{stdout}");
-    assert_eq!(spans[0].0, 0.0, "{stdout}");
+    // From the first sample to the last (about 0.6 s later: the duration counts from just before
+    // the first sample), one after the other, each a whole interval but the last; the tables
+    // before this change stopped at 0.4.
+    let (first, last) = (spans[0], spans[spans.len() - 1]);
+    assert_eq!(first.0, 0.0, "{stdout}");
+    assert!(
+        last.1 > 0.4 && last.1 > last.0,
+        "the last interval is missing: {stdout}"
+    );
     for pair in spans.windows(2) {
         assert_eq!(pair[0].1, pair[1].0, "not one after the other: {stdout}");
+        assert!((pair[0].1 - pair[0].0 - 0.2).abs() < 0.01, "{stdout}");
     }
-    assert!(spans[2].1 > spans[2].0, "{stdout}");
 }
 
 /// `-o` keeps the trace, as `record -o` writes it, and ends with record's summary.

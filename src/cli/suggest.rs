@@ -50,6 +50,10 @@ fn pid_suggestion(args: &[String], stray: &str) -> Option<String> {
 /// `--rate 10khz` for `--rate 10 kHz`: `stray` follows the value of `--rate` or `--duration`, and
 /// the two written together are a value that option takes.
 fn unit_suggestion(args: &[String], stray: &str) -> Option<String> {
+    // A unit starts with a letter; a number after a value is something else (a process id).
+    if !stray.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return None;
+    }
     let at = position_before_dashes(args, stray)?;
     let before = args.get(at.checked_sub(1)?)?;
     let (option, number) = match args.get(at.wrapping_sub(2)) {

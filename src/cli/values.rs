@@ -93,17 +93,25 @@ pub fn parse_duration(text: &str) -> Result<DurationArg, String> {
     }
     let mut seconds = 0.0;
     let mut rest = trimmed;
+    // Seconds in the unit of the part before, for a last part written without one.
+    let mut unit_before: Option<f64> = None;
     while !rest.is_empty() {
         let (value, unit, after) = duration_part(rest).map_err(|why| refuse(&why))?;
         if value < 0.0 {
             return Err(refuse("it must be more than 0"));
         }
-        seconds += value
-            * seconds_per_unit(unit).ok_or_else(|| refuse(&format!("unknown unit '{unit}'")))?;
-        // A bare number is seconds, and only the last part may leave its unit out.
+        // Only the last part may leave its unit out. Alone it is seconds; after another part it
+        // is the unit below that one's, as people write them: 2m30 is 2m30s, 1h30 is 1h30m.
         if unit.is_empty() && !after.is_empty() {
             return Err(refuse("a number without a unit before another part"));
         }
+        let per_unit = match (unit, unit_before) {
+            ("", Some(before)) => unit_below(before)
+                .ok_or_else(|| refuse("a number without a unit after milliseconds"))?,
+            _ => seconds_per_unit(unit).ok_or_else(|| refuse(&format!("unknown unit '{unit}'")))?,
+        };
+        seconds += value * per_unit;
+        unit_before = Some(per_unit);
         rest = after;
     }
     if !seconds.is_finite() || seconds <= 0.0 {
@@ -129,6 +137,15 @@ fn duration_part(text: &str) -> Result<(f64, &str, &str), String> {
         .unwrap_or(after_number.len());
     let (unit, after) = after_number.split_at(unit_end);
     Ok((value, unit, after.trim_start()))
+}
+
+/// The unit below one of `seconds` seconds (hours: minutes, minutes: seconds, seconds:
+/// milliseconds), in seconds; none below milliseconds.
+fn unit_below(seconds: f64) -> Option<f64> {
+    [3600.0, 60.0, 1.0, 1e-3]
+        .windows(2)
+        .find(|pair| pair[0] == seconds)
+        .map(|pair| pair[1])
 }
 
 /// Seconds in one `unit` (empty: seconds), if it is one.
@@ -183,6 +200,8 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), secs(90.0));
         assert_eq!(parse_duration("1h 15m"), secs(4500.0));
         assert_eq!(parse_duration("2m30"), secs(150.0));
+        assert_eq!(parse_duration("1h30"), secs(5400.0));
+        assert_eq!(parse_duration("1s500"), secs(1.5));
         assert_eq!(parse_duration("1s500ms"), secs(1.5));
         assert_eq!(parse_duration("10 s"), secs(10.0));
     }
@@ -191,7 +210,7 @@ mod tests {
     fn durations_that_mean_nothing_are_refused_with_the_accepted_forms() {
         for bad in [
             "0", "0s", "-2", "-1s", "ten", "nan", "inf", "10x", "s", "", "1e3", "366d", "9000h",
-            "1.2.3", "30 1m", "1m-1m", "2m -1m", "1m x",
+            "1.2.3", "30 1m", "1m-1m", "2m -1m", "1m x", "1s500ms5",
         ] {
             let error = parse_duration(bad).expect_err(bad);
             assert!(error.contains("10s, 500ms, 2m"), "{bad}: {error}");

@@ -69,6 +69,14 @@ where
         return Err(bad("the file is empty".into()));
     }
     let mut reader = BufReader::new(file);
+    // A UTF-8 byte-order mark (some Windows editors write one) is not JSON: passed over.
+    if reader
+        .fill_buf()
+        .map_err(|e| bad(e.to_string()))?
+        .starts_with(b"\xEF\xBB\xBF")
+    {
+        reader.consume(3);
+    }
     if let Some(&first) = reader
         .fill_buf()
         .map_err(|e| bad(e.to_string()))?

@@ -253,6 +253,7 @@ impl StackReader {
             .or_else(|| layout.field("frame.f_localsplus"))
             .map(|f| f.offset)
             .filter(|&at| at >= frame_header && at < 4096);
+        let code = CodeFields::of(fields)?;
         fields.get("bytes.ob_sval")?;
         Ok(StackReader {
             objects,
@@ -260,7 +261,7 @@ impl StackReader {
             frames,
             frame_header,
             slots,
-            code: CodeFields::of(fields)?,
+            code,
             format: LineTableFormat::for_version(version.major, version.minor),
             cache: HashMap::new(),
             stats: StackStats::default(),

@@ -440,7 +440,7 @@ fn send_watch(reader: &mut StackReader, tid: u32, hold: &Hold, sink: &mut dyn Fn
     }
 }
 
-/// A frame's identity for "has the holder moved on": the frame and its code, not the instruction.
+/// The samples of `hold` not reported yet, as one stack finding at its last sample.
 fn flush(tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
     if hold.unreported > 0 && !hold.frames.is_empty() {
         sink(stack(

@@ -250,9 +250,16 @@ pub fn run(
         Update::WriteFailed { pid, error } => {
             console.say(format!("process {pid}: {error}; the recording stops"))
         }
-        Update::WaitingForDevices { kind, .. } => console.say(format!(
-            "no Python process has {} open yet; looking for one until the --duration ends",
-            kind.describe()
+        Update::WaitingForDevices {
+            kind, nodes_here, ..
+        } => console.say(format!(
+            "no Python process has {} open yet; looking for one until the --duration ends{}",
+            kind.describe(),
+            if nodes_here {
+                ""
+            } else {
+                " (this machine's /dev has no such device)"
+            }
         )),
         Update::Ready | Update::PassedOver { .. } | Update::Progress(_) => {}
     };
@@ -487,14 +494,15 @@ fn show_plain(
 }
 
 /// Where the next plain table ends, if it is due: one interval (`step`) after `from` once the
-/// recording knows `SETTLED_NS` past it (`now`: its latest sample), so that the table is whole.
-/// Once the recording has ended every sample is in, and the rest is due: whole intervals, then the
-/// last part, a rest shorter than a tenth of an interval going into the table before it; with
-/// `once`, the one table, however short.
+/// recording knows `SETTLED_NS` past it (`now`: its latest sample), so that the table is whole,
+/// and a tenth of an interval past it, so that a recording that ends that soon after gets no
+/// table of its own for the rest. Once the recording has ended every sample is in, and the rest is
+/// due: whole intervals, then the last part, a rest shorter than a tenth of an interval going into
+/// the table before it; with `once`, the one table, however short.
 fn next_table_end(from: i128, step: i128, now: i128, finished: bool, once: bool) -> Option<i128> {
     let whole = from + step;
     if !finished {
-        return (now >= whole + SETTLED_NS).then_some(whole);
+        return (now >= whole + SETTLED_NS.max(step / 10)).then_some(whole);
     }
     if once {
         return Some(now.clamp(from, whole));

@@ -137,7 +137,8 @@ fn a_real_pytorch_trace_lands_inside_the_gil_recording_of_the_same_run() {
         "{said}{}",
         String::from_utf8_lossy(&report.stderr)
     );
-    assert!(said.contains(&format!("process {pid}")), "{said}");
+    // Its rank, from the recording's otherData that the merged file keeps.
+    assert!(said.contains(&format!("process {pid} (rank 0)")), "{said}");
     assert!(
         events(&merged).iter().any(|e| e["name"] == "process_name"
             && e["pid"] == json!(moved_pid)

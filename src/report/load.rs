@@ -261,7 +261,18 @@ fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Opt
         });
     }
     if let Some(other) = other {
-        apply_other_data(other, &mut processes);
+        apply_other_data(other, &mut processes, true);
+        // A merged file keeps each gilsample recording's own otherData under `merge.inputs`: its
+        // rank, host and how its holds were judged. Not its window: the merge moved its clock.
+        let inputs = other
+            .get("merge")
+            .and_then(|m| m.get("inputs"))
+            .and_then(Value::as_array);
+        for input in inputs.into_iter().flatten() {
+            if let Some(other) = input.get("otherData").and_then(Value::as_object) {
+                apply_other_data(other, &mut processes, false);
+            }
+        }
     }
     let mut out: Vec<ProcessTrace> = processes.into_values().collect();
     for process in &mut out {
@@ -425,9 +436,14 @@ pub fn frame_text(frame: &Value) -> Option<String> {
     }
 }
 
-/// gilsample's `otherData`: pid, rank, host, the recording's window on the trace clock, and how many
-/// waiting threads the samples found with the GIL free.
-fn apply_other_data(other: &Map<String, Value>, processes: &mut BTreeMap<u32, ProcessTrace>) {
+/// gilsample's `otherData`: pid, rank, host, the recording's window on the trace clock (`window`:
+/// where the file's clock is the recording's), and how many waiting threads the samples found with
+/// the GIL free.
+fn apply_other_data(
+    other: &Map<String, Value>,
+    processes: &mut BTreeMap<u32, ProcessTrace>,
+    window: bool,
+) {
     let Some(pid) = other
         .get("pid")
         .and_then(Value::as_u64)
@@ -463,11 +479,13 @@ fn apply_other_data(other: &Map<String, Value>, processes: &mut BTreeMap<u32, Pr
         )
         .filter(|(all, free)| free <= all);
     let int = |key: &str| other.get(key).and_then(Value::as_i64).map(i128::from);
-    if let (Some(start), Some(end), Some(to_trace)) = (
-        int("recording_start_monotonic_ns"),
-        int("recording_end_monotonic_ns"),
-        int("monotonic_to_trace_offset_ns"),
-    ) && end > start
+    if window
+        && let (Some(start), Some(end), Some(to_trace)) = (
+            int("recording_start_monotonic_ns"),
+            int("recording_end_monotonic_ns"),
+            int("monotonic_to_trace_offset_ns"),
+        )
+        && end > start
     {
         process.window_ns = Some((start + to_trace, end + to_trace));
     }
@@ -515,7 +533,7 @@ mod tests {
     fn the_waiting_counts_are_taken_only_when_both_are_there_and_agree() {
         let read = |other: Value| {
             let mut processes = BTreeMap::from([(7, ProcessTrace::default())]);
-            apply_other_data(other.as_object().unwrap(), &mut processes);
+            apply_other_data(other.as_object().unwrap(), &mut processes, true);
             processes[&7].waiting_samples
         };
         let both = json!({"pid": 7, "waiting_samples": 10, "waiting_samples_gil_free": 4});

@@ -502,8 +502,17 @@ fn wait_for_command(command: &mut Launched, quiet: bool) -> Result<i32> {
 /// a bare `gilsample` is often the first thing run.
 fn with_common_commands(error: Error, targets: &Targets) -> Error {
     match (error, targets) {
-        (Error::NothingFound(what), Targets::Devices(_)) => {
-            Error::NothingFound(format!("{what}\n\n{COMMON_COMMANDS}"))
+        (Error::NothingFound(what), Targets::Devices(kind)) => {
+            // Not the command that just found nothing.
+            let failed = match kind {
+                DeviceKind::Gpu => "--all-gpu",
+                DeviceKind::Npu => "--all-npu",
+            };
+            let commands: Vec<&str> = COMMON_COMMANDS
+                .lines()
+                .filter(|line| !line.contains(failed))
+                .collect();
+            Error::NothingFound(format!("{what}\n\n{}", commands.join("\n")))
         }
         (error, _) => error,
     }

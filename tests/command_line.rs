@@ -239,12 +239,15 @@ fn a_bare_gilsample_that_finds_no_npu_process_says_so_and_shows_the_common_comma
         "{stderr}"
     );
     assert!(stderr.contains("--all-gpu for NVIDIA GPUs"), "{stderr}");
-    // --all-gpu that finds none points at the other kind, not at itself.
+    // --all-gpu that finds none points at the other kind, not at itself, nor lists itself among
+    // the common commands.
     let (_, gpu) = run_expecting(&["--all-gpu"], NO_SUCH_PROCESS);
     assert!(
         gpu.contains("with an NVIDIA GPU (/dev/nvidiaN)")
             && gpu.contains("--all-npu for Ascend NPUs")
-            && !gpu.contains("--all-gpu for"),
+            && !gpu.contains("--all-gpu for")
+            && !gpu.contains("gilsample record --all-gpu")
+            && gpu.contains("gilsample record --pid"),
         "{gpu}"
     );
     // The same after waiting: --duration looks again until it ends.

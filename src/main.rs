@@ -31,15 +31,17 @@ use gilsample::report::analyze::ProcessAnswer;
 use gilsample::sampler::priority::{
     Priority, has_cap_sys_nice, realtime_allowed, realtime_refused_warning,
 };
-use gilsample::signals::{SessionState, SignalStep, watch_signals};
+use gilsample::signals::SessionState;
 use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
 use gilsample::trace::chrome::micros;
 use gilsample::trace::output::{DIR_ENV, OutputSpec};
 
 mod record_progress;
+mod signal_lines;
 
 use record_progress::ProgressDisplay;
+use signal_lines::install_signal_thread;
 
 fn main() -> ExitCode {
     let cli = parse_command_line();
@@ -104,63 +106,6 @@ fn parse_command_line() -> Cli {
             e.exit()
         }
     }
-}
-
-/// Takes SIGINT, SIGTERM and SIGHUP (signals.rs) and says what each did; the ones that end the wait
-/// exit at once (files stay at their temporary names, never half-written at the final name).
-/// `keeps_trace`: the session writes trace files (not `top` without `-o`), which a first signal
-/// finishes and a second leaves as `.partial` files.
-fn install_signal_thread(state: SessionState, output: &OutputSpec, keeps_trace: bool) {
-    let partial_dir = match output {
-        OutputSpec::Directory(dir) => dir.clone(),
-        OutputSpec::File(file) => file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| ".".into(), Path::to_path_buf),
-    };
-    watch_signals(state, move |step| match step {
-        SignalStep::Stopping(signal) if !keeps_trace => {
-            eprintln!("\ngilsample: {signal:?} received, stopping (again to abort)")
-        }
-        SignalStep::Stopping(signal) => {
-            eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)")
-        }
-        // top's own temporary directory: exiting skips the drop that removes it.
-        SignalStep::Abort if !keeps_trace => {
-            let _ = std::fs::remove_dir_all(&partial_dir);
-            eprintln!("gilsample: aborted");
-            std::process::exit(exit::INTERRUPTED);
-        }
-        SignalStep::Abort => {
-            let dir = partial_dir.display();
-            eprintln!(
-                "gilsample: aborted; what was recorded so far is in hidden .*.partial files in \
-                 {dir} (`ls -a {dir}`): `gilsample report {dir}` reads them"
-            );
-            std::process::exit(exit::INTERRUPTED);
-        }
-        SignalStep::PassedOn { signal, command } => eprintln!(
-            "gilsample: {signal:?} passed on to the command (pid {command}); waiting for it to exit \
-             (again to stop waiting: it then gets SIGTERM)"
-        ),
-        SignalStep::ReachedTheCommand { signal, command } => eprintln!(
-            "gilsample: waiting for the command (pid {command}), which got the {signal:?} too, to \
-             exit (again to stop waiting: it then gets SIGTERM)"
-        ),
-        SignalStep::Repeated { signal, sender } => eprintln!(
-            "gilsample: {signal:?} again from process {sender} at once (as `timeout` sends it): \
-             taken as the same request (another must come a second later, or from Ctrl+C)"
-        ),
-        SignalStep::StopWaiting { command } => {
-            if !keeps_trace {
-                let _ = std::fs::remove_dir_all(&partial_dir);
-            }
-            eprintln!(
-                "gilsample: not waiting for the command (pid {command}) any longer; it gets SIGTERM"
-            );
-            std::process::exit(exit::INTERRUPTED);
-        }
-    });
 }
 
 /// Records, reporting to the driving program over `--control-fd` when there is one.

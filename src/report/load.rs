@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::decimal::parse_micros;
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, for_each_event_to_cut};
+use crate::report::other_data;
 
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -261,18 +262,7 @@ fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Opt
         });
     }
     if let Some(other) = other {
-        apply_other_data(other, &mut processes, true);
-        // A merged file keeps each gilsample recording's own otherData under `merge.inputs`: its
-        // rank, host and how its holds were judged. Not its window: the merge moved its clock.
-        let inputs = other
-            .get("merge")
-            .and_then(|m| m.get("inputs"))
-            .and_then(Value::as_array);
-        for input in inputs.into_iter().flatten() {
-            if let Some(other) = input.get("otherData").and_then(Value::as_object) {
-                apply_other_data(other, &mut processes, false);
-            }
-        }
+        other_data::apply(other, &mut processes);
     }
     let mut out: Vec<ProcessTrace> = processes.into_values().collect();
     for process in &mut out {
@@ -436,61 +426,6 @@ pub fn frame_text(frame: &Value) -> Option<String> {
     }
 }
 
-/// gilsample's `otherData`: pid, rank, host, the recording's window on the trace clock (`window`:
-/// where the file's clock is the recording's), and how many waiting threads the samples found with
-/// the GIL free.
-fn apply_other_data(
-    other: &Map<String, Value>,
-    processes: &mut BTreeMap<u32, ProcessTrace>,
-    window: bool,
-) {
-    let Some(pid) = other
-        .get("pid")
-        .and_then(Value::as_u64)
-        .and_then(|p| u32::try_from(p).ok())
-    else {
-        return;
-    };
-    let Some(process) = processes.get_mut(&pid) else {
-        return;
-    };
-    process.rank = other
-        .get("rank")
-        .and_then(Value::as_u64)
-        .and_then(|r| u32::try_from(r).ok());
-    process.host = other
-        .get("host")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    // Written by the gilsample versions that judge each hold (null where the layout has no
-    // interval: the holds were judged against the default).
-    process.holds_judged = other.contains_key("switch_interval_us");
-    process.switch_interval_us = other
-        .get("switch_interval_us")
-        .and_then(Value::as_u64)
-        .filter(|&us| us > 0);
-    process.waiting_samples = other
-        .get("waiting_samples")
-        .and_then(Value::as_u64)
-        .zip(
-            other
-                .get("waiting_samples_gil_free")
-                .and_then(Value::as_u64),
-        )
-        .filter(|(all, free)| free <= all);
-    let int = |key: &str| other.get(key).and_then(Value::as_i64).map(i128::from);
-    if window
-        && let (Some(start), Some(end), Some(to_trace)) = (
-            int("recording_start_monotonic_ns"),
-            int("recording_end_monotonic_ns"),
-            int("monotonic_to_trace_offset_ns"),
-        )
-        && end > start
-    {
-        process.window_ns = Some((start + to_trace, end + to_trace));
-    }
-}
-
 /// A raw reference file has takes and drops only: the hold is from a take's end to the next drop's
 /// start of the same thread, as the reference's converter inserts it.
 fn infer_holds(process: &mut ProcessTrace) {
@@ -528,26 +463,6 @@ fn infer_holds(process: &mut ProcessTrace) {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn the_waiting_counts_are_taken_only_when_both_are_there_and_agree() {
-        let read = |other: Value| {
-            let mut processes = BTreeMap::from([(7, ProcessTrace::default())]);
-            apply_other_data(other.as_object().unwrap(), &mut processes, true);
-            processes[&7].waiting_samples
-        };
-        let both = json!({"pid": 7, "waiting_samples": 10, "waiting_samples_gil_free": 4});
-        assert_eq!(read(both), Some((10, 4)));
-        assert_eq!(read(json!({"pid": 7, "waiting_samples": 10})), None);
-        let more_free_than_all =
-            json!({"pid": 7, "waiting_samples": 3, "waiting_samples_gil_free": 4});
-        assert_eq!(read(more_free_than_all), None);
-        let negative = json!({"pid": 7, "waiting_samples": -3, "waiting_samples_gil_free": 0});
-        assert_eq!(read(negative), None);
-        // Another process's metadata says nothing about this one.
-        let other_pid = json!({"pid": 8, "waiting_samples": 10, "waiting_samples_gil_free": 4});
-        assert_eq!(read(other_pid), None);
-    }
 
     #[test]
     fn frames_read_as_function_file_and_line() {

@@ -7,6 +7,7 @@ pub mod analyze;
 pub mod hint;
 pub mod hold_code;
 pub mod load;
+mod other_data;
 pub mod phrases;
 pub mod slice_index;
 pub mod text;

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::decimal::parse_micros;
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, for_each_event_to_cut};
-use crate::report::other_data;
+use crate::report::other_data::{self, ProcessFacts};
 
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -125,6 +125,19 @@ pub struct ProcessTrace {
 }
 
 impl ProcessTrace {
+    /// What the trace's `otherData` says of this process (other_data.rs); a window only where
+    /// it gives one.
+    fn take_facts(&mut self, facts: ProcessFacts) {
+        self.rank = facts.rank;
+        self.host = facts.host;
+        self.holds_judged = facts.holds_judged;
+        self.switch_interval_us = facts.switch_interval_us;
+        self.waiting_samples = facts.waiting_samples;
+        if facts.window_ns.is_some() {
+            self.window_ns = facts.window_ns;
+        }
+    }
+
     fn label(&mut self, text: &str) -> u32 {
         if let Some(&i) = self.label_index.get(text) {
             return i;
@@ -261,8 +274,11 @@ fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Opt
             why: "no take_gil, hold_gil or drop_gil events: not a GIL trace".into(),
         });
     }
-    if let Some(other) = other {
-        other_data::apply(other, &mut processes);
+    for facts in other.map(other_data::facts).unwrap_or_default() {
+        // Another process's metadata says nothing about this file's.
+        if let Some(process) = processes.get_mut(&facts.pid) {
+            process.take_facts(facts);
+        }
     }
     let mut out: Vec<ProcessTrace> = processes.into_values().collect();
     for process in &mut out {

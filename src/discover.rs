@@ -38,6 +38,14 @@ impl DeviceKind {
         }
     }
 
+    /// The option that looks for this kind.
+    pub fn option(self) -> &'static str {
+        match self {
+            DeviceKind::Npu => "--all-npu",
+            DeviceKind::Gpu => "--all-gpu",
+        }
+    }
+
     /// The option that looks for the other kind, for messages that found none of this one.
     pub fn other_option(self) -> &'static str {
         match self {

@@ -449,13 +449,9 @@ fn with_common_commands(error: Error, targets: &Targets) -> Error {
     match (error, targets) {
         (Error::NothingFound(what), Targets::Devices(kind)) => {
             // Not the command that just found nothing.
-            let failed = match kind {
-                DeviceKind::Gpu => "--all-gpu",
-                DeviceKind::Npu => "--all-npu",
-            };
             let commands: Vec<&str> = COMMON_COMMANDS
                 .lines()
-                .filter(|line| !line.contains(failed))
+                .filter(|line| !line.contains(kind.option()))
                 .collect();
             Error::NothingFound(format!("{what}\n\n{}", commands.join("\n")))
         }

@@ -2,8 +2,6 @@
 //! lines on stderr, and the exits that leave unfinished traces at their temporary names, never
 //! half-written at the final name.
 
-use std::path::Path;
-
 use gilsample::error::exit;
 use gilsample::signals::{SessionState, SignalStep, watch_signals};
 use gilsample::trace::output::OutputSpec;
@@ -13,13 +11,7 @@ use gilsample::trace::output::OutputSpec;
 /// `keeps_trace`: the session writes trace files (not `top` without `-o`), which a first signal
 /// finishes and a second leaves as `.partial` files.
 pub(crate) fn install_signal_thread(state: SessionState, output: &OutputSpec, keeps_trace: bool) {
-    let partial_dir = match output {
-        OutputSpec::Directory(dir) => dir.clone(),
-        OutputSpec::File(file) => file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| ".".into(), Path::to_path_buf),
-    };
+    let partial_dir = output.dir();
     watch_signals(state, move |step| match step {
         SignalStep::Stopping(signal) if !keeps_trace => {
             eprintln!("\ngilsample: {signal:?} received, stopping (again to abort)")

@@ -3,6 +3,9 @@
 //! `--pid` (`gilsample 12345`), or the command to launch without its `--` (`gilsample record
 //! python3 x.py`).
 
+use clap::CommandFactory;
+
+use crate::cli::Cli;
 use crate::cli::values::{parse_duration, parse_rate};
 
 /// The tip for `stray`, the word clap did not expect in `args` (the whole command line): the unit
@@ -17,14 +20,14 @@ pub fn suggestion_for_stray(args: &[String], stray: &str) -> Option<String> {
 const NO_TARGET_COMMANDS: [&str; 5] = ["convert", "merge", "report", "replay", "layout"];
 
 /// The subcommand named in `args` before `at`, if any (the default, `record`, is named by none).
+/// The names are the command line's own (only asked for on a command line clap refused).
 fn subcommand(args: &[String], at: usize) -> Option<&str> {
-    const ALL: [&str; 8] = [
-        "record", "top", "info", "convert", "merge", "report", "replay", "layout",
-    ];
+    let cli = Cli::command();
+    let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
     args[1..at]
         .iter()
         .map(String::as_str)
-        .find(|a| ALL.contains(a))
+        .find(|a| names.contains(a))
 }
 
 /// `gilsample top --pid 12345` for `gilsample top 12345`: a bare number where a process is asked

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::process::tasks::thread_group_of;
 use crate::record::{RecordOptions, Update};
 use crate::sampler::affinity::check_usable;
-use crate::trace::output::{OutputSpec, check_not_exists};
+use crate::trace::output::{NOT_A_DIRECTORY, OutputSpec, check_not_exists};
 
 /// Refuses, before anything starts, what would fail later: an existing file named by `-o` or the
 /// merged trace (without `--force`), a directory that cannot be written, `--cpus` none of which
@@ -36,14 +36,7 @@ pub(super) fn check_outputs(opts: &RecordOptions) -> Result<()> {
     if let Some(path) = &opts.save_samples {
         check_not_exists(path, opts.force)?;
     }
-    let dir = match &opts.output {
-        OutputSpec::Directory(dir) => dir.clone(),
-        OutputSpec::File(file) => match file.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        },
-    };
-    check_can_create_in(&dir)
+    check_can_create_in(&opts.output.dir())
 }
 
 /// Whether files can be made in `dir`, or, while it does not exist, whether it could be made: the
@@ -64,9 +57,7 @@ fn check_can_create_in(dir: &Path) -> Result<()> {
     if !existing.is_dir() {
         return Err(Error::Output {
             path: existing,
-            why: "it is a file, but a directory is needed (for one process's trace in one file, give \
-                      -o a name ending in .json)"
-                    .into(),
+            why: NOT_A_DIRECTORY.into(),
         });
     }
     let probe = existing.join(format!(".gilsample-write-check-{}", std::process::id()));

@@ -15,6 +15,9 @@ pub const DEFAULT_DIR: &str = "gil_traces";
 pub const DIR_ENV: &str = "GILSAMPLE_DIR";
 /// The merged trace's file name in the output directory.
 pub const MERGED_FILE_NAME: &str = "GIL_merged.json";
+/// Why an output path that is a file cannot take the traces (`prepare`, and record's write check).
+pub const NOT_A_DIRECTORY: &str = "it is a file, but a directory is needed (for one process's \
+     trace in one file, give -o a name ending in .json)";
 
 /// The reference tool's file name.
 pub fn trace_file_name(pid: u32, rank: u32) -> String {
@@ -64,21 +67,24 @@ impl OutputSpec {
         }
     }
 
-    /// Creates the directory (or the file's parent) and checks it is one.
-    pub fn prepare(&self) -> Result<()> {
-        let dir = match self {
+    /// The directory the traces go in: the directory given, or the file's (`.` for a bare name).
+    pub fn dir(&self) -> PathBuf {
+        match self {
             OutputSpec::Directory(dir) => dir.clone(),
             OutputSpec::File(file) => match file.parent() {
                 Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
                 _ => PathBuf::from("."),
             },
-        };
+        }
+    }
+
+    /// Creates the directory (or the file's parent) and checks it is one.
+    pub fn prepare(&self) -> Result<()> {
+        let dir = self.dir();
         if dir.exists() && !dir.is_dir() {
             return Err(Error::Output {
                 path: dir,
-                why: "it is a file, but a directory is needed (for one process's trace in one file, give \
-                      -o a name ending in .json)"
-                    .into(),
+                why: NOT_A_DIRECTORY.into(),
             });
         }
         fs::create_dir_all(&dir).map_err(|e| Error::Output {

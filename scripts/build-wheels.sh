@@ -37,6 +37,7 @@ have_tools() {
         [ "$("$tools/bin/python" -m ziglang version 2>/dev/null)" = "$ZIG_VERSION" ]
 }
 if ! have_tools; then
+    echo "build-wheels: installing maturin $MATURIN_VERSION and zig $ZIG_VERSION into $tools (once, from PyPI: zig is the larger download)" >&2
     rm -rf "$tools"
     python3 -m venv "$tools"
     "$tools/bin/python" -m pip install --quiet "maturin==$MATURIN_VERSION" "ziglang==$ZIG_VERSION"
@@ -52,6 +53,7 @@ for arch in "${arches[@]}"; do
     rustup target list --installed | grep -qx "$target" || rustup target add "$target"
     # One wheel per architecture: an older version's would be installed by a glob just as well.
     rm -f "$out"/gilsample-*_"$arch".whl
+    echo "build-wheels: building the $arch wheel (a release build: a few minutes the first time)" >&2
     # maturin finds zig as `python -m ziglang` of the interpreter it runs under: the tools' venv.
     PATH="$PWD/$tools/bin:$PATH" maturin build --release --locked --target "$target" \
         --zig --compatibility manylinux2014 --out "$out"

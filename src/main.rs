@@ -12,7 +12,7 @@ use clap::Parser;
 use clap::error::{ContextKind, ContextValue};
 use serde_json::json;
 
-use gilsample::cli::suggest::suggestion_for_stray;
+use gilsample::cli::suggest::{option_suggestion, suggestion_for_stray};
 use gilsample::cli::{
     COMMON_COMMANDS, Cli, Command, LayoutArgs, MergeArgs, RecordArgs, ReportArgs, TopArgs,
 };
@@ -96,12 +96,23 @@ fn parse_command_line() -> Cli {
         Err(mut e) => {
             if e.kind() == clap::error::ErrorKind::UnknownArgument
                 && let Some(ContextValue::String(stray)) = e.get(ContextKind::InvalidArg)
-                && let Some(tip) = suggestion_for_stray(&args, &stray.clone())
             {
-                e.insert(
-                    ContextKind::Suggested,
-                    ContextValue::StyledStrs(vec![tip.into()]),
-                );
+                let stray = stray.clone();
+                // Replaces clap's own tips, "to pass '--pdi' as a value, use '-- --pdi'" among them,
+                // which for an option would launch a program named --pdi: after `--` comes the
+                // command to launch. Its "a similar argument exists" is kept apart and stays.
+                let clap_has_one = e.get(ContextKind::SuggestedArg).is_some();
+                let tip = if stray.starts_with('-') {
+                    option_suggestion(&args, &stray, clap_has_one)
+                } else {
+                    suggestion_for_stray(&args, &stray)
+                };
+                if tip.is_some() || clap_has_one {
+                    e.insert(
+                        ContextKind::Suggested,
+                        ContextValue::StyledStrs(tip.into_iter().map(Into::into).collect()),
+                    );
+                }
             }
             e.exit()
         }

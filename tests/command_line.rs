@@ -221,6 +221,30 @@ fn a_command_without_dashes_is_shown_with_them() {
 }
 
 #[test]
+fn an_option_with_two_letters_swapped_is_named_and_never_put_after_dashes() {
+    let (_, stderr) = run_expecting(&["--pdi", "12", "-d", "5s"], USAGE);
+    assert!(
+        stderr.contains("a similar option exists, --pid: gilsample --pid 12 -d 5s"),
+        "{stderr}"
+    );
+    // `-- --pdi` would launch a program named --pdi.
+    assert!(!stderr.contains("'-- --pdi'"), "{stderr}");
+    // Where clap finds the option itself, its tip stays, without the one about `--`.
+    let (_, stderr) = run_expecting(&["top", "--rat", "10khz"], USAGE);
+    assert!(stderr.contains("'--rate'"), "{stderr}");
+    assert!(!stderr.contains("as a value, use"), "{stderr}");
+    // Nothing similar: where the options of a launched command go, not `-- --bogus`.
+    let (_, stderr) = run_expecting(&["--pid", "1", "--bogus"], USAGE);
+    assert!(
+        stderr.contains(
+            "options of a command to launch go after it: gilsample [OPTIONS] -- COMMAND --bogus"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("as a value, use"), "{stderr}");
+}
+
+#[test]
 fn a_unit_apart_from_its_number_is_shown_joined_not_as_a_command() {
     let (_, stderr) = run_expecting(&["--pid", "1", "--rate", "10", "kHz"], USAGE);
     assert!(

@@ -239,7 +239,7 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "FILE")]
     pub output: PathBuf,
     /// Overwrite an existing output.
-    #[arg(long)]
+    #[arg(short, long)]
     pub force: bool,
 }
 
@@ -257,7 +257,7 @@ pub struct MergeArgs {
     #[arg(long, value_name = "[INPUT=]MICROS", allow_negative_numbers = true)]
     pub offset: Vec<Offset>,
     /// Overwrite an existing output.
-    #[arg(long)]
+    #[arg(short, long)]
     pub force: bool,
 }
 
@@ -277,6 +277,27 @@ mod tests {
             Some(Command::Record(args)) => args,
             None => cli.record,
             Some(other) => panic!("not a recording: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_command_that_writes_a_file_takes_dash_f_for_force() {
+        assert!(record_args(parse(&["-p", "1", "-o", "d", "-f"])).force);
+        assert!(record_args(parse(&["record", "-p", "1", "-f"])).force);
+        for args in [
+            &["convert", "--input", "a", "--output", "b", "-f"][..],
+            &["merge", "a.json", "-o", "m.json", "-f"],
+            &["replay", "s", "-o", "t.json", "-f"],
+            &["top", "-p", "1", "-o", "d", "-f"],
+        ] {
+            let forced = match parse(args).command {
+                Some(Command::Convert(a)) => a.force,
+                Some(Command::Merge(a)) => a.force,
+                Some(Command::Replay(a)) => a.force,
+                Some(Command::Top(a)) => a.record.force,
+                other => panic!("{args:?}: {other:?}"),
+            };
+            assert!(forced, "{args:?}");
         }
     }
 

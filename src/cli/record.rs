@@ -75,7 +75,7 @@ pub struct RecordArgs {
     /// Overwrite trace files that already exist (refused otherwise).
     ///
     /// For re-running into the same directory.
-    #[arg(long, help_heading = HELP_OUTPUT)]
+    #[arg(short, long, help_heading = HELP_OUTPUT)]
     pub force: bool,
 
     /// Also write GIL_merged.json: every target on one timeline, one process track each.

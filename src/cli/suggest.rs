@@ -1,7 +1,8 @@
 //! What a stray word on the command line most likely meant, for clap's "unexpected argument" error:
 //! a unit written apart from its number (`--rate 10 kHz`, `-d 2 m`), a process id without its
-//! `--pid` (`gilsample 12345`), or the command to launch without its `--` (`gilsample record
-//! python3 x.py`).
+//! `--pid` (`gilsample 12345`), the command to launch without its `--` (`gilsample record python3
+//! x.py`), or an option with two letters swapped (`--pdi`), which clap's own similarity measure
+//! misses.
 
 use clap::CommandFactory;
 
@@ -14,6 +15,106 @@ pub fn suggestion_for_stray(args: &[String], stray: &str) -> Option<String> {
     unit_suggestion(args, stray)
         .or_else(|| pid_suggestion(args, stray))
         .or_else(|| launch_suggestion(args, stray))
+}
+
+/// The tip for `stray`, an option clap did not expect in `args`, where clap found no similar one
+/// (`clap_has_one`): a similar option of the same command, or else, where a command can be
+/// launched, where that command's own options go.
+pub fn option_suggestion(args: &[String], stray: &str, clap_has_one: bool) -> Option<String> {
+    if clap_has_one {
+        return None;
+    }
+    if let Some(similar) = similar_option(args, stray) {
+        return Some(similar);
+    }
+    let at = args.iter().skip(1).position(|a| a == stray)? + 1;
+    let command = subcommand(args, at);
+    if command.is_some_and(|c| c == "info" || NO_TARGET_COMMANDS.contains(&c)) {
+        return None;
+    }
+    let command = command.map(|c| format!(" {c}")).unwrap_or_default();
+    Some(format!(
+        "options of a command to launch go after it: gilsample{command} [OPTIONS] -- COMMAND {stray}"
+    ))
+}
+
+/// `--pid` for `--pdi`: the long option of the command in `args` one typing slip from `stray` (a
+/// letter swapped with the next, left out, added or mistyped; two in names of 6 letters or more),
+/// with the command line corrected. For where clap suggests nothing: its measure (Jaro) scores a
+/// swap in a short name under its threshold.
+fn similar_option(args: &[String], stray: &str) -> Option<String> {
+    let name = stray.strip_prefix("--")?.split('=').next()?;
+    let at =
+        args.iter().skip(1).position(|a| {
+            a == stray || a.strip_prefix(stray).is_some_and(|v| v.starts_with('='))
+        })? + 1;
+    if args[..at].iter().any(|a| a == "--") {
+        return None;
+    }
+    let root = Cli::command();
+    let command = match subcommand(args, at) {
+        Some(sub) => root.find_subcommand(sub)?.clone(),
+        None => root,
+    };
+    let (distance, option) = command
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .map(|long| (typing_slips(name, long), long))
+        .min_by_key(|(distance, _)| *distance)?;
+    let allowed = if option.len() >= 6 { 2 } else { 1 };
+    if distance == 0 || distance > allowed {
+        return None;
+    }
+    let mut words: Vec<String> = args.to_vec();
+    words[at] = words[at].replacen(&format!("--{name}"), &format!("--{option}"), 1);
+    Some(format!(
+        "a similar option exists, --{option}: {}",
+        command_line(&words[1..])
+    ))
+}
+
+/// How many typing slips turn `a` into `b`: a character left out, added, mistyped, or swapped with
+/// the next (the optimal string alignment distance).
+fn typing_slips(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // rows[i][j]: slips between a[..i] and b[..j].
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let mistyped = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + mistyped);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
+/// `words` as one command line to copy, after `gilsample`: words a shell would split or expand
+/// single-quoted.
+fn command_line(words: &[String]) -> String {
+    let quoted = |a: &String| {
+        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        } else {
+            a.clone()
+        }
+    };
+    std::iter::once("gilsample".to_string())
+        .chain(words.iter().map(quoted))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The subcommands that take no process and launch no command: a stray word there is not one.
@@ -40,13 +141,12 @@ fn pid_suggestion(args: &[String], stray: &str) -> Option<String> {
     if subcommand(args, at).is_some_and(|c| NO_TARGET_COMMANDS.contains(&c)) {
         return None;
     }
-    let mut words = vec!["gilsample".to_string()];
-    words.extend(args[1..at].iter().cloned());
+    let mut words = args[1..at].to_vec();
     words.extend(["--pid".to_string(), stray.to_string()]);
     words.extend(args[at + 1..].iter().cloned());
     Some(format!(
         "give a process by its id with --pid: {}",
-        words.join(" ")
+        command_line(&words)
     ))
 }
 
@@ -85,20 +185,12 @@ fn launch_suggestion(args: &[String], stray: &str) -> Option<String> {
     if subcommand(args, at).is_some_and(|c| c == "info" || NO_TARGET_COMMANDS.contains(&c)) {
         return None;
     }
-    let quoted = |a: &String| {
-        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
-            format!("'{}'", a.replace('\'', "'\\''"))
-        } else {
-            a.clone()
-        }
-    };
-    let mut words = vec!["gilsample".to_string()];
-    words.extend(args[1..at].iter().map(quoted));
+    let mut words = args[1..at].to_vec();
     words.push("--".into());
-    words.extend(args[at..].iter().map(quoted));
+    words.extend(args[at..].iter().cloned());
     Some(format!(
         "to launch a command and record it, put it after --: {}",
-        words.join(" ")
+        command_line(&words)
     ))
 }
 
@@ -192,5 +284,71 @@ mod tests {
                 "{line}: {got:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_option_one_slip_away_is_suggested_with_the_line_corrected() {
+        let similar = |line: &str, stray: &str| {
+            let args: Vec<String> = line.split(' ').map(String::from).collect();
+            similar_option(&args, stray)
+        };
+        for (line, stray, want) in [
+            ("gilsample --pdi 12", "--pdi", "--pid: gilsample --pid 12"),
+            (
+                "gilsample top --pdi=12",
+                "--pdi",
+                "--pid: gilsample top --pid=12",
+            ),
+            (
+                "gilsample --pid 1 --druation 5s",
+                "--druation",
+                "--duration: gilsample --pid 1 --duration 5s",
+            ),
+            (
+                "gilsample info --pdi 3",
+                "--pdi",
+                "--pid: gilsample info --pid 3",
+            ),
+            (
+                "gilsample --pid 1 --no-stack",
+                "--no-stack",
+                "--no-stacks: gilsample --pid 1 --no-stacks",
+            ),
+        ] {
+            let got = similar(line, stray);
+            assert!(
+                got.as_deref().is_some_and(|t| t.ends_with(want)),
+                "{line}: {got:?}"
+            );
+        }
+        // Nothing near, or after `--` (the launched command's own options).
+        assert_eq!(similar("gilsample --banana 1", "--banana"), None);
+        assert_eq!(similar("gilsample --pid 1 -- python3 --pdi", "--pdi"), None);
+        // Another command's option is not this one's.
+        assert_eq!(similar("gilsample convert --pdi x", "--pdi"), None);
+    }
+
+    #[test]
+    fn typing_slips_count_a_swap_as_one() {
+        assert_eq!(typing_slips("pdi", "pid"), 1);
+        assert_eq!(typing_slips("pid", "pid"), 0);
+        assert_eq!(typing_slips("rat", "rate"), 1);
+        assert_eq!(typing_slips("druation", "duration"), 1);
+        assert_eq!(typing_slips("outptu", "output"), 1);
+        assert_eq!(typing_slips("abc", "xyz"), 3);
+        assert_eq!(typing_slips("", "pid"), 3);
+    }
+
+    #[test]
+    fn a_tip_quotes_what_a_shell_would_split() {
+        let args: Vec<String> = ["gilsample", "6419", "-o", "my dir"]
+            .map(String::from)
+            .to_vec();
+        let got = suggestion_for_stray(&args, "6419");
+        assert!(
+            got.as_deref()
+                .is_some_and(|t| t.ends_with("--pid 6419 -o 'my dir'")),
+            "{got:?}"
+        );
     }
 }

@@ -47,7 +47,8 @@ pub struct TopArgs {
     /// Print a plain table every interval, each with at most N threads per process (those that
     /// waited or held most), until stopped, instead of the full-screen view.
     ///
-    /// For logs, pipes and terminals that cannot show the full-screen view.
+    /// For logs, pipes and terminals that cannot show the full-screen view. With --once, the one
+    /// table shows at most N threads per process.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = HELP_VIEW)]
     pub lines: Option<u32>,
 

@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{KilledOnDrop, Workload, gilsample, interpreter, pyenv_root};
+use common::{KilledOnDrop, Workload, file_names, gilsample, interpreter, pyenv_root};
 use gilsample::error::exit::{NO_SUCH_PROCESS, OUTPUT, PERMISSION, UNSUPPORTED, USAGE};
 
 /// Runs gilsample with `args` and returns (exit code, stderr).
@@ -196,15 +196,6 @@ fn no_target_means_all_npu_processes_and_none_is_an_error() {
     assert_refused(&[], NO_SUCH_PROCESS, "no Python process with an Ascend NPU");
 }
 
-/// The entries of `dir`, by name.
-fn entries(dir: &std::path::Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
 #[test]
 fn a_refused_run_creates_no_output_directory() {
     let cwd = tempfile::tempdir().unwrap();
@@ -226,7 +217,7 @@ fn a_refused_run_creates_no_output_directory() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-        assert_eq!(entries(cwd.path()), Vec::<String>::new(), "{args:?}");
+        assert_eq!(file_names(cwd.path()), Vec::<String>::new(), "{args:?}");
     }
     // A run that records makes the directories it needs.
     let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
@@ -242,7 +233,7 @@ fn a_refused_run_creates_no_output_directory() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
-        entries(&cwd.path().join("made/here")),
+        file_names(&cwd.path().join("made/here")),
         [format!("GIL_{}_rank_0.json", workload.pid)]
     );
 }

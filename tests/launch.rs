@@ -16,7 +16,7 @@ use nix::unistd::Pid;
 
 use common::{
     KilledOnDrop, LaunchedRecording, Trace, gilsample, interpreter, pyenv_root, read_until,
-    ready_pid, stop_once_recording,
+    ready_pid, running, stop_once_recording,
 };
 use gilsample::error::exit::{NO_SUCH_PROCESS, OUTPUT, UNSUPPORTED, USAGE};
 
@@ -351,17 +351,6 @@ fn a_python_caught_before_the_loader_mapped_libpython_is_not_ready_not_not_pytho
 
 const STILL_RUNNING: &str = "is still running";
 
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
-}
-
 #[test]
 fn a_duration_that_ends_first_gives_the_answer_at_once_then_waits_for_the_command() {
     let dir = tempfile::tempdir().unwrap();
@@ -370,7 +359,7 @@ fn a_duration_that_ends_first_gives_the_answer_at_once_then_waits_for_the_comman
     // The command waits for a line on stdin, which it gets only after this: the answer and the
     // line below must come while it runs.
     let seen = launched.read_until(STILL_RUNNING);
-    assert!(alive(pid), "the command ended early: {seen}");
+    assert!(running(pid), "the command ended early: {seen}");
     let trace = dir.path().join(format!("GIL_{pid}_rank_0.json"));
     let answer = format!(
         "trace: {} (recording ended: the duration elapsed)",
@@ -398,7 +387,7 @@ fn after_a_signal_the_answer_comes_at_once_and_the_next_signal_goes_to_the_comma
     launched.control.wait_for("started", Some(pid));
     kill(gilsample_pid, Signal::SIGINT).unwrap();
     let seen = launched.read_until(STILL_RUNNING);
-    assert!(alive(pid), "the command ended early: {seen}");
+    assert!(running(pid), "the command ended early: {seen}");
     assert!(seen.contains("(recording ended: stopped"), "{seen}");
     assert!(
         dir.path().join(format!("GIL_{pid}_rank_0.json")).exists(),
@@ -434,7 +423,7 @@ fn a_command_without_python_is_said_to_be_waited_for_once() {
     let mut stderr = BufReader::new(recording.stderr.take().unwrap());
     // The shell blocks opening the FIFO until the test writes to it: the line comes meanwhile.
     let seen = read_until(&mut stderr, "which is not Python");
-    assert!(alive(shell), "{seen}");
+    assert!(running(shell), "{seen}");
     assert!(
         seen.contains(&format!("the command (pid {shell}) runs /")),
         "{seen}"

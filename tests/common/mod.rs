@@ -11,8 +11,11 @@ use serde_json::Value;
 mod child;
 pub mod fuzz;
 mod recording;
+pub mod top_table;
 
 pub use child::KilledOnDrop;
+#[allow(unused_imports)]
+pub use child::running;
 // Each test file compiles this module and uses only some of it (as `dead_code` above).
 #[allow(unused_imports)]
 pub use recording::{
@@ -319,11 +322,7 @@ impl Trace {
 
     /// The only GIL_*.json in `dir`; also checks no partial file was left behind.
     pub fn load_single(dir: &Path) -> Trace {
-        let names: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
+        let names = file_names(dir);
         assert!(
             !names.iter().any(|n| n.ends_with(".partial")),
             "partial files left: {names:?}"
@@ -407,4 +406,13 @@ pub fn saved_samples(
         }
     }
     (context, samples)
+}
+
+/// The names of the entries of `dir`, hidden ones included.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use gilsample::discover::DeviceKind;
-use gilsample::launch::LAUNCH_TIMEOUT;
-use gilsample::record::{Progress, Update};
+use gilsample::record::{Progress, Update, waiting};
 
 pub(crate) struct ProgressDisplay {
     bar: Option<ProgressBar>,
@@ -143,32 +141,19 @@ fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
             "gilsample: the recording failed, so the launched command (pid {pid}) was stopped: {}",
             how.describe()
         )),
-        Update::WaitingForPython { pid, program, why } if !quiet => Some(match program {
-            Some(program) => format!(
-                "gilsample: the command (pid {pid}) runs {}, which is not Python; gilsample keeps \
-                 waiting for it to exec Python (as a script ending in `exec python` or pyenv's \
-                 python3 shim does), for up to {} s or until it exits. If it starts Python as \
-                 child processes instead, add --subprocesses to record them",
-                program.display(),
-                LAUNCH_TIMEOUT.as_secs()
-            ),
-            None => format!(
-                "gilsample: the command (pid {pid}) has no Python interpreter gilsample can read \
-                 yet ({}); gilsample keeps waiting, for up to {} s or until it exits",
-                if why.is_empty() {
-                    "it has not started one"
-                } else {
-                    why
-                },
-                LAUNCH_TIMEOUT.as_secs()
-            ),
-        }),
+        Update::WaitingForPython { pid, program, why } if !quiet => Some(format!(
+            "gilsample: {}",
+            waiting::for_python(pid, program, why)
+        )),
         Update::WaitingForPython { .. } => None,
         Update::WaitingForDevices {
             kind,
             duration,
             nodes_here,
-        } if !quiet => Some(waiting_for_devices(kind, duration, nodes_here)),
+        } if !quiet => Some(format!(
+            "gilsample: {}",
+            waiting::for_devices(kind, duration, nodes_here)
+        )),
         Update::WaitingForDevices { .. } => None,
         // Said even when quiet: an error, said when it happens.
         Update::WriteFailed { pid, error } => Some(format!(
@@ -204,39 +189,4 @@ fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
             bar
         }
     }
-}
-
-/// `--all-npu`/`--all-gpu` found nobody at the start: what it waits for, and for how long.
-fn waiting_for_devices(kind: DeviceKind, duration: Duration, nodes_here: bool) -> String {
-    let mut line = format!(
-        "gilsample: no Python process has {} open yet; looking for one as they start, for the \
-         --duration ({})",
-        kind.describe(),
-        humantime_short(duration)
-    );
-    if !nodes_here {
-        line += &format!(
-            ". This machine's /dev has no such device: on a machine without one, give --pid, {}, \
-             or a command after --",
-            kind.other_option()
-        );
-    }
-    line
-}
-
-/// `90 s`, `2 min`, `1.5 h`: a duration as the user gave it, near enough.
-fn humantime_short(duration: Duration) -> String {
-    let secs = duration.as_secs_f64();
-    if secs >= 3600.0 {
-        format!("{} h", trim(secs / 3600.0))
-    } else if secs >= 120.0 {
-        format!("{} min", trim(secs / 60.0))
-    } else {
-        format!("{} s", trim(secs))
-    }
-}
-
-fn trim(value: f64) -> String {
-    let text = format!("{value:.1}");
-    text.strip_suffix(".0").unwrap_or(&text).to_string()
 }

@@ -307,3 +307,33 @@ fn top_with_o_saves_the_trace() {
         assert!(trace.total(tid, "hold_gil") > 0.0, "{tid} never held");
     }
 }
+
+/// A launched shell that is not Python gets, in top as in record, the way to its Python children:
+/// said while top waits (read from its stderr as it comes), and again in the error once it exits.
+#[test]
+fn top_tells_a_launched_shell_how_to_record_its_children() {
+    let mut top = KilledOnDrop::spawn(
+        gilsample()
+            .args(["top", "--once", "--", "sh", "-c", "read line"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let mut stderr = BufReader::new(top.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("keeps waiting") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "top ended early");
+    }
+    assert!(
+        line.contains("runs /usr/bin/dash, which is not Python"),
+        "{line}"
+    );
+    assert!(line.contains("add --subprocesses"), "{line}");
+    // The shell reads its line and exits: nothing was Python.
+    drop(top.stdin.take());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert!(rest.contains("add --subprocesses"), "{rest}");
+    assert_ne!(top.wait().unwrap().code(), Some(OK), "{rest}");
+}

@@ -15,6 +15,7 @@ mod outcome;
 pub mod recorded_process;
 mod save;
 pub mod target;
+pub mod waiting;
 pub mod watch;
 
 use checks::check_outputs;

@@ -26,7 +26,7 @@ use ratatui::crossterm::event::{self, Event};
 use crate::cli::top::TopArgs;
 use crate::error::{Error, Result};
 use crate::infer::thread::MAX_STRETCH_NS;
-use crate::record::{RecordOptions, RecordReport, Update, Watch, record};
+use crate::record::{RecordOptions, RecordReport, Update, Watch, record, waiting};
 use crate::report::analyze::ProcessAnswer;
 use live::{Described, Live, Span};
 use screen::{Picture, ProcessLine};
@@ -244,23 +244,17 @@ pub fn run(
             "the recording failed, so the launched command (pid {pid}) was stopped: {}",
             how.describe()
         )),
-        Update::WaitingForPython { pid, .. } => console.say(format!(
-            "the command (pid {pid}) has no Python process yet; waiting for one"
-        )),
+        Update::WaitingForPython { pid, program, why } => {
+            console.say(waiting::for_python(pid, program, why))
+        }
         Update::WriteFailed { pid, error } => {
             console.say(format!("process {pid}: {error}; the recording stops"))
         }
         Update::WaitingForDevices {
-            kind, nodes_here, ..
-        } => console.say(format!(
-            "no Python process has {} open yet; looking for one until the --duration ends{}",
-            kind.describe(),
-            if nodes_here {
-                ""
-            } else {
-                " (this machine's /dev has no such device)"
-            }
-        )),
+            kind,
+            duration,
+            nodes_here,
+        } => console.say(waiting::for_devices(kind, duration, nodes_here)),
         Update::Ready | Update::PassedOver { .. } | Update::Progress(_) => {}
     };
     let report = record(&opts, stop.clone(), &mut on_update);

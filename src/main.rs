@@ -249,7 +249,12 @@ fn run_record(
     };
     let report = record(&opts, stop, &mut on_progress);
     progress.finish();
-    let mut report = report.map_err(|e| with_common_commands(e, &opts.targets))?;
+    // The Python API (`control`) words its own way out; the commands are for a command line.
+    let for_people = |e: Error| match control {
+        None => with_common_commands(e, &opts.targets),
+        Some(_) => e,
+    };
+    let mut report = report.map_err(for_people)?;
     // From now on a signal is for the command that outlived the recording, if one does.
     if let Some(command) = report.command.as_mut()
         && command.try_status().is_none()
@@ -259,7 +264,7 @@ fn run_record(
     if let Some(control) = control {
         send_failures(control, &report);
     }
-    if let Err(error) = something_recorded(&report, &opts.targets) {
+    if let Err(error) = something_recorded(&report, &opts.targets).map_err(for_people) {
         // A launched command still running is waited for, as after a recording; the error is
         // said first.
         if let Some(command) = report.command.as_mut()
@@ -379,12 +384,9 @@ fn something_recorded(report: &RecordReport, targets: &Targets) -> Result<()> {
             Targets::Devices(kind) => kind.other_option(),
             _ => "--all-npu or --all-gpu for the processes using accelerators",
         };
-        return Err(with_common_commands(
-            Error::NothingFound(format!(
-                "{what}; give --pid PID[,PID...], or {devices}, or a command after --"
-            )),
-            targets,
-        ));
+        return Err(Error::NothingFound(format!(
+            "{what}; give --pid PID[,PID...], or {devices}, or a command after --"
+        )));
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 
     with gilsample.start(output_dir="gil_traces") as recording:   # returns once sampling has begun
         train_one_epoch()                                         # start the framework profiler here too
-    print(recording.files)                                        # ['gil_traces/GIL_<pid>_rank_<rank>.json']
+    print(recording.files)                                        # ['/abs/gil_traces/GIL_<pid>_rank_<rank>.json']
 
 or, with the reference tool's names:
 

@@ -12,7 +12,9 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
+import warnings
 
 from ._binary import binary_path
 from ._errors import GilsampleError, error_for
@@ -22,6 +24,36 @@ _PR_SET_PTRACER = 0x59616D61
 
 _active = []
 _active_lock = threading.Lock()
+
+
+def _forget_the_parents_recordings():
+    """In a forked child: the recordings are the parent's, and ending them (at the child's exit, or
+    by its stop()) would cut the parent's short. The lock may have been held by a parent thread."""
+    global _active_lock
+    _active_lock = threading.Lock()
+    del _active[:]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_parents_recordings)
+
+
+def _output_place(output_dir):
+    """Where the binary puts the files, as it decides it: `output_dir`, else $GILSAMPLE_DIR, else
+    ./gil_traces; absolute, for comparing two recordings' places."""
+    place = output_dir if output_dir is not None else os.environ.get("GILSAMPLE_DIR") or "gil_traces"
+    return os.path.abspath(os.fspath(place))
+
+
+def _for_python(message):
+    """The binary's message, with its command-line advice said as this API takes it."""
+    message = message.replace("(use --force to overwrite)",
+                              "(start(..., force=True) replaces it; or give each recording its own "
+                              "output_dir, or $GILSAMPLE_DIR for gil_trace_record_start)")
+    if "give --pid PID[,PID...]" in message:
+        message += (" (from Python: gil_trace_record_start(pid_list=[os.getpid()]), or "
+                    "gilsample.start() for this process, start(pids=[...]), start(all_gpu=True))")
+    return message
 
 
 def _allow_reader(pid):
@@ -52,12 +84,19 @@ class Recording(object):
     """One run of the gilsample binary. Use `start()` to make one."""
 
     def __init__(self, pids=None, duration=None, rate="10khz", output_dir=None, all_npu=False,
-                 all_gpu=False, merge=False, binary=None, ready_timeout=120.0, extra_args=()):
+                 all_gpu=False, merge=False, binary=None, ready_timeout=120.0, extra_args=(),
+                 force=False):
         if pids is not None and (all_npu or all_gpu):
             raise GilsampleError("give pids, or all_npu/all_gpu, not both", 2)
         if pids is None and not (all_npu or all_gpu):
             pids = [os.getpid()]
         self.pids = None if pids is None else [int(p) for p in pids]
+        # A forked child inherits this object: only the process that started it may end it.
+        self._owner = os.getpid()
+        # The binary's paths are relative to where it started: this directory.
+        self._cwd = os.getcwd()
+        self._place = _output_place(output_dir)
+        self._refuse_a_second_recording_into_the_same_files(force)
         self.files = []
         self.merged = None
         # What `gilsample report --json` says of each recorded process, once finished.
@@ -70,6 +109,7 @@ class Recording(object):
         self._finished = None
         self._error = None
         self._stderr = []
+        self._failures_said = False
         args = [self._binary]
         if self.pids is not None:
             args += ["--pid", ",".join(str(p) for p in self.pids)]
@@ -84,6 +124,8 @@ class Recording(object):
             args += ["--output", os.fspath(output_dir)]
         if merge:
             args.append("--merge")
+        if force:
+            args.append("--force")
         args += [str(a) for a in extra_args]
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -109,10 +151,15 @@ class Recording(object):
         self._control_reader = threading.Thread(target=self._read_control, daemon=True)
         self._control_reader.start()
         try:
-            ours.sendall(b"g")
-        except OSError:
-            pass  # it already exited; its error arrives below
-        self._ready.wait(ready_timeout)
+            try:
+                ours.sendall(b"g")
+            except OSError:
+                pass  # it already exited; its error arrives below
+            self._ready.wait(ready_timeout)
+        except BaseException:
+            # A Ctrl+C (KeyboardInterrupt) before start() returned: no one could stop it later.
+            self._end(timeout=0)
+            raise
         if not self._got_ready:
             if self._ready.is_set():
                 self._end(timeout=30)
@@ -121,6 +168,30 @@ class Recording(object):
             raise GilsampleError("gilsample did not start sampling within {} s".format(ready_timeout))
         with _active_lock:
             _active.append(self)
+        self._say_what_is_not_recorded()
+
+    def _refuse_a_second_recording_into_the_same_files(self, force):
+        """Two recordings of one process into one place would both write its file: the second
+        would fail at the end, and the first recording's file would be the one kept."""
+        with _active_lock:
+            running = [r for r in _active if r._place == self._place and r.exit_code is None]
+        for other in running:
+            if other.pids is None or self.pids is None or set(other.pids) & set(self.pids):
+                raise error_for(
+                    "a recording into {} is already running (started by an earlier start() in this "
+                    "program); stop() it first, or give this one another output_dir".format(
+                        self._place), 6)
+
+    def _say_what_is_not_recorded(self):
+        """Processes asked for but not recorded, and a search for accelerator users that found none
+        yet, are said as warnings: start() returned, and nothing else would show them."""
+        for event in self.skipped:
+            warnings.warn("gilsample: process {} is not recorded: {}".format(
+                event.get("pid"), event.get("why")), RuntimeWarning, stacklevel=4)
+        if self.pids is None and not self.started:
+            warnings.warn("gilsample: no Python process using the accelerator was found yet; it is "
+                          "looked for as processes start, until the duration ends",
+                          RuntimeWarning, stacklevel=4)
 
     def _read_stderr(self):
         for line in iter(self._process.stderr.readline, b""):
@@ -171,12 +242,13 @@ class Recording(object):
 
     def _failure(self, fallback):
         if self._error is not None:
-            return error_for(self._error.get("message", fallback), self._error.get("exit_code", 1))
+            return error_for(_for_python(self._error.get("message", fallback)),
+                             self._error.get("exit_code", 1))
         # Refused before the channel was open (a bad argument): its message is on stderr.
         lines = self.output.strip().splitlines()
         errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
         message = errors[0] if errors else (lines[-1] if lines else fallback)
-        return error_for(message, self.exit_code or 1)
+        return error_for(_for_python(message), self.exit_code or 1)
 
     def _end(self, timeout):
         try:
@@ -198,6 +270,7 @@ class Recording(object):
 
     def stop(self, timeout=120.0):
         """Stops recording (a no-op if it already ended), waits for the files, returns their paths."""
+        self._check_owner("stop")
         if self.exit_code is None:
             try:
                 self._socket.sendall(b"s")
@@ -208,24 +281,40 @@ class Recording(object):
 
     def wait(self, timeout=None):
         """Waits for a recording with a duration to end by itself; returns the files' paths."""
+        self._check_owner("wait for")
         if self.exit_code is None:
             self._end(timeout)
         return self._result()
 
+    def _check_owner(self, what):
+        if os.getpid() != self._owner:
+            raise GilsampleError(
+                "this recording was started by process {}, and this is process {} (a child forked "
+                "from it): only the process that started a recording can {} it. A child records "
+                "itself with a start() of its own".format(self._owner, os.getpid(), what))
+
     def _result(self):
         if self._finished is not None:
-            self.files = list(self._finished.get("files", []))
+            here = lambda path: os.path.join(self._cwd, path)  # noqa: E731
+            self.files = [here(path) for path in self._finished.get("files", [])]
             self.summary = self._finished.get("summary")
-            self.merged = self._finished.get("merged")
+            merged = self._finished.get("merged")
+            self.merged = here(merged) if merged else merged
         if not self.files:
             raise self._failure("gilsample exited with status {}".format(self.exit_code))
+        said, self._failures_said = self._failures_said, True
+        for event in [] if said else self.failed:
+            warnings.warn("gilsample: process {} has no complete trace: {}".format(
+                event.get("pid"), _for_python(event.get("message", ""))), RuntimeWarning, stacklevel=3)
         return list(self.files)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.stop()
+        # In a forked child leaving the block, the recording is the parent's to end.
+        if os.getpid() == self._owner:
+            self.stop()
         return False
 
     def __repr__(self):
@@ -234,7 +323,7 @@ class Recording(object):
 
 
 def start(pids=None, duration=None, rate="10khz", output_dir=None, *, all_npu=False, all_gpu=False,
-          merge=False, binary=None, ready_timeout=120.0, extra_args=()):
+          merge=False, binary=None, ready_timeout=120.0, extra_args=(), force=False):
     """Starts recording and returns once sampling has begun.
 
     pids: process ids; None means this process (pass all_npu=True or all_gpu=True for every Python
@@ -243,14 +332,17 @@ def start(pids=None, duration=None, rate="10khz", output_dir=None, *, all_npu=Fa
     output_dir: where GIL_<pid>_rank_<rank>.json files go; None means $GILSAMPLE_DIR, else
     ./gil_traces, as on the command line. merge: also GIL_merged.json. binary: the absolute path of
     another gilsample binary. ready_timeout: seconds to wait for the first sample. extra_args: more
-    command-line arguments for the binary.
+    command-line arguments for the binary. force: replace trace files already there (refused
+    otherwise, so that a second recording into one place does not replace the first's file).
 
     Returns a Recording (also a context manager). Errors from the binary raise GilsampleError
-    subclasses carrying its message and exit status.
+    subclasses carrying its message and exit status; processes asked for but not recorded are said
+    as RuntimeWarnings. The files' paths are absolute. A forked child does not inherit the parent's
+    recordings: it neither stops them nor is stopped with them.
     """
     return Recording(pids=pids, duration=duration, rate=rate, output_dir=output_dir,
                      all_npu=all_npu, all_gpu=all_gpu, merge=merge, binary=binary,
-                     ready_timeout=ready_timeout, extra_args=extra_args)
+                     ready_timeout=ready_timeout, extra_args=extra_args, force=force)
 
 
 def stop():
@@ -271,5 +363,7 @@ def _finish_at_exit():
     for recording in recordings:
         try:
             recording.stop()
-        except GilsampleError:
-            pass
+        except GilsampleError as e:
+            # Nothing else would say it: the program is ending.
+            sys.stderr.write("gilsample: the recording started by this program wrote no trace: "
+                             "{}\n".format(e))

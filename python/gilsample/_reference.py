@@ -1,11 +1,23 @@
 """The reference tool's API (`gil_trace_record.py` of the sysTrace GIL Tracer), on gilsample."""
 
+import os
 import threading
 
 from ._recording import Recording
 
 _current = []
 _lock = threading.Lock()
+
+
+def _forget_the_parents_recordings():
+    """In a forked child, gil_trace_record_stop() ends only what the child started."""
+    global _lock
+    _lock = threading.Lock()
+    del _current[:]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_parents_recordings)
 
 
 def gil_trace_record_start(pid_list=None, duration=-1):

@@ -6,12 +6,14 @@ import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
+import warnings
 
 import gilsample
 
@@ -198,6 +200,134 @@ class Errors(TempDirTest):
         self.assertIn(str(sleeper.pid), str(caught.exception))
 
 
+# A program that records itself, forks a child that ends with a normal interpreter exit (its atexit
+# hooks run) after trying every way to stop what it inherited and recording itself under the
+# reference's names; the parent then goes on and stops. Prints what each saw, as JSON.
+FORKING_PROGRAM = r"""
+import json, os, sys, time, warnings
+import gilsample
+out = sys.argv[1]
+recording = gilsample.start(output_dir=out)
+os.environ["GILSAMPLE_DIR"] = os.path.join(out, "reference")
+gilsample.gil_trace_record_start(pid_list=[os.getpid()], duration=-1)
+read_end, write_end = os.pipe()
+child = os.fork()
+if child == 0:
+    os.close(read_end)
+    seen = {"module_stop": gilsample.stop(), "reference_stop": gilsample.gil_trace_record_stop()}
+    try:
+        recording.stop()
+        seen["inherited_stop"] = "returned"
+    except gilsample.GilsampleError as e:
+        seen["inherited_stop"] = str(e)
+    os.environ["GILSAMPLE_DIR"] = out
+    gilsample.gil_trace_record_start(pid_list=[os.getpid()], duration=-1)
+    seen["own_files"] = gilsample.gil_trace_record_stop()
+    os.write(write_end, json.dumps(seen).encode())
+    os.close(write_end)
+    sys.exit(0)
+os.close(write_end)
+with os.fdopen(read_end) as pipe:
+    seen = json.loads(pipe.read())
+os.waitpid(child, 0)
+seen["child"] = child
+seen["after_child_ns"] = time.monotonic_ns()
+seen["parent_files"] = recording.stop() + gilsample.gil_trace_record_stop()
+print(json.dumps(seen))
+"""
+
+
+class Fork(TempDirTest):
+    def test_a_forked_child_neither_ends_nor_inherits_the_parents_recording(self):
+        out = subprocess.run([sys.executable, "-c", FORKING_PROGRAM, self.dir], stdout=subprocess.PIPE,
+                             check=True, timeout=300)
+        seen = json.loads(out.stdout.decode())
+        # The child's module-level stops had nothing of its own to stop; the inherited recording
+        # refuses, naming whose it is.
+        self.assertEqual(seen["module_stop"], [])
+        self.assertEqual(seen["reference_stop"], [])
+        self.assertIn("only the process that started a recording", seen["inherited_stop"])
+        self.assertEqual(seen["own_files"],
+                         [os.path.join(self.dir, "GIL_%d_rank_0.json" % seen["child"])])
+        self.assertEqual(len(seen["parent_files"]), 2, seen)
+        for parent_file in seen["parent_files"]:
+            trace = load(parent_file)
+            # Ended by the parent's stops, after the child's exit: not cut short by it.
+            self.assertEqual(trace["otherData"]["end_reason"], "Stopped")
+            self.assertGreater(trace["otherData"]["recording_end_monotonic_ns"],
+                               seen["after_child_ns"])
+
+
+class SecondRecording(TempDirTest):
+    def test_a_second_recording_into_the_same_place_is_refused_at_start_and_says_how(self):
+        first = gilsample.start(output_dir=self.dir)
+        try:
+            with self.assertRaises(gilsample.OutputError) as caught:
+                gilsample.start(output_dir=self.dir)
+            self.assertIn("already running", str(caught.exception))
+            self.assertIn("another output_dir", str(caught.exception))
+            # Another place is fine, at the same time.
+            other = os.path.join(self.dir, "window2")
+            self.assertEqual(len(gilsample.start(output_dir=other).stop()), 1)
+        finally:
+            files = first.stop()
+        # After the first one's stop, its file is there: refused in Python's words, or replaced.
+        with self.assertRaises(gilsample.OutputError) as caught:
+            gilsample.start(output_dir=self.dir)
+        self.assertIn("force=True", str(caught.exception))
+        self.assertNotIn("--force", str(caught.exception))
+        replaced = gilsample.start(output_dir=self.dir, force=True).stop()
+        self.assertEqual(replaced, files)
+
+    def test_a_ctrl_c_inside_start_leaves_no_recorder_running(self):
+        # A stand-in binary that says where it is and never becomes ready; once it has said so, a
+        # SIGINT reaches the program while start() waits for it.
+        said = os.path.join(self.dir, "pid")
+        fake = os.path.join(self.dir, "fake-gilsample")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\necho $$ > %s.tmp && mv %s.tmp %s\nexec sleep 600\n" % (said, said, said))
+        os.chmod(fake, 0o755)
+
+        def interrupt_once_it_runs():
+            while not os.path.exists(said):
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=interrupt_once_it_runs, daemon=True).start()
+        with self.assertRaises(KeyboardInterrupt):
+            gilsample.start(output_dir=self.dir, binary=fake, ready_timeout=600)
+        with open(said) as f:
+            recorder = int(f.read())
+        # Killed and reaped by start() before the KeyboardInterrupt went on: no such process now.
+        self.assertFalse(os.path.exists("/proc/%d" % recorder), "the recorder was left running")
+        self.assertEqual(gilsample.stop(), [])
+
+    def test_files_are_absolute_paths_whatever_the_directory_later(self):
+        old_cwd = os.getcwd()
+        try:
+            os.chdir(self.dir)
+            recording = gilsample.start(output_dir="relative")
+            os.chdir(old_cwd)
+            files = recording.stop()
+        finally:
+            os.chdir(old_cwd)
+        self.assertTrue(os.path.isabs(files[0]) and os.path.isfile(files[0]), files)
+        self.assertEqual(os.path.realpath(os.path.dirname(files[0])),
+                         os.path.realpath(os.path.join(self.dir, "relative")))
+
+    def test_a_process_asked_for_but_not_recorded_is_said_as_a_warning(self):
+        sleeper = subprocess.Popen(["sleep", "600"])
+        self.addCleanup(sleeper.wait)
+        self.addCleanup(sleeper.kill)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            recording = gilsample.start(pids=[os.getpid(), sleeper.pid], output_dir=self.dir)
+            files = recording.stop()
+        self.assertEqual(len(files), 1)
+        texts = [str(w.message) for w in said if issubclass(w.category, RuntimeWarning)]
+        self.assertTrue(any(str(sleeper.pid) in t and "no complete trace" in t for t in texts), texts)
+
+
 class Ptracer(TempDirTest):
     def test_the_program_allows_its_recorder_to_read_it_where_yama_asks(self):
         # Yama (kernel.yama.ptrace_scope = 1) lets a process be read only by its ancestors or by the
@@ -275,6 +405,9 @@ class ReferenceNames(TempDirTest):
         with self.assertRaises(gilsample.ProcessNotFound) as caught:
             gilsample.gil_trace_record_start()
         self.assertIn("Ascend NPU", str(caught.exception))
+        # The way out in this API's words, without the command line's list of commands.
+        self.assertIn("pid_list=[os.getpid()]", str(caught.exception))
+        self.assertNotIn("most common commands", str(caught.exception))
 
     def test_the_command_line_drop_in(self):
         child = subprocess.Popen(

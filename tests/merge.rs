@@ -189,6 +189,59 @@ fn absolute_kineto(dir: &Path, with_base: bool) -> PathBuf {
     path
 }
 
+/// Two nodes' recordings of the same pid (containers number alike): the merge renumbers the second,
+/// and `report` of the merged file gives each its own rank and host, under the pid its events have.
+#[test]
+fn report_of_a_merge_keeps_each_nodes_rank_and_host_when_their_pids_are_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pid, moved_pid) = fixture_pid();
+    let mut inputs = Vec::new();
+    for node in 0..2 {
+        let mut trace = load(&gil_fixture());
+        trace["otherData"]["rank"] = json!(node);
+        trace["otherData"]["host"] = json!(format!("node{node}"));
+        let path = dir.path().join(format!("node{node}.json"));
+        std::fs::write(&path, trace.to_string()).unwrap();
+        inputs.push(path);
+    }
+    let output = dir.path().join("merged.json");
+    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    let (code, stderr) = merge(&inputs, &[], &output);
+    assert_eq!(code, 0, "{stderr}");
+    let out = gilsample()
+        .args(["report", "--json"])
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut seen: Vec<(i64, i64, String)> = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let host = p["host"].as_str().unwrap_or("(none)").to_string();
+            (
+                p["pid"].as_i64().unwrap(),
+                p["rank"].as_i64().unwrap_or(-1),
+                host,
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (pid, 0, "node0".to_string()),
+            (moved_pid, 1, "node1".to_string())
+        ]
+    );
+}
+
 #[test]
 fn a_merged_trace_given_beside_the_files_it_holds_is_left_out() {
     // `record --merge` writes GIL_merged.json beside the per-process files, and `GIL_*.json`

@@ -20,18 +20,31 @@ pub(super) struct ProcessFacts {
 
 /// The file's own `otherData`, then in a merged file each gilsample recording's, which `merge`
 /// keeps under `merge.inputs`: its rank, host and how its holds were judged. Not its window: the
-/// merge moved its clock.
+/// merge moved its clock. A recording whose pid another input had already (two nodes' pid 7) is
+/// under the pid the merge gave it (`renumbered_pids`), as its events are.
 pub(super) fn facts(other: &Map<String, Value>) -> Vec<ProcessFacts> {
     let inputs = other
         .get("merge")
         .and_then(|m| m.get("inputs"))
         .and_then(Value::as_array);
-    let merged = inputs
-        .into_iter()
-        .flatten()
-        .filter_map(|input| input.get("otherData")?.as_object())
-        .filter_map(|other| facts_of(other, false));
+    let merged = inputs.into_iter().flatten().filter_map(|input| {
+        let mut facts = facts_of(input.get("otherData")?.as_object()?, false)?;
+        facts.pid = renumbered(input, facts.pid).unwrap_or(facts.pid);
+        Some(facts)
+    });
     facts_of(other, true).into_iter().chain(merged).collect()
+}
+
+/// The pid `merge` gave an input's process `pid`, where it renumbered it.
+fn renumbered(input: &Value, pid: u32) -> Option<u32> {
+    input
+        .get("renumbered_pids")?
+        .as_array()?
+        .iter()
+        .find(|pair| pair.get("from").and_then(Value::as_u64) == Some(u64::from(pid)))?
+        .get("to")?
+        .as_u64()
+        .and_then(|to| u32::try_from(to).ok())
 }
 
 /// gilsample's `otherData` of one recording (None without its pid); its window where `window`
@@ -101,6 +114,19 @@ mod tests {
         // Without a pid it says nothing of any process.
         let no_pid = json!({"waiting_samples": 10, "waiting_samples_gil_free": 4});
         assert_eq!(facts_of(no_pid.as_object().unwrap(), true), None);
+    }
+
+    #[test]
+    fn a_renumbered_input_is_known_by_its_new_pid() {
+        let node = |rank: u32| json!({"pid": 7, "rank": rank, "host": format!("node{rank}")});
+        let merged = json!({"merge": {"inputs": [
+            {"otherData": node(0), "renumbered_pids": []},
+            {"otherData": node(1), "renumbered_pids": [{"from": 7, "to": 10000007}]},
+        ]}});
+        let facts = facts(merged.as_object().unwrap());
+        let by_pid: Vec<(u32, Option<&str>)> =
+            facts.iter().map(|f| (f.pid, f.host.as_deref())).collect();
+        assert_eq!(by_pid, [(7, Some("node0")), (10000007, Some("node1"))]);
     }
 
     #[test]

@@ -141,7 +141,31 @@ fn pid_suggestion(args: &[String], stray: &str) -> Option<String> {
     if subcommand(args, at).is_some_and(|c| NO_TARGET_COMMANDS.contains(&c)) {
         return None;
     }
+    // `--pid 12 34`: a second process for the list just given (--pid is taken once).
+    let before = &args[at - 1];
+    let is_pid_list =
+        |text: &str| !text.is_empty() && text.split(',').all(|p| p.parse::<u32>().is_ok());
+    let follows_pids = match before.split_once('=') {
+        Some((option, list)) => ["--pid", "-p"].contains(&option) && is_pid_list(list),
+        None => is_pid_list(before) && at >= 2 && ["--pid", "-p"].contains(&args[at - 2].as_str()),
+    };
     let mut words = args[1..at].to_vec();
+    if follows_pids && subcommand(args, at) == Some("info") {
+        return Some(format!(
+            "info describes one process at a time: gilsample info --pid {}, then gilsample info \
+             --pid {stray}",
+            before.rsplit(['=', ',']).next().unwrap_or(before)
+        ));
+    }
+    if follows_pids {
+        let last = words.last_mut().expect("the list before the stray number");
+        *last = format!("{last},{stray}");
+        words.extend(args[at + 1..].iter().cloned());
+        return Some(format!(
+            "give several processes as one list, separated by commas: {}",
+            command_line(&words)
+        ));
+    }
     words.extend(["--pid".to_string(), stray.to_string()]);
     words.extend(args[at + 1..].iter().cloned());
     Some(format!(
@@ -248,6 +272,20 @@ mod tests {
             (
                 "gilsample record 6419 -d 5",
                 "gilsample record --pid 6419 -d 5",
+            ),
+            // After a list, the number joins it: --pid is taken once.
+            ("gilsample --pid 12 6419", "commas: gilsample --pid 12,6419"),
+            (
+                "gilsample record -p 12,13 6419",
+                "commas: gilsample record -p 12,13,6419",
+            ),
+            (
+                "gilsample info -p 12 6419",
+                "then gilsample info --pid 6419",
+            ),
+            (
+                "gilsample top --pid=12 6419 -d 5",
+                "commas: gilsample top --pid=12,6419 -d 5",
             ),
         ] {
             let got = tip(line, "6419");

@@ -44,6 +44,14 @@ pub enum Error {
         /// What this machine says about the refusal (ptrace scope, capabilities, user).
         why: String,
     },
+    /// The target's interpreter files cannot be opened by this user (a directory on the way closed
+    /// to it): its symbols are read from them. `files`: those refused, the interpreter's first.
+    FilesUnreadable {
+        /// The target's pid (our PID namespace).
+        pid: u32,
+        /// The mapped files that could not be opened.
+        files: Vec<PathBuf>,
+    },
     /// Discovery found nothing to record.
     NothingFound(String),
     /// The process does not exist or exited.
@@ -125,7 +133,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => exit::USAGE,
-            Error::Permission { .. } => exit::PERMISSION,
+            Error::Permission { .. } | Error::FilesUnreadable { .. } => exit::PERMISSION,
             Error::ProcessGone { .. } | Error::NothingFound(_) => exit::NO_SUCH_PROCESS,
             Error::NotPython { .. } | Error::Unsupported { .. } | Error::LayoutInvalid { .. } => {
                 exit::UNSUPPORTED
@@ -147,6 +155,24 @@ impl fmt::Display for Error {
                     f,
                     "permission denied: cannot read {what} of process {pid} (the kernel's ptrace \
                      access check, which a debugger needs too). {why}"
+                )
+            }
+            Error::FilesUnreadable { pid, files } => {
+                let first = files.first().map(|p| p.display().to_string());
+                let more = match files.len() {
+                    0 | 1 => String::new(),
+                    n => format!(" and {} more of its files", n - 1),
+                };
+                write!(
+                    f,
+                    "permission denied: cannot open {}{more}, the interpreter process {pid} runs: \
+                     gilsample reads the interpreter's symbols from its files, as a debugger does. \
+                     Why: this user may not open them (a directory on the way is closed to it, or \
+                     the file is not readable). To fix: run gilsample as root or as the files' \
+                     owner, give it CAP_DAC_READ_SEARCH as well (sudo setcap \
+                     cap_sys_ptrace,cap_dac_read_search,cap_sys_nice+ep \
+                     \"$(command -v gilsample)\"), or make the files readable",
+                    first.as_deref().unwrap_or("its files")
                 )
             }
             Error::ProcessGone { pid } => write!(f, "process {pid} does not exist (or has exited)"),

@@ -299,7 +299,11 @@ pub fn wait_for_interpreter(
         if located.is_none() && !judged_lately {
             match locate(pid, choice) {
                 Ok(found) => located = Some(found),
-                Err(e @ (Error::Unsupported { .. } | Error::Permission { .. })) => return Err(e),
+                Err(
+                    e @ (Error::Unsupported { .. }
+                    | Error::Permission { .. }
+                    | Error::FilesUnreadable { .. }),
+                ) => return Err(e),
                 Err(e @ Error::NotPython { .. }) if has_exec(pid) => {
                     if launcher_ok {
                         return Ok(Launch::Launcher(program));

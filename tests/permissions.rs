@@ -49,8 +49,8 @@ fn gilsample_for(pid: u32) -> Vec<String> {
     .collect()
 }
 
-#[test]
-fn another_unprivileged_user_is_told_whose_process_it_is() {
+/// An unprivileged user of this machine's, made when missing (the tests run as root).
+fn unprivileged_user() -> &'static str {
     let user = "gilsample-test";
     let exists = Command::new("id")
         .arg(user)
@@ -63,8 +63,21 @@ fn another_unprivileged_user_is_told_whose_process_it_is() {
             .args(["--system", "--no-create-home", user])
             .status()
             .unwrap();
-        assert!(made.success(), "useradd needs root");
+        // Another test may have made it meanwhile.
+        let there = Command::new("id")
+            .arg(user)
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(made.success() || there, "useradd needs root");
     }
+    user
+}
+
+#[test]
+fn another_unprivileged_user_is_told_whose_process_it_is() {
+    let user = unprivileged_user();
     let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
     let out = Command::new("runuser")
         .args(["-u", user, "--"])
@@ -184,4 +197,58 @@ fn a_capable_root_under_a_seccomp_filter_is_told_of_the_filter() {
         "{message}"
     );
     assert_truthful(&message);
+}
+
+/// The README's setcap recipe, against a Python whose files sit under a directory closed to the
+/// user (a pyenv or conda in another user's home): a permission error naming the file and the
+/// capability that opens it, and with that capability the process is read.
+#[test]
+fn a_python_in_a_closed_directory_is_a_permission_error_with_the_capability_that_opens_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let user = unprivileged_user();
+    let closed = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let python = closed.path().join("python3.11");
+    std::fs::copy("/usr/bin/python3.11", &python).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/workloads/gil_workload.py");
+    let mut command = Command::new(&python);
+    command.arg(&script).arg("sleeper");
+    let workload = Workload::from_command(command);
+    // Copies of gilsample with file capabilities, where the user can run them.
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run_with = |caps: &str| {
+        let binary = open.path().join(caps.replace([',', '+'], "-"));
+        std::fs::copy(env!("CARGO_BIN_EXE_gilsample"), &binary).unwrap();
+        let set = Command::new("setcap")
+            .arg(caps)
+            .arg(&binary)
+            .status()
+            .unwrap();
+        assert!(set.success(), "setcap {caps}");
+        Command::new("runuser")
+            .args(["-u", user, "--"])
+            .arg(&binary)
+            .args(["info", "--pid", &workload.pid.to_string()])
+            .output()
+            .unwrap()
+    };
+    let out = run_with("cap_sys_ptrace+ep");
+    let message = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(PERMISSION),
+        "{message}{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(message.contains(&python.display().to_string()), "{message}");
+    assert!(message.contains("cap_dac_read_search"), "{message}");
+    assert!(
+        message.len() < 1500,
+        "one refusal, not one per file: {message}"
+    );
+    assert_truthful(&message);
+    let out = run_with("cap_sys_ptrace,cap_dac_read_search+ep");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("3.11"));
 }

@@ -104,6 +104,7 @@ pub fn open_mapped_file(pid: u32, mapping: &Mapping) -> Result<OpenedFile> {
         )),
     ];
     let mut tried = Vec::new();
+    let mut all_refused = true;
     for candidate in candidates {
         match open_if_same(&candidate, mapping) {
             Ok(Some(file)) => {
@@ -112,9 +113,22 @@ pub fn open_mapped_file(pid: u32, mapping: &Mapping) -> Result<OpenedFile> {
                     opened_as: candidate,
                 });
             }
-            Ok(None) => tried.push(format!("{} (a different file)", candidate.display())),
-            Err(e) => tried.push(format!("{} ({e})", candidate.display())),
+            Ok(None) => {
+                all_refused = false;
+                tried.push(format!("{} (a different file)", candidate.display()))
+            }
+            Err(e) => {
+                all_refused &= e.kind() == std::io::ErrorKind::PermissionDenied;
+                tried.push(format!("{} ({e})", candidate.display()))
+            }
         }
+    }
+    // Every way in refused this user: not a file that is gone, one it may not open.
+    if all_refused {
+        return Err(Error::FilesUnreadable {
+            pid,
+            files: vec![mapping.path.clone()],
+        });
     }
     Err(Error::Binary {
         path: mapping.path.clone(),

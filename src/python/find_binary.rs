@@ -86,12 +86,18 @@ pub(crate) fn find_interpreter<T>(
     // moment ago and the dynamic loader is still at work, so it is Python that is not ready, not a
     // program that is not Python.
     let mut loading: Option<String> = None;
+    // Files this user may not open: said as one permission error, the interpreter's first.
+    let mut refused: Vec<std::path::PathBuf> = Vec::new();
     for candidate in candidate_files(mappings) {
         if let Some(v) = PyVersion::from_file_name(&candidate.path) {
             python_like.get_or_insert(v);
         }
         let OpenedFile { file, opened_as } = match open_mapped_file(pid, candidate) {
             Ok(opened) => opened,
+            Err(Error::FilesUnreadable { files, .. }) => {
+                refused.extend(files);
+                continue;
+            }
             Err(e) => {
                 problems.push(e.to_string());
                 continue;
@@ -164,6 +170,10 @@ pub(crate) fn find_interpreter<T>(
                 "Python {v} is not supported: gilsample reads _PyRuntime, which exists from {}.{} on",
                 OLDEST_SUPPORTED.0, OLDEST_SUPPORTED.1
             ),
+        }),
+        _ if !refused.is_empty() => Err(Error::FilesUnreadable {
+            pid,
+            files: refused,
         }),
         _ if loading.is_some() => Err(Error::NotReady {
             pid,

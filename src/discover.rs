@@ -107,10 +107,13 @@ fn parent_of(pid: u32) -> Option<u32> {
     u32::try_from(stat.ppid).ok()
 }
 
-/// Every live descendant of `roots` (children, grandchildren, ...), not the roots themselves.
+/// Every live descendant of `roots` (children, grandchildren, ...), not the roots themselves, nor
+/// gilsample and what it started: the Python API runs gilsample as a child of the program it
+/// records with `--subprocesses`.
 pub fn descendants(roots: &[u32]) -> Vec<u32> {
+    let own = std::process::id();
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for pid in list_pids() {
+    for pid in list_pids().into_iter().filter(|&p| p != own) {
         if let Some(parent) = parent_of(pid) {
             children.entry(parent).or_default().push(pid);
         }
@@ -156,5 +159,12 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert!(found.contains(&child.id()));
+    }
+
+    #[test]
+    fn never_finds_itself_below_a_root() {
+        let own = std::process::id();
+        let parent = parent_of(own).expect("a parent");
+        assert!(!descendants(&[parent]).contains(&own));
     }
 }

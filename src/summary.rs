@@ -21,7 +21,9 @@ pub fn answers(report: &RecordReport) -> Vec<Option<ProcessAnswer>> {
 fn end_in_words(end: &EndReason) -> String {
     match end {
         EndReason::Duration => "the duration elapsed".into(),
-        EndReason::Stopped => "stopped (Ctrl+C, a signal or the Python API)".into(),
+        EndReason::Stopped => {
+            "stopped when asked (Ctrl+C, a signal, the Python API, or top's q or --once)".into()
+        }
         EndReason::TargetExited => "the process exited".into(),
         EndReason::TargetExec => "the process replaced its program (exec)".into(),
         EndReason::Failed(why) => format!("reading the process failed: {why}"),

@@ -142,13 +142,15 @@ class Recording(object):
         finally:
             theirs.close()
         self._socket = ours
-        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader = threading.Thread(target=self._read_stderr, name="gilsample-stderr",
+                                               daemon=True)
         self._stderr_reader.start()
         # Also when recording every NPU/GPU process: this program may be one of them.
         _allow_reader(self._process.pid)
         self._ready = threading.Event()
         self._got_ready = False
-        self._control_reader = threading.Thread(target=self._read_control, daemon=True)
+        self._control_reader = threading.Thread(target=self._read_control, name="gilsample-control",
+                                                daemon=True)
         self._control_reader.start()
         try:
             try:

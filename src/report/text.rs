@@ -62,11 +62,16 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
         ms(t.waits.p99_ms),
         ms(t.waits.max_ms)
     );
+    // A line "and 1 more" would take the place of that one holder's own line: it is shown instead.
+    let room = match t.waited_for.len() {
+        n if n == MAX_HOLDERS_SHOWN + 1 => n,
+        _ => MAX_HOLDERS_SHOWN,
+    };
     let shown: Vec<&Holder> = t
         .waited_for
         .iter()
         .filter(|h| pct(h.s, t.wait_s) >= 1.0)
-        .take(MAX_HOLDERS_SHOWN)
+        .take(room)
         .collect();
     for holder in &shown {
         let mut line = format!(
@@ -325,23 +330,38 @@ mod tests {
             holder(1, 0.26),
             holder(2, 0.26),
             holder(3, 0.25),
-            holder(4, 0.23),
+            holder(4, 0.13),
+            holder(5, 0.10),
         ];
         let mut out = String::new();
         format_process(&mut out, &p);
         assert!(
-            out.contains("      for worker-3 25%\n      and 1 more (23%)\n"),
+            out.contains("      for worker-3 25%\n      and 2 more (23%)\n"),
             "{out}"
         );
+        // One more would be a line of its own as long as "and 1 more": it is shown instead.
+        let mut four = p.clone();
+        four.threads[0].waited_for.truncate(4);
+        four.threads[0].waited_for[3].s = 2.1 * 0.23;
+        let mut out = String::new();
+        format_process(&mut out, &four);
+        assert!(
+            out.contains("      for worker-3 25%\n      for worker-4 23%\n"),
+            "{out}"
+        );
+        assert!(!out.contains("more ("), "{out}");
         assert!(
             out.contains("spinner-0 waited 70% of the recording (2.10 s"),
             "{out}"
         );
         // Left out below a percent: not worth a line.
-        p.threads[0].waited_for[3].s = 0.005;
+        four.threads[0].waited_for[3].s = 0.005;
         let mut out = String::new();
-        format_process(&mut out, &p);
-        assert!(!out.contains("more ("), "{out}");
+        format_process(&mut out, &four);
+        assert!(
+            !out.contains("more (") && !out.contains("worker-4"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -142,7 +142,10 @@ impl ThreadRow {
             in_code: most
                 .and_then(|h| h.functions.first())
                 .map(|f| f.function.clone()),
-            holding: holding(thread),
+            // Beside a HOLD% that reads 0.0, how it held would describe nothing visible.
+            holding: (share(thread.hold_s, window_s) >= 0.05)
+                .then(|| holding(thread))
+                .flatten(),
         }
     }
 
@@ -371,6 +374,11 @@ mod tests {
             ThreadRow::of(&holder, 2.0).holding.as_deref(),
             Some("Python code")
         );
+        // A hold that reads 0.0% (0.5 ms of 2 s) says nothing of how.
+        holder.hold_s = 0.0005;
+        let row = ThreadRow::of(&holder, 2.0);
+        assert_eq!(format!("{:.1}", row.hold_pct), "0.0");
+        assert_eq!(row.holding, None);
     }
 
     #[test]

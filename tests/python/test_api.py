@@ -85,6 +85,9 @@ class StartStop(TempDirTest):
         self.assertLessEqual(trace["otherData"]["recording_start_monotonic_ns"], returned_ns)
         self.assertTrue(set(spinners.tids) & tids_holding(trace), "the spinners were seen holding")
         self.assertEqual(recording.exit_code, 0)
+        # The API's own threads are in the trace under names that say whose they are.
+        names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+        self.assertIn("gilsample-control", names)
 
     def test_context_manager_stops_at_the_end_of_the_block(self):
         with Spinners(2):

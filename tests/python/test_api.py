@@ -412,6 +412,18 @@ class ReferenceNames(TempDirTest):
         self.assertIn("pid_list=[os.getpid()]", str(caught.exception))
         self.assertNotIn("most common commands", str(caught.exception))
 
+    def test_the_reference_default_that_finds_no_npu_says_so_at_start_and_at_exit(self):
+        # With a duration the search goes on as processes start; on this machine none comes, and a
+        # program that never calls stop must still hear that nothing was written.
+        script = ("import warnings, gilsample\n"
+                  "warnings.simplefilter('always')\n"
+                  "gilsample.gil_trace_record_start(duration='300ms')\n")
+        out = subprocess.run([sys.executable, "-c", script], stderr=subprocess.PIPE, timeout=300)
+        said = out.stderr.decode()
+        self.assertIn("RuntimeWarning: gilsample: no Python process using the accelerator", said)
+        self.assertIn("wrote no trace", said)
+        self.assertIn("Ascend NPU", said)
+
     def test_the_command_line_drop_in(self):
         child = subprocess.Popen(
             [sys.executable, "-c", "import sys\nprint('ready', flush=True)\nwhile True: pass"],

@@ -50,9 +50,11 @@ def _for_python(message):
     message = message.replace("(use --force to overwrite)",
                               "(start(..., force=True) replaces it; or give each recording its own "
                               "output_dir, or $GILSAMPLE_DIR for gil_trace_record_start)")
-    if "give --pid PID[,PID...]" in message:
-        message += (" (from Python: gil_trace_record_start(pid_list=[os.getpid()]), or "
-                    "gilsample.start() for this process, start(pids=[...]), start(all_gpu=True))")
+    cli_advice = message.find("give --pid PID[,PID...]")
+    if cli_advice >= 0:
+        message = message[:cli_advice] + (
+            "give gil_trace_record_start() a pid_list ([os.getpid()]: this process), or "
+            "gilsample.start() pids=[...], all_gpu=True, or a duration to wait for one")
     return message
 
 

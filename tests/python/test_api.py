@@ -409,7 +409,8 @@ class ReferenceNames(TempDirTest):
             gilsample.gil_trace_record_start()
         self.assertIn("Ascend NPU", str(caught.exception))
         # The way out in this API's words, without the command line's list of commands.
-        self.assertIn("pid_list=[os.getpid()]", str(caught.exception))
+        self.assertIn("pid_list ([os.getpid()]", str(caught.exception))
+        self.assertNotIn("--pid", str(caught.exception))
         self.assertNotIn("most common commands", str(caught.exception))
 
     def test_the_reference_default_that_finds_no_npu_says_so_at_start_and_at_exit(self):

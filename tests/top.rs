@@ -282,6 +282,34 @@ fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
     assert!(!running(launched), "the launched command was left running");
 }
 
+/// The terminal goes away (the tmux server killed, as an ssh connection that drops): top ends, and
+/// the command it launched with it, rather than read the dead terminal forever.
+#[test]
+fn a_terminal_that_goes_away_ends_top_and_the_command_it_launched() {
+    let python = interpreter("3.12");
+    let mut args: Vec<&str> = vec!["--interval", "300ms", "--"];
+    args.extend(python.command.iter().map(String::as_str));
+    args.extend([python.workload.as_str(), "contention", "--threads", "3"]);
+    let tmux = Tmux::top(80, 24, &args, &[]);
+    let screen = tmux.wait_for("the spinners", spinners);
+    let launched: u32 = screen
+        .lines()
+        .find_map(|l| l.strip_prefix("> pid "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no process line:\n{screen}"));
+    let top = tmux.gilsample_pid();
+    let killed = tmux.command().arg("kill-server").output().unwrap();
+    assert!(killed.status.success(), "tmux kill-server");
+    // Looked at up to a minute: it ends within moments, or never (it spun on the dead terminal).
+    let ended = (0..ATTEMPTS).any(|_| {
+        std::thread::sleep(POLL);
+        !running(top)
+    });
+    assert!(ended, "top kept running after its terminal went away");
+    assert!(!running(launched), "the launched command was left running");
+}
+
 /// Two processes: the arrows go from one to the other; Ctrl+C quits with 0.
 #[test]
 fn arrows_go_from_process_to_process_and_ctrl_c_quits() {

@@ -8,6 +8,7 @@
 //! thread that spawned it); the view runs on a thread of its own and stops the recording when it
 //! is quit. The stop flag (Ctrl+C, SIGTERM, SIGHUP) ends the view as well.
 
+mod keys;
 pub mod live;
 mod screen;
 pub mod table;
@@ -21,13 +22,12 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ratatui::crossterm::event::{self, Event};
-
 use crate::cli::top::TopArgs;
 use crate::error::{Error, Result};
 use crate::infer::thread::MAX_STRETCH_NS;
 use crate::record::{RecordOptions, RecordReport, Update, Watch, record, waiting};
 use crate::report::analyze::ProcessAnswer;
+use keys::{Input, KeyReader};
 use live::{Described, Live, Span};
 use screen::{Picture, ProcessLine};
 use table::SortBy;
@@ -366,6 +366,8 @@ fn show_screen(
     if std::env::var_os("GILSAMPLE_TEST_PANIC_IN_TOP").is_some() {
         panic!("GILSAMPLE_TEST_PANIC_IN_TOP is set: a panic to test that the terminal is restored");
     }
+    let mut keys = KeyReader::open()?;
+    let mut drawn_size = screen.terminal.size()?;
     let mut view = View::default();
     let mut shown = Tables::empty();
     // The first table once the recording covers a first span worth reading.
@@ -412,14 +414,20 @@ fn show_screen(
         let wait = next_refresh
             .saturating_duration_since(Instant::now())
             .min(POLL);
-        if !event::poll(wait)? {
-            continue;
-        }
-        match event::read()? {
-            Event::Key(key) => match view.on_key(key, shown.processes.len()) {
+        let pressed = match keys.wait(wait)? {
+            Input::Keys(pressed) => pressed,
+            Input::Nothing => Vec::new(),
+            // Nothing left to show on (its SIGHUP stops the recording too): as if quit.
+            Input::HungUp => {
+                stop.store(true, Ordering::SeqCst);
+                break;
+            }
+        };
+        for key in pressed {
+            match view.on_key(key, shown.processes.len()) {
                 Action::Quit => {
                     stop.store(true, Ordering::SeqCst);
-                    break;
+                    return Ok(());
                 }
                 Action::Pause => {
                     view.paused_at = live.now_ns();
@@ -431,10 +439,12 @@ fn show_screen(
                 }
                 Action::Redraw | Action::Recompute => redraw = true,
                 Action::Nothing => {}
-            },
-            Event::Resize(..) => redraw = true,
-            _ => {}
+            }
         }
+        // A resized window is drawn again at its new size.
+        let size = screen.terminal.size()?;
+        redraw |= size != drawn_size;
+        drawn_size = size;
     }
     Ok(())
 }

@@ -250,15 +250,30 @@ interpreter_tests!(
     top_in_a_terminal_sid315 => "sid-3.15",
 );
 
-/// A launched command in a large terminal: the code is shown whole; SIGTERM ends top (exit 0), the
-/// terminal restored, and the command it launched stopped.
-#[test]
-fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
+/// `top` in a `width`×`height` pane, launching three spinners.
+fn top_launching_spinners(width: u16, height: u16) -> Tmux {
     let python = interpreter("3.12");
     let mut args: Vec<&str> = vec!["--interval", "300ms", "--"];
     args.extend(python.command.iter().map(String::as_str));
     args.extend([python.workload.as_str(), "contention", "--threads", "3"]);
-    let tmux = Tmux::top(200, 50, &args, &[]);
+    Tmux::top(width, height, &args, &[])
+}
+
+/// The pid of the process the screen shows (`> pid N ...`).
+fn launched_pid(screen: &str) -> u32 {
+    screen
+        .lines()
+        .find_map(|l| l.strip_prefix("> pid "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no process line:\n{screen}"))
+}
+
+/// A launched command in a large terminal: the code is shown whole; SIGTERM ends top (exit 0), the
+/// terminal restored, and the command it launched stopped.
+#[test]
+fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
+    let tmux = top_launching_spinners(200, 50);
     let screen = tmux.wait_for("the spinners' code in full", |s| {
         spinners(s) && s.contains("spin (gil_workload.py:")
     });
@@ -266,12 +281,7 @@ fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
     for column in ["WAITED FOR", "IN CODE", "HOLDING"] {
         assert!(header.contains(column), "{header}");
     }
-    let launched: u32 = screen
-        .lines()
-        .find_map(|l| l.strip_prefix("> pid "))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no process line:\n{screen}"));
+    let launched = launched_pid(&screen);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(tmux.gilsample_pid() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -286,18 +296,9 @@ fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
 /// the command it launched with it, rather than read the dead terminal forever.
 #[test]
 fn a_terminal_that_goes_away_ends_top_and_the_command_it_launched() {
-    let python = interpreter("3.12");
-    let mut args: Vec<&str> = vec!["--interval", "300ms", "--"];
-    args.extend(python.command.iter().map(String::as_str));
-    args.extend([python.workload.as_str(), "contention", "--threads", "3"]);
-    let tmux = Tmux::top(80, 24, &args, &[]);
+    let tmux = top_launching_spinners(80, 24);
     let screen = tmux.wait_for("the spinners", spinners);
-    let launched: u32 = screen
-        .lines()
-        .find_map(|l| l.strip_prefix("> pid "))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no process line:\n{screen}"));
+    let launched = launched_pid(&screen);
     let top = tmux.gilsample_pid();
     let killed = tmux.command().arg("kill-server").output().unwrap();
     assert!(killed.status.success(), "tmux kill-server");

@@ -165,11 +165,11 @@ impl fmt::Display for Error {
                 };
                 write!(
                     f,
-                    "permission denied: cannot open {}{more}, the interpreter process {pid} runs: \
-                     gilsample reads the interpreter's symbols from its files, as a debugger does. \
-                     Why: this user may not open them (a directory on the way is closed to it, or \
-                     the file is not readable). To fix: run gilsample as root or as the files' \
-                     owner, give it CAP_DAC_READ_SEARCH as well (sudo setcap \
+                    "permission denied: cannot open {}{more}, which process {pid} has mapped: \
+                     gilsample reads the interpreter's symbols from the files themselves, as a \
+                     debugger does. Why: this user may not open them (a directory on the way is \
+                     closed to it, or the file is not readable). To fix: run gilsample as root or \
+                     as the files' owner, give it CAP_DAC_READ_SEARCH as well (sudo setcap \
                      cap_sys_ptrace,cap_dac_read_search,cap_sys_nice+ep \
                      \"$(command -v gilsample)\"), or make the files readable",
                     first.as_deref().unwrap_or("its files")

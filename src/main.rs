@@ -171,7 +171,10 @@ fn record_options(args: &RecordArgs) -> Result<RecordOptions> {
     }
     let output = OutputSpec::resolve(
         args.output.as_deref(),
-        std::env::var_os(DIR_ENV).map(Into::into),
+        // Set but empty is unset, as the Python API takes it.
+        std::env::var_os(DIR_ENV)
+            .filter(|dir| !dir.is_empty())
+            .map(Into::into),
     );
     if let (OutputSpec::File(path), Targets::Pids(pids)) = (&output, &targets)
         && pids.len() > 1

@@ -217,6 +217,14 @@ fn a_python_in_a_closed_directory_is_a_permission_error_with_the_capability_that
     // Copies of gilsample with file capabilities, where the user can run them.
     let open = tempfile::tempdir().unwrap();
     std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mounted = nix::sys::statvfs::statvfs(open.path()).unwrap();
+    assert!(
+        !mounted
+            .flags()
+            .contains(nix::sys::statvfs::FsFlags::ST_NOSUID),
+        "{} is mounted nosuid: file capabilities are not honoured there (TMPDIR elsewhere)",
+        open.path().display()
+    );
     let run_with = |caps: &str| {
         let binary = open.path().join(caps.replace([',', '+'], "-"));
         std::fs::copy(env!("CARGO_BIN_EXE_gilsample"), &binary).unwrap();

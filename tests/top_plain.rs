@@ -325,10 +325,7 @@ fn top_tells_a_launched_shell_how_to_record_its_children() {
         line.clear();
         assert!(stderr.read_line(&mut line).unwrap() > 0, "top ended early");
     }
-    assert!(
-        line.contains("runs /usr/bin/dash, which is not Python"),
-        "{line}"
-    );
+    assert!(line.contains("which is not Python"), "{line}");
     assert!(line.contains("add --subprocesses"), "{line}");
     // The shell reads its line and exits: nothing was Python.
     drop(top.stdin.take());

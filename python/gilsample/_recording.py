@@ -28,9 +28,14 @@ _active_lock = threading.Lock()
 
 def _forget_the_parents_recordings():
     """In a forked child: the recordings are the parent's, and ending them (at the child's exit, or
-    by its stop()) would cut the parent's short. The lock may have been held by a parent thread."""
+    by its stop()) would cut the parent's short. The child's copies of their sockets and pipes are
+    closed too: the recorder takes its socket's end-of-file as the stop when the parent dies
+    without a word (os._exit, a crash), which a child holding a copy would hold back. The lock may
+    have been held by a parent thread."""
     global _active_lock
     _active_lock = threading.Lock()
+    for recording in _active:
+        recording._close_in_child()
     del _active[:]
 
 
@@ -39,10 +44,18 @@ if hasattr(os, "register_at_fork"):
 
 
 def _output_place(output_dir):
-    """Where the binary puts the files, as it decides it: `output_dir`, else $GILSAMPLE_DIR, else
-    ./gil_traces; absolute, for comparing two recordings' places."""
+    """Where the binary puts the files, as it decides it: `output_dir`, else $GILSAMPLE_DIR (set
+    but empty is unset), else ./gil_traces; absolute, for comparing two recordings' places."""
     place = output_dir if output_dir is not None else os.environ.get("GILSAMPLE_DIR") or "gil_traces"
     return os.path.abspath(os.fspath(place))
+
+
+# The binary's ways out of "nothing found", as this API's arguments say them.
+_OPTIONS_IN_PYTHON = [
+    ("--all-gpu", "all_gpu=True"),
+    ("--all-npu", "all_npu=True"),
+    ("--duration", "a duration, to wait for one"),
+]
 
 
 def _for_python(message):
@@ -52,9 +65,11 @@ def _for_python(message):
                               "output_dir, or $GILSAMPLE_DIR for gil_trace_record_start)")
     cli_advice = message.find("give --pid PID[,PID...]")
     if cli_advice >= 0:
-        message = message[:cli_advice] + (
-            "give gil_trace_record_start() a pid_list ([os.getpid()]: this process), or "
-            "gilsample.start() pids=[...], all_gpu=True, or a duration to wait for one")
+        advice = message[cli_advice:]
+        ways = ["pid_list=[os.getpid()] to gil_trace_record_start() or pids=[...] to "
+                "gilsample.start()"]
+        ways += [python for option, python in _OPTIONS_IN_PYTHON if option in advice]
+        message = message[:cli_advice] + "give " + ", or ".join(ways)
     return message
 
 
@@ -98,7 +113,7 @@ class Recording(object):
         # The binary's paths are relative to where it started: this directory.
         self._cwd = os.getcwd()
         self._place = _output_place(output_dir)
-        self._refuse_a_second_recording_into_the_same_files(force)
+        self._refuse_a_second_recording_into_the_same_files()
         self.files = []
         self.merged = None
         # What `gilsample report --json` says of each recorded process, once finished.
@@ -144,25 +159,11 @@ class Recording(object):
         finally:
             theirs.close()
         self._socket = ours
-        self._stderr_reader = threading.Thread(target=self._read_stderr, name="gilsample-stderr",
-                                               daemon=True)
-        self._stderr_reader.start()
-        # Also when recording every NPU/GPU process: this program may be one of them.
-        _allow_reader(self._process.pid)
-        self._ready = threading.Event()
-        self._got_ready = False
-        self._control_reader = threading.Thread(target=self._read_control, name="gilsample-control",
-                                                daemon=True)
-        self._control_reader.start()
         try:
-            try:
-                ours.sendall(b"g")
-            except OSError:
-                pass  # it already exited; its error arrives below
-            self._ready.wait(ready_timeout)
+            self._handshake(ready_timeout)
         except BaseException:
             # A Ctrl+C (KeyboardInterrupt) before start() returned: no one could stop it later.
-            self._end(timeout=0)
+            self._abandon()
             raise
         if not self._got_ready:
             if self._ready.is_set():
@@ -174,11 +175,55 @@ class Recording(object):
             _active.append(self)
         self._say_what_is_not_recorded()
 
-    def _refuse_a_second_recording_into_the_same_files(self, force):
+    def _handshake(self, ready_timeout):
+        """Starts the readers, lets the binary read this process, says go, and waits for `ready`."""
+        self._ready = threading.Event()
+        self._got_ready = False
+        self._stderr_reader = threading.Thread(target=self._read_stderr, name="gilsample-stderr",
+                                               daemon=True)
+        self._stderr_reader.start()
+        # Also when recording every NPU/GPU process: this program may be one of them.
+        _allow_reader(self._process.pid)
+        self._control_reader = threading.Thread(target=self._read_control, name="gilsample-control",
+                                                daemon=True)
+        self._control_reader.start()
+        try:
+            self._socket.sendall(b"g")
+        except OSError:
+            pass  # it already exited; its error arrives below
+        self._ready.wait(ready_timeout)
+
+    def _abandon(self):
+        """Ends a recorder that start() will not return: killed and reaped, whatever had started."""
+        try:
+            self._process.kill()
+        except OSError:
+            pass
+        self._process.wait()
+        self._socket.close()
+        self.exit_code = self._process.returncode
+
+    def _close_in_child(self):
+        """In a forked child: lets go of this (the parent's) recording's socket and pipe. Their fds
+        are pointed at /dev/null rather than closed: objects of the parent's threads, gone in the
+        child, still hold them, and would close whatever later took those numbers."""
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for stream in (self._socket, self._process.stderr):
+                try:
+                    fd = stream.fileno()
+                except (OSError, ValueError):
+                    continue
+                if fd >= 0:
+                    os.dup2(null, fd)
+        finally:
+            os.close(null)
+
+    def _refuse_a_second_recording_into_the_same_files(self):
         """Two recordings of one process into one place would both write its file: the second
         would fail at the end, and the first recording's file would be the one kept."""
         with _active_lock:
-            running = [r for r in _active if r._place == self._place and r.exit_code is None]
+            running = [r for r in _active if r._place == self._place and r.running()]
         for other in running:
             if other.pids is None or self.pids is None or set(other.pids) & set(self.pids):
                 raise error_for(

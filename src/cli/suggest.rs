@@ -27,7 +27,13 @@ pub fn option_suggestion(args: &[String], stray: &str, clap_has_one: bool) -> Op
     if let Some(similar) = similar_option(args, stray) {
         return Some(similar);
     }
-    let at = args.iter().skip(1).position(|a| a == stray)? + 1;
+    // `--bogus=1` and a cluster of short options (`-xp`) hold the stray option.
+    let holds = |a: &String| {
+        a == stray
+            || a.strip_prefix(stray).is_some_and(|v| v.starts_with('='))
+            || (!stray.starts_with("--") && a.starts_with(stray) && !a.starts_with("--"))
+    };
+    let at = args.iter().skip(1).position(holds)? + 1;
     let command = subcommand(args, at);
     if command.is_some_and(|c| c == "info" || NO_TARGET_COMMANDS.contains(&c)) {
         return None;
@@ -141,25 +147,19 @@ fn pid_suggestion(args: &[String], stray: &str) -> Option<String> {
     if subcommand(args, at).is_some_and(|c| NO_TARGET_COMMANDS.contains(&c)) {
         return None;
     }
-    // `--pid 12 34`: a second process for the list just given (--pid is taken once).
-    let before = &args[at - 1];
-    let is_pid_list =
-        |text: &str| !text.is_empty() && text.split(',').all(|p| p.parse::<u32>().is_ok());
-    let follows_pids = match before.split_once('=') {
-        Some((option, list)) => ["--pid", "-p"].contains(&option) && is_pid_list(list),
-        None => is_pid_list(before) && at >= 2 && ["--pid", "-p"].contains(&args[at - 2].as_str()),
-    };
+    // `--pid 12 34`: a second process for the list given before (--pid is taken once).
     let mut words = args[1..at].to_vec();
-    if follows_pids && subcommand(args, at) == Some("info") {
-        return Some(format!(
-            "info describes one process at a time: gilsample info --pid {}, then gilsample info \
-             --pid {stray}",
-            before.rsplit(['=', ',']).next().unwrap_or(before)
-        ));
-    }
-    if follows_pids {
-        let last = words.last_mut().expect("the list before the stray number");
-        *last = format!("{last},{stray}");
+    if let Some(list) = pid_list_before(&words) {
+        if subcommand(args, at) == Some("info") {
+            let given = words[list].rsplit(['=', ',', 'p']).next().unwrap_or("PID");
+            return Some(format!(
+                "info describes one process at a time: gilsample info --pid {given}, then \
+                 gilsample info --pid {stray}"
+            ));
+        }
+        let word = &mut words[list];
+        let joiner = if word.ends_with([',', '=']) { "" } else { "," };
+        *word = format!("{word}{joiner}{stray}");
         words.extend(args[at + 1..].iter().cloned());
         return Some(format!(
             "give several processes as one list, separated by commas: {}",
@@ -172,6 +172,29 @@ fn pid_suggestion(args: &[String], stray: &str) -> Option<String> {
         "give a process by its id with --pid: {}",
         command_line(&words)
     ))
+}
+
+/// Where in `words` (the command line before a stray number, `--` not among them) the last pid list
+/// was given: the word after `--pid`/`-p`, or the word `--pid=12`, `-p=12`, `-p12` itself.
+fn pid_list_before(words: &[String]) -> Option<usize> {
+    let is_list = |text: &str| {
+        !text.is_empty()
+            && text
+                .trim_end_matches(',')
+                .split(',')
+                .all(|p| p.parse::<u32>().is_ok())
+    };
+    (0..words.len()).rev().find_map(|i| {
+        let word = words[i].as_str();
+        if word == "--pid" || word == "-p" {
+            return words.get(i + 1).filter(|w| is_list(w)).map(|_| i + 1);
+        }
+        let attached = word
+            .strip_prefix("--pid=")
+            .or_else(|| word.strip_prefix("-p="))
+            .or_else(|| word.strip_prefix("-p"));
+        attached.filter(|list| is_list(list)).map(|_| i)
+    })
 }
 
 /// `--rate 10khz` for `--rate 10 kHz`: `stray` follows the value of `--rate` or `--duration`, and
@@ -281,7 +304,17 @@ mod tests {
             ),
             (
                 "gilsample info -p 12 6419",
-                "then gilsample info --pid 6419",
+                "--pid 12, then gilsample info --pid 6419",
+            ),
+            // The list given further back, or written attached, or ending in a comma.
+            (
+                "gilsample --pid 12 -d 5 6419",
+                "commas: gilsample --pid 12,6419 -d 5",
+            ),
+            ("gilsample -p12 6419", "commas: gilsample -p12,6419"),
+            (
+                "gilsample --pid 12, 6419",
+                "commas: gilsample --pid 12,6419",
             ),
             (
                 "gilsample top --pid=12 6419 -d 5",

@@ -104,8 +104,11 @@ pub fn open_mapped_file(pid: u32, mapping: &Mapping) -> Result<OpenedFile> {
         )),
     ];
     let mut tried = Vec::new();
-    let mut all_refused = true;
-    for candidate in candidates {
+    // The target's own view of the path (through /proc/PID/root, its mount namespace) refused for
+    // permission: the file is there, and this user may not open it. Our own path may name another
+    // file or none (a container's), and map_files needs CAP_SYS_ADMIN: neither says more.
+    let mut own_view_refused = false;
+    for (index, candidate) in candidates.into_iter().enumerate() {
         match open_if_same(&candidate, mapping) {
             Ok(Some(file)) => {
                 return Ok(OpenedFile {
@@ -113,18 +116,14 @@ pub fn open_mapped_file(pid: u32, mapping: &Mapping) -> Result<OpenedFile> {
                     opened_as: candidate,
                 });
             }
-            Ok(None) => {
-                all_refused = false;
-                tried.push(format!("{} (a different file)", candidate.display()))
-            }
+            Ok(None) => tried.push(format!("{} (a different file)", candidate.display())),
             Err(e) => {
-                all_refused &= e.kind() == std::io::ErrorKind::PermissionDenied;
+                own_view_refused |= index == 0 && e.kind() == std::io::ErrorKind::PermissionDenied;
                 tried.push(format!("{} ({e})", candidate.display()))
             }
         }
     }
-    // Every way in refused this user: not a file that is gone, one it may not open.
-    if all_refused {
+    if own_view_refused {
         return Err(Error::FilesUnreadable {
             pid,
             files: vec![mapping.path.clone()],

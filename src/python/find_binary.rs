@@ -49,12 +49,7 @@ fn candidate_files(mappings: &[Mapping]) -> Vec<&Mapping> {
             seen.push(m);
         }
     }
-    let is_python = |m: &&Mapping| {
-        m.path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.contains("python"))
-    };
+    let is_python = |m: &&Mapping| looks_like_python(&m.path);
     let mut ordered: Vec<&Mapping> = seen.iter().copied().filter(is_python).collect();
     if let Some(first) = seen.first().filter(|m| !is_python(m)) {
         ordered.push(first);
@@ -92,16 +87,10 @@ pub(crate) fn find_interpreter<T>(
         if let Some(v) = PyVersion::from_file_name(&candidate.path) {
             python_like.get_or_insert(v);
         }
-        let OpenedFile { file, opened_as } = match open_mapped_file(pid, candidate) {
-            Ok(opened) => opened,
-            Err(Error::FilesUnreadable { files, .. }) => {
-                refused.extend(files);
-                continue;
-            }
-            Err(e) => {
-                problems.push(e.to_string());
-                continue;
-            }
+        let Some(OpenedFile { file, opened_as }) =
+            open_candidate(pid, candidate, &mut refused, &mut problems)
+        else {
+            continue;
         };
         let image = ElfImage::from_file(file, &opened_as)?;
         let Ok(parsed) = image.parse() else { continue };
@@ -191,6 +180,43 @@ pub(crate) fn find_interpreter<T>(
             why: "no mapped file defines _PyRuntime".into(),
         }),
     }
+}
+
+/// `candidate` opened; else why not, in `refused` (a would-be interpreter this user may not open:
+/// said as one permission error) or in `problems` (a program that is not Python may keep its own
+/// files closed; a file gone or replaced).
+fn open_candidate(
+    pid: u32,
+    candidate: &Mapping,
+    refused: &mut Vec<std::path::PathBuf>,
+    problems: &mut Vec<String>,
+) -> Option<OpenedFile> {
+    match open_mapped_file(pid, candidate) {
+        Ok(opened) => Some(opened),
+        Err(Error::FilesUnreadable { files, .. }) if looks_like_python(&candidate.path) => {
+            refused.extend(files);
+            None
+        }
+        Err(Error::FilesUnreadable { .. }) => {
+            problems.push(format!(
+                "{}: this user may not open it",
+                candidate.path.display()
+            ));
+            None
+        }
+        Err(e) => {
+            problems.push(e.to_string());
+            None
+        }
+    }
+}
+
+/// Whether `path` is named as a Python interpreter or its library is (python3.11,
+/// libpython3.12.so.1.0): the files `candidate_files` tries first.
+fn looks_like_python(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|name| name.contains("python"))
 }
 
 /// The `libpython` in `elf`'s needed libraries when no mapping is of a file by that name.

@@ -62,51 +62,56 @@ fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
         ms(t.waits.p99_ms),
         ms(t.waits.max_ms)
     );
-    // A line "and 1 more" would take the place of that one holder's own line: it is shown instead.
-    let room = match t.waited_for.len() {
-        n if n == MAX_HOLDERS_SHOWN + 1 => n,
-        _ => MAX_HOLDERS_SHOWN,
-    };
     let shown: Vec<&Holder> = t
         .waited_for
         .iter()
         .filter(|h| pct(h.s, t.wait_s) >= 1.0)
-        .take(room)
+        .take(MAX_HOLDERS_SHOWN)
         .collect();
     for holder in &shown {
-        let mut line = format!(
-            "      for {} {:.0}%",
-            if holder.tid == NO_HOLDER_SEEN {
-                "(nobody holding it in the trace: the GIL free, or held too briefly to be seen)"
-                    .to_string()
-            } else {
-                holder.name.clone()
-            },
-            pct(holder.s, t.wait_s)
-        );
-        // The first always, the others where they would not read "0%".
-        let code: Vec<String> = holder
-            .functions
-            .iter()
-            .take(MAX_FUNCTIONS_SHOWN)
-            .enumerate()
-            .take_while(|(i, f)| *i == 0 || pct(f.s, holder.s) >= 0.5)
-            .map(|(_, f)| format!("{} {:.0}%", place(f), pct(f.s, holder.s)))
-            .collect();
-        if !code.is_empty() {
-            line += &format!(" — {}", code.join(", "));
-            if holder.functions.len() > code.len() {
-                line += ", ...";
-            }
-        }
-        let _ = writeln!(out, "{line}");
+        holder_line(out, t, holder);
     }
-    // A cut list says what it left out, where that is a percent or more.
+    // A cut list says what it left out, where that is a percent or more; a single one left is
+    // shown instead, its own line no longer than "and 1 more" would be.
     let left: Vec<&Holder> = t.waited_for.iter().skip(shown.len()).collect();
     let left_share = pct(left.iter().map(|h| h.s).sum(), t.wait_s);
-    if left_share >= 0.5 {
-        let _ = writeln!(out, "      and {} more ({left_share:.0}%)", left.len());
+    match left.as_slice() {
+        [one] if left_share >= 0.5 => holder_line(out, t, one),
+        _ if left_share >= 0.5 => {
+            let _ = writeln!(out, "      and {} more ({left_share:.0}%)", left.len());
+        }
+        _ => {}
     }
+}
+
+/// The line of one holder `t` waited for: its share of the waiting, and the code it held in.
+fn holder_line(out: &mut String, t: &ThreadAnswer, holder: &Holder) {
+    let mut line = format!(
+        "      for {} {:.0}%",
+        if holder.tid == NO_HOLDER_SEEN {
+            "(nobody holding it in the trace: the GIL free, or held too briefly to be seen)"
+                .to_string()
+        } else {
+            holder.name.clone()
+        },
+        pct(holder.s, t.wait_s)
+    );
+    // The first always, the others where they would not read "0%".
+    let code: Vec<String> = holder
+        .functions
+        .iter()
+        .take(MAX_FUNCTIONS_SHOWN)
+        .enumerate()
+        .take_while(|(i, f)| *i == 0 || pct(f.s, holder.s) >= 0.5)
+        .map(|(_, f)| format!("{} {:.0}%", place(f), pct(f.s, holder.s)))
+        .collect();
+    if !code.is_empty() {
+        line += &format!(" — {}", code.join(", "));
+        if holder.functions.len() > code.len() {
+            line += ", ...";
+        }
+    }
+    let _ = writeln!(out, "{line}");
 }
 
 /// Held-while-blocked lines are printed from this many seconds (held or waited) on: below they read
@@ -354,7 +359,13 @@ mod tests {
             out.contains("spinner-0 waited 70% of the recording (2.10 s"),
             "{out}"
         );
-        // Left out below a percent: not worth a line.
+        // Under a percent but not under half of one: still its own line, never "and 1 more".
+        four.threads[0].waited_for[3].s = 2.1 * 0.007;
+        let mut out = String::new();
+        format_process(&mut out, &four);
+        assert!(out.contains("      for worker-4 1%\n"), "{out}");
+        assert!(!out.contains("more ("), "{out}");
+        // Left out below half a percent: not worth a line.
         four.threads[0].waited_for[3].s = 0.005;
         let mut out = String::new();
         format_process(&mut out, &four);

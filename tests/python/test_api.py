@@ -261,6 +261,56 @@ class Fork(TempDirTest):
                                seen["after_child_ns"])
 
 
+# A program that records another process, forks a child that outlives it, and dies without a word
+# (os._exit: no atexit hook, no stop). Prints the recorder's pid and the child's.
+ORPHANING_PROGRAM = r"""
+import os, sys
+import gilsample
+recording = gilsample.start(pids=[int(sys.argv[3])], output_dir=sys.argv[1])
+child = os.fork()
+if child == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the test reads stdout to its end
+    os.read(int(sys.argv[2]), 1)  # until the test lets it go
+    os._exit(0)
+print(recording.helper_pid, child, flush=True)
+os._exit(0)
+"""
+
+
+def alive(pid):
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+class ForkedChildOutlivingTheParent(TempDirTest):
+    def test_the_recording_ends_with_the_parent_not_with_its_last_child(self):
+        # The process recorded outlives the program too: only the control socket's end can stop it.
+        target = subprocess.Popen([sys.executable, "-c", "import sys; print(1, flush=True); "
+                                   "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.addCleanup(target.wait)
+        self.addCleanup(target.stdin.close)
+        target.stdout.readline()  # running Python
+        let_go, held = os.pipe()
+        self.addCleanup(os.close, held)  # the child then reads end-of-file and exits
+        out = subprocess.run([sys.executable, "-c", ORPHANING_PROGRAM, self.dir, str(let_go),
+                              str(target.pid)],
+                             stdout=subprocess.PIPE, pass_fds=[let_go], check=True, timeout=300)
+        os.close(let_go)
+        helper, child = (int(word) for word in out.stdout.split())
+        # Looked at for up to a minute: the recorder sees its socket's end as the parent's and
+        # finishes, while the child (holding no copy of it) and the process recorded still run.
+        for _ in range(600):
+            if not alive(helper):
+                break
+            time.sleep(0.1)
+        self.assertFalse(alive(helper), "the recorder waited for the forked child to exit")
+        self.assertTrue(alive(child) and alive(target.pid))
+
+
 class SecondRecording(TempDirTest):
     def test_a_second_recording_into_the_same_place_is_refused_at_start_and_says_how(self):
         first = gilsample.start(output_dir=self.dir)
@@ -281,6 +331,24 @@ class SecondRecording(TempDirTest):
         self.assertNotIn("--force", str(caught.exception))
         replaced = gilsample.start(output_dir=self.dir, force=True).stop()
         self.assertEqual(replaced, files)
+        # One that ended by its duration, never waited for, is over: not "already running".
+        ended = gilsample.start(output_dir=self.dir, duration="100ms", force=True)
+        for _ in range(600):
+            if not ended.running():
+                break
+            time.sleep(0.1)
+        self.assertEqual(gilsample.start(output_dir=self.dir, force=True).stop(), files)
+        self.assertEqual(ended.wait(), files)
+
+    def test_a_search_that_found_nothing_names_this_apis_other_ways(self):
+        with self.assertRaises(gilsample.ProcessNotFound) as caught:
+            gilsample.start(all_gpu=True, output_dir=self.dir)
+        said = str(caught.exception)
+        self.assertIn("NVIDIA GPU", said)
+        self.assertIn("all_npu=True", said)
+        self.assertIn("a duration", said)
+        self.assertNotIn("all_gpu=True", said)
+        self.assertNotIn("--", said)
 
     def test_a_ctrl_c_inside_start_leaves_no_recorder_running(self):
         # A stand-in binary that says where it is and never becomes ready; once it has said so, a
@@ -409,7 +477,7 @@ class ReferenceNames(TempDirTest):
             gilsample.gil_trace_record_start()
         self.assertIn("Ascend NPU", str(caught.exception))
         # The way out in this API's words, without the command line's list of commands.
-        self.assertIn("pid_list ([os.getpid()]", str(caught.exception))
+        self.assertIn("pid_list=[os.getpid()]", str(caught.exception))
         self.assertNotIn("--pid", str(caught.exception))
         self.assertNotIn("most common commands", str(caught.exception))
 

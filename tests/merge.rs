@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use common::gilsample;
+use common::{gilsample, report_json};
 use gilsample::error::exit::{INPUT, USAGE};
 
 fn fixture(name: &str) -> PathBuf {
@@ -208,17 +208,7 @@ fn report_of_a_merge_keeps_each_nodes_rank_and_host_when_their_pids_are_the_same
     let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
     let (code, stderr) = merge(&inputs, &[], &output);
     assert_eq!(code, 0, "{stderr}");
-    let out = gilsample()
-        .args(["report", "--json"])
-        .arg(&output)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (doc, _) = report_json(&[&output]);
     let mut seen: Vec<(i64, i64, String)> = doc["processes"]
         .as_array()
         .unwrap()

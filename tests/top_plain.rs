@@ -8,7 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use common::top_table::figures;
-use common::{KilledOnDrop, Trace, Workload, file_names, gilsample, interpreter, running};
+use common::{
+    KilledOnDrop, Trace, Workload, file_names, gilsample, interpreter, read_until, running,
+};
 use gilsample::error::exit::{OK, USAGE};
 
 /// stdout, stderr and status of a `top` run with its output piped, in a directory of its own.
@@ -320,11 +322,8 @@ fn top_tells_a_launched_shell_how_to_record_its_children() {
             .stderr(Stdio::piped()),
     );
     let mut stderr = BufReader::new(top.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("keeps waiting") {
-        line.clear();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "top ended early");
-    }
+    let seen = read_until(&mut stderr, "keeps waiting");
+    let line = seen.lines().last().unwrap_or_default();
     assert!(line.contains("which is not Python"), "{line}");
     assert!(line.contains("add --subprocesses"), "{line}");
     // The shell reads its line and exits: nothing was Python.

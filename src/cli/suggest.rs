@@ -27,13 +27,7 @@ pub fn option_suggestion(args: &[String], stray: &str, clap_has_one: bool) -> Op
     if let Some(similar) = similar_option(args, stray) {
         return Some(similar);
     }
-    // `--bogus=1` and a cluster of short options (`-xp`) hold the stray option.
-    let holds = |a: &String| {
-        a == stray
-            || a.strip_prefix(stray).is_some_and(|v| v.starts_with('='))
-            || (!stray.starts_with("--") && a.starts_with(stray) && !a.starts_with("--"))
-    };
-    let at = args.iter().skip(1).position(holds)? + 1;
+    let at = option_position(args, stray)?;
     let command = subcommand(args, at);
     if command.is_some_and(|c| c == "info" || NO_TARGET_COMMANDS.contains(&c)) {
         return None;
@@ -50,13 +44,7 @@ pub fn option_suggestion(args: &[String], stray: &str, clap_has_one: bool) -> Op
 /// swap in a short name under its threshold.
 fn similar_option(args: &[String], stray: &str) -> Option<String> {
     let name = stray.strip_prefix("--")?.split('=').next()?;
-    let at =
-        args.iter().skip(1).position(|a| {
-            a == stray || a.strip_prefix(stray).is_some_and(|v| v.starts_with('='))
-        })? + 1;
-    if args[..at].iter().any(|a| a == "--") {
-        return None;
-    }
+    let at = option_position(args, stray)?;
     let root = Cli::command();
     let command = match subcommand(args, at) {
         Some(sub) => root.find_subcommand(sub)?.clone(),
@@ -243,7 +231,22 @@ fn launch_suggestion(args: &[String], stray: &str) -> Option<String> {
 
 /// Where `stray` is in `args` (after the program's name), where no `--` comes before it.
 fn position_before_dashes(args: &[String], stray: &str) -> Option<usize> {
-    let at = args.iter().skip(1).position(|a| a == stray)? + 1;
+    first_before_dashes(args, |a| a == stray)
+}
+
+/// Where the word holding the option `stray` is in `args`, where no `--` comes before it: the
+/// option itself, written with its value (`--bogus=1`), or in a cluster of short ones (`-xp`).
+fn option_position(args: &[String], stray: &str) -> Option<usize> {
+    first_before_dashes(args, |a| {
+        a == stray
+            || a.strip_prefix(stray).is_some_and(|v| v.starts_with('='))
+            || (!stray.starts_with("--") && a.starts_with(stray) && !a.starts_with("--"))
+    })
+}
+
+/// The first word of `args` after the program's name that `holds`, where no `--` comes before it.
+fn first_before_dashes(args: &[String], holds: impl Fn(&String) -> bool) -> Option<usize> {
+    let at = args.iter().skip(1).position(holds)? + 1;
     (!args[..at].iter().any(|a| a == "--")).then_some(at)
 }
 

@@ -168,10 +168,10 @@ class StartStop(TempDirTest):
 
 
 class Documented(unittest.TestCase):
-    def test_start_has_the_signature_the_readme_shows(self):
+    def test_start_has_the_signature_the_docs_show(self):
         import inspect
         import re
-        with open(os.path.join(REPO, "README.md")) as f:
+        with open(os.path.join(REPO, "docs", "python-api.md")) as f:
             readme = f.read()
         shown = re.search(r"`(start\(pids=.*?\))`", readme, re.S).group(1)
         normalise = lambda text: " ".join(text.replace('"', "'").split())

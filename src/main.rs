@@ -231,6 +231,8 @@ fn run_record(
     let opts = record_options(&args)?;
     let state = SessionState::default();
     let (stop, waiting_for_command) = (state.stop.clone(), state.waiting_for_command.clone());
+    let searching = state.searching.clone();
+    searching.store(true, Ordering::SeqCst);
     install_signal_thread(state, &opts.output, true);
     if let Some(reader) = reader {
         wait_for_go(reader, &stop)?;
@@ -243,6 +245,9 @@ fn run_record(
         matches!(opts.targets, Targets::Launch(_)),
     );
     let mut on_progress = |update: Update<'_>| {
+        if matches!(update, Update::Started { .. }) {
+            searching.store(false, Ordering::SeqCst);
+        }
         if let Some(control) = control
             && let Some(event) = event_for(&update)
         {

@@ -2,6 +2,8 @@
 //! lines on stderr, and the exits that leave unfinished traces at their temporary names, never
 //! half-written at the final name.
 
+use std::sync::atomic::Ordering;
+
 use gilsample::error::exit;
 use gilsample::signals::{SessionState, SignalStep, watch_signals};
 use gilsample::trace::output::OutputSpec;
@@ -12,10 +14,14 @@ use gilsample::trace::output::OutputSpec;
 /// finishes and a second leaves as `.partial` files.
 pub(crate) fn install_signal_thread(state: SessionState, output: &OutputSpec, keeps_trace: bool) {
     let partial_dir = output.dir();
+    let searching = state.searching.clone();
     watch_signals(state, move |step| match step {
         SignalStep::Stopping(signal) if !keeps_trace => {
             eprintln!("\ngilsample: {signal:?} received, stopping (again to abort)")
         }
+        SignalStep::Stopping(signal) if searching.load(Ordering::SeqCst) => eprintln!(
+            "\ngilsample: {signal:?} received, stopping the search: no process found to record yet"
+        ),
         SignalStep::Stopping(signal) => {
             eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)")
         }

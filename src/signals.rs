@@ -73,6 +73,9 @@ pub struct SessionState {
     pub stop: Arc<AtomicBool>,
     /// The pid of the launched command once the traces are finished and only it is waited for.
     pub waiting_for_command: Arc<AtomicU32>,
+    /// Set while a recording has no target yet and looks for one (`--all-npu --duration`): a
+    /// first signal then has no trace to finish.
+    pub searching: Arc<AtomicBool>,
 }
 
 /// Blocks the three signals in this thread (call it before starting any other) and takes them in a

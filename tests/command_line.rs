@@ -529,3 +529,28 @@ fn an_output_that_is_a_plain_file_says_how_to_name_one_file() {
         "{stderr}"
     );
 }
+
+#[test]
+fn ctrl_c_while_looking_for_accelerator_users_stops_the_search_without_a_trace_to_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = gilsample()
+        .args(["--all-npu", "--duration", "10m", "-o"])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    common::read_until(&mut stderr, "looking for one as they start");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(NO_SUCH_PROCESS), "{rest}");
+    assert!(
+        rest.contains("SIGINT received, stopping the search: no process found to record yet"),
+        "{rest}"
+    );
+    assert!(!rest.contains("finishing the trace"), "{rest}");
+    assert_eq!(common::file_names(dir.path()), Vec::<String>::new());
+}

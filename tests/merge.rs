@@ -191,19 +191,26 @@ fn absolute_kineto(dir: &Path, with_base: bool) -> PathBuf {
 
 /// Two nodes' recordings of the same pid (containers number alike): the merge renumbers the second,
 /// and `report` of the merged file gives each its own rank and host, under the pid its events have.
+/// The GIL fixture as two nodes' recordings in `dir` (`GIL_node0.json`, `GIL_node1.json`): the same
+/// pid, each node's rank and host.
+fn two_nodes(dir: &Path) -> Vec<PathBuf> {
+    (0..2)
+        .map(|node| {
+            let mut trace = load(&gil_fixture());
+            trace["otherData"]["rank"] = json!(node);
+            trace["otherData"]["host"] = json!(format!("node{node}"));
+            let path = dir.join(format!("GIL_node{node}.json"));
+            std::fs::write(&path, trace.to_string()).unwrap();
+            path
+        })
+        .collect()
+}
+
 #[test]
 fn report_of_a_merge_keeps_each_nodes_rank_and_host_when_their_pids_are_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let (pid, moved_pid) = fixture_pid();
-    let mut inputs = Vec::new();
-    for node in 0..2 {
-        let mut trace = load(&gil_fixture());
-        trace["otherData"]["rank"] = json!(node);
-        trace["otherData"]["host"] = json!(format!("node{node}"));
-        let path = dir.path().join(format!("node{node}.json"));
-        std::fs::write(&path, trace.to_string()).unwrap();
-        inputs.push(path);
-    }
+    let inputs = two_nodes(dir.path());
     let output = dir.path().join("merged.json");
     let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
     let (code, stderr) = merge(&inputs, &[], &output);
@@ -260,6 +267,42 @@ fn a_merged_trace_given_beside_the_files_it_holds_is_left_out() {
     assert_eq!(code, 0, "{stderr}");
     assert!(!stderr.contains("left out"), "{stderr}");
     assert_eq!(events(&load(&alone)).len(), once);
+}
+
+#[test]
+fn report_counts_a_process_once_when_its_file_and_a_merged_file_holding_it_are_both_given() {
+    // `report sub/GIL_*.json` after `record --merge`: each process's own file and GIL_merged.json
+    // (a directory given is searched without GIL_merged.json).
+    // Two nodes' pid collides, so the merge renumbered the second; its window is the merge's.
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = two_nodes(dir.path());
+    let merged = dir.path().join("GIL_merged.json");
+    let given: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    let (code, stderr) = merge(&given, &[], &merged);
+    assert_eq!(code, 0, "{stderr}");
+    // The merged file first: the recordings' own files are still the ones counted.
+    let (doc, stderr) = report_json(&[&merged, given[0], given[1]]);
+    let processes = doc["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{stderr}");
+    assert!(
+        processes
+            .iter()
+            .all(|p| !p["file"].as_str().unwrap().ends_with("GIL_merged.json")),
+        "the recordings' own files are counted: {doc}"
+    );
+    let skipped = doc["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 2, "{doc}");
+    for (entry, node) in skipped.iter().zip(["GIL_node0.json", "GIL_node1.json"]) {
+        assert!(entry["file"].as_str().unwrap().ends_with("GIL_merged.json"));
+        let why = entry["why"].as_str().unwrap();
+        assert!(
+            why.starts_with("repeats process ") && why.ends_with(node),
+            "{why}"
+        );
+    }
+    // The merged file alone holds both.
+    let (alone, _) = report_json(&[&merged]);
+    assert_eq!(alone["processes"].as_array().unwrap().len(), 2, "{alone}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::report::hold_code::{HeldIn, HoldKey, HoldTime, hold_key, places};
 use crate::report::load::{ProcessTrace, Slice, SliceKind};
+use crate::report::other_data::RecordingId;
 use crate::report::slice_index::SliceIndex;
 
 /// The answer for one process; the shape of `gilsample report --json` (docs/report-json.md).
@@ -36,6 +37,13 @@ pub struct ProcessAnswer {
     pub waiting_with_gil_free_share: Option<f64>,
     /// Sorted by `wait_s`, largest first.
     pub threads: Vec<ThreadAnswer>,
+    /// Which recording this is, where the trace says: the same process given twice (its own file
+    /// and a merged one) is counted once.
+    #[serde(skip)]
+    pub recording: Option<RecordingId>,
+    /// Read from a merged file; the recording's own file, where given too, is the one counted.
+    #[serde(skip)]
+    pub from_merge: bool,
 }
 
 /// The answer for one thread (docs/report-json.md).
@@ -357,6 +365,8 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         }
     };
     ProcessAnswer {
+        recording: process.recording.clone(),
+        from_merge: process.from_merge,
         pid: process.pid,
         rank: process.rank,
         host: process.host.clone(),

@@ -220,6 +220,8 @@ mod tests {
             })
             .collect();
         ProcessAnswer {
+            recording: None,
+            from_merge: false,
             pid: 1,
             rank: None,
             host: None,

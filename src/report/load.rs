@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::decimal::parse_micros;
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, for_each_event_to_cut};
-use crate::report::other_data::{self, ProcessFacts};
+use crate::report::other_data::{self, ProcessFacts, RecordingId};
 
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -104,6 +104,10 @@ pub struct ProcessTrace {
     pub host: Option<String>,
     /// The recording's window, when the trace says it (gilsample's `otherData`).
     pub window_ns: Option<(i128, i128)>,
+    /// Which recording this is, where gilsample's `otherData` says (a merged file's too).
+    pub recording: Option<RecordingId>,
+    /// Read from a merged file: a copy of a recording that may be given in its own file too.
+    pub from_merge: bool,
     /// Threads found waiting, summed over the samples, and of those the ones at samples that found
     /// the GIL free (gilsample's `otherData`; `None` for other traces).
     pub waiting_samples: Option<(u64, u64)>,
@@ -133,6 +137,8 @@ impl ProcessTrace {
         self.holds_judged = facts.holds_judged;
         self.switch_interval_us = facts.switch_interval_us;
         self.waiting_samples = facts.waiting_samples;
+        self.recording = facts.recording;
+        self.from_merge = facts.from_merge;
         if facts.window_ns.is_some() {
             self.window_ns = facts.window_ns;
         }
@@ -188,6 +194,8 @@ impl ProcessTrace {
             rank: self.rank,
             host: self.host.clone(),
             window_ns: self.window_ns,
+            recording: self.recording.clone(),
+            from_merge: self.from_merge,
             waiting_samples: self.waiting_samples,
             names: self.names.clone(),
             slices: Vec::new(),

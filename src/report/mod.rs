@@ -7,12 +7,13 @@ pub mod analyze;
 pub mod hint;
 pub mod hold_code;
 pub mod load;
-mod other_data;
+pub mod other_data;
 pub mod phrases;
 pub mod slice_index;
 pub mod text;
 
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -149,9 +150,8 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
         .par_iter()
         .map(|path| (path.clone(), read_trace(path)))
         .collect();
-    let mut processes = Vec::new();
+    let mut read = Vec::new();
     let mut interrupted = Vec::new();
-    let mut seen = HashSet::new();
     let mut first_error = None;
     for (path, result) in results {
         match result {
@@ -159,21 +159,7 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
                 if let Some(how) = how {
                     interrupted.push((path.clone(), how));
                 }
-                for answer in answers {
-                    // The same recording twice (a copied file): counted once.
-                    let identity = (
-                        answer.pid,
-                        answer.rank,
-                        answer.host.clone(),
-                        answer.window_s.to_bits(),
-                        answer.threads.len(),
-                    );
-                    if seen.insert(identity) {
-                        processes.push(answer);
-                    } else {
-                        skipped.push((path.clone(), format!("repeats process {}", answer.pid)));
-                    }
-                }
+                read.extend(answers.into_iter().map(|answer| (path.clone(), answer)));
             }
             Err(e) => {
                 skipped.push((path.clone(), reason(&path, &e)));
@@ -181,6 +167,7 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
             }
         }
     }
+    let mut processes = count_once(read, &mut skipped);
     if processes.is_empty()
         && let Some(e) = first_error
     {
@@ -192,6 +179,61 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
         skipped,
         interrupted,
     })
+}
+
+/// The processes read, each recording once: a copied file, or a recording's own file beside a
+/// merged one that holds it (`report sub/GIL_*.json` after `record --merge`), counts once. Its own
+/// file is the one counted (its window is the recording's, not the merge's), else the file given
+/// first; the others are listed in `skipped`.
+fn count_once(
+    mut read: Vec<(PathBuf, ProcessAnswer)>,
+    skipped: &mut Vec<(PathBuf, String)>,
+) -> Vec<ProcessAnswer> {
+    read.sort_by_key(|(_, answer)| answer.from_merge);
+    let mut seen: HashMap<SameProcess, PathBuf> = HashMap::new();
+    let mut processes = Vec::new();
+    for (path, answer) in read {
+        match seen.entry(SameProcess::of(&answer)) {
+            Entry::Vacant(first) => {
+                first.insert(path);
+                processes.push(answer);
+            }
+            Entry::Occupied(first) => {
+                let why = format!(
+                    "repeats process {} of {}",
+                    answer.pid,
+                    first.get().display()
+                );
+                skipped.push((path, why));
+            }
+        }
+    }
+    processes
+}
+
+/// What makes two processes read from the inputs the same recording.
+#[derive(PartialEq, Eq, Hash)]
+enum SameProcess {
+    /// gilsample's traces name their recording (its pid, host and start), in a merged file too.
+    Recording(other_data::RecordingId),
+    /// Other traces: the same pid, rank and host over the same window (to the microsecond a
+    /// trace's clock has) with as many threads.
+    Shape(u32, Option<u32>, Option<String>, i64, usize),
+}
+
+impl SameProcess {
+    fn of(answer: &ProcessAnswer) -> SameProcess {
+        match &answer.recording {
+            Some(id) => SameProcess::Recording(id.clone()),
+            None => SameProcess::Shape(
+                answer.pid,
+                answer.rank,
+                answer.host.clone(),
+                (answer.window_s * 1e6).round() as i64,
+                answer.threads.len(),
+            ),
+        }
+    }
 }
 
 impl Report {

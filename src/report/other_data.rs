@@ -16,6 +16,22 @@ pub(super) struct ProcessFacts {
     pub waiting_samples: Option<(u64, u64)>,
     /// The recording's window on the trace clock.
     pub window_ns: Option<(i128, i128)>,
+    /// Which recording this is, the same in its own file and in a merged file that holds it.
+    pub recording: Option<RecordingId>,
+    /// Read from a merged file's `merge.inputs`: a copy of the recording, on the merge's clock.
+    pub from_merge: bool,
+}
+
+/// A gilsample recording as its `otherData` names it: the pid it recorded (before any merge
+/// renumbered it), on which host, from which moment of that host's monotonic clock.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RecordingId {
+    /// The pid recorded, in the recorder's PID namespace.
+    pub pid: u32,
+    /// The host it was recorded on.
+    pub host: Option<String>,
+    /// When the recording started, on that host's monotonic clock.
+    pub start_monotonic_ns: i64,
 }
 
 /// The file's own `otherData`, then in a merged file each gilsample recording's, which `merge`
@@ -30,6 +46,7 @@ pub(super) fn facts(other: &Map<String, Value>) -> Vec<ProcessFacts> {
     let merged = inputs.into_iter().flatten().filter_map(|input| {
         let mut facts = facts_of(input.get("otherData")?.as_object()?, false)?;
         facts.pid = renumbered(input, facts.pid).unwrap_or(facts.pid);
+        facts.from_merge = true;
         Some(facts)
     });
     facts_of(other, true).into_iter().chain(merged).collect()
@@ -91,6 +108,18 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
             )
             .filter(|(all, free)| free <= all),
         window_ns,
+        recording: other
+            .get("recording_start_monotonic_ns")
+            .and_then(Value::as_i64)
+            .map(|start_monotonic_ns| RecordingId {
+                pid,
+                host: other
+                    .get("host")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                start_monotonic_ns,
+            }),
+        from_merge: false,
     })
 }
 

@@ -250,6 +250,8 @@ mod tests {
 
     fn process(blocked_others_waited_s: f64) -> ProcessAnswer {
         ProcessAnswer {
+            recording: None,
+            from_merge: false,
             pid: 1,
             rank: None,
             host: None,

@@ -281,6 +281,8 @@ mod tests {
 
     fn answer(threads: Vec<ThreadAnswer>) -> ProcessAnswer {
         ProcessAnswer {
+            recording: None,
+            from_merge: false,
             pid: 1,
             rank: Some(0),
             host: None,

@@ -21,7 +21,9 @@ use serde_json::{Value, json};
 use crate::decimal::{ExactMicros, decimal_micros, parse_micros};
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, string_field};
-use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
+use crate::trace::output::{
+    check_file_output, check_not_exists, create_partial, end_trace, publish,
+};
 
 /// What a conversion saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -265,6 +267,8 @@ impl<W: Write> Converter<W> {
 
 /// Converts `input` into `output` (`.json` appended when missing).
 pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, ConvertReport)> {
+    let example = output_name(Path::new(input.file_name().unwrap_or("trace".as_ref())));
+    check_file_output(output, force, &example.to_string_lossy())?;
     let output = output_name(output);
     // Checked before anything is created, so a missing input leaves nothing behind. The input is
     // read twice (first for threads whose events are out of order), which a pipe cannot be: refused

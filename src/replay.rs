@@ -24,6 +24,7 @@ use crate::sampler::report::{EndReason, SamplerReport};
 use crate::stream::{Item, StreamReader};
 use crate::summary::{answers, format_summary};
 use crate::trace::chrome::ChromeWriter;
+use crate::trace::output::check_file_output;
 
 /// `gilsample replay`: reruns inference on a saved sample stream and writes its trace and summary,
 /// as the live run did (or explains each thread's decision with `--explain`).
@@ -36,12 +37,12 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             path: args.input.clone(),
             why: format!("the header's description of the process does not read: {e}"),
         })?;
-    let output = args.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "GIL_{}_rank_{}.replay.json",
-            process.pid, process.rank
-        ))
-    });
+    let default_name = format!("GIL_{}_rank_{}.replay.json", process.pid, process.rank);
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&default_name));
+    check_file_output(&output, args.force, &default_name)?;
     let writer = ChromeWriter::create(
         &output,
         args.force,

@@ -140,6 +140,30 @@ fn a_directory_is_refused_as_one() {
 }
 
 #[test]
+fn an_output_that_is_a_directory_is_refused_and_a_missing_one_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = common::fixture("reference/GIL_12345_rank_0.json");
+    for output in [dir.path().to_path_buf(), dir.path().join("new/")] {
+        let (code, stderr) = convert(&input, &output);
+        assert_eq!(code, gilsample::error::exit::OUTPUT, "{stderr}");
+        assert!(
+            stderr.contains(
+                "it is a directory, and this writes one file: give the file's name, \
+                 e.g. "
+            ) && stderr.contains("GIL_12345_rank_0.json"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(common::file_names(dir.path()), Vec::<String>::new());
+    let (code, stderr) = convert(&input, &dir.path().join("new/converted"));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        common::file_names(&dir.path().join("new")),
+        ["converted.json"]
+    );
+}
+
+#[test]
 fn not_json() {
     refused(
         "take_gil at noon",

@@ -306,6 +306,29 @@ fn report_counts_a_process_once_when_its_file_and_a_merged_file_holding_it_are_b
 }
 
 #[test]
+fn an_output_that_is_a_directory_is_refused_and_a_missing_one_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let gil = gil_fixture();
+    for force in [&[][..], &["--force"][..]] {
+        let (code, stderr) = merge(&[&gil], force, dir.path());
+        assert_eq!(code, gilsample::error::exit::OUTPUT, "{stderr}");
+        assert!(
+            stderr.contains(
+                "it is a directory, and this writes one file: give the file's name, \
+                 e.g. "
+            ) && stderr.contains("merged.json")
+                && !stderr.contains("--force"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(common::file_names(dir.path()), Vec::<String>::new());
+    let output = dir.path().join("new/deeper/merged.json");
+    let (code, stderr) = merge(&[&gil], &[], &output);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(output.is_file());
+}
+
+#[test]
 fn kineto_traces_with_absolute_timestamps_are_taken_as_they_are() {
     let dir = tempfile::tempdir().unwrap();
     let gil = gil_fixture();

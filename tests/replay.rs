@@ -69,9 +69,10 @@ fn live_recording_replays_identically(label: &str) {
     let python = interpreter(label);
     let workload = Workload::start(&python, &["dispatch", "--threads", "3"]);
     let dir = tempfile::tempdir().unwrap();
+    // The stream and the replay go into directories that do not exist yet: made as -o's is.
     let (live, samples) = (
         dir.path().join("live.json"),
-        dir.path().join("run.gilsamples"),
+        dir.path().join("streams/run.gilsamples"),
     );
     let recorded = gilsample()
         .args(["--pid", &workload.pid.to_string(), "--duration", "1"])
@@ -86,8 +87,23 @@ fn live_recording_replays_identically(label: &str) {
         "{}",
         String::from_utf8_lossy(&recorded.stderr)
     );
-    let replayed_path = dir.path().join("replayed.json");
+    let replayed_path = dir.path().join("replays/replayed.json");
     let replayed = replay(&samples, &replayed_path, &[]);
+    // A directory is not a file name: refused, with one that would do.
+    let into_dir = gilsample()
+        .arg("replay")
+        .arg(&samples)
+        .arg("-o")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&into_dir.stderr);
+    assert!(!into_dir.status.success(), "{said}");
+    assert!(
+        said.contains("it is a directory, and this writes one file")
+            && said.contains("_rank_0.replay.json"),
+        "{said}"
+    );
     let (live_trace, replayed_trace) = (Trace::load(&live), Trace::load(&replayed_path));
     let slices = gil_slices(&live_trace);
     assert!(

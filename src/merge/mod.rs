@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::merge::document::for_each_event;
 use crate::merge::probe::{Kind, Probe, alignment, check_event, probe};
 use crate::trace::chrome::micros;
-use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
+use crate::trace::output::{check_file_output, create_partial, end_trace, publish};
 
 /// A manual clock correction: `--offset [INPUT=]MICROSECONDS`.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,7 +117,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
             )));
         }
     }
-    check_not_exists(output, opts.force)?;
+    check_file_output(output, opts.force, "merged.json")?;
     let probes: Vec<Probe> = inputs.iter().map(|p| probe(p)).collect::<Result<_>>()?;
     let repeats = repeated_merges(inputs, &probes);
     let mut left_out = Vec::new();

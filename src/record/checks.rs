@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::process::tasks::thread_group_of;
 use crate::record::{RecordOptions, Update};
 use crate::sampler::affinity::check_usable;
-use crate::trace::output::{NOT_A_DIRECTORY, OutputSpec, check_not_exists};
+use crate::trace::output::{NOT_A_DIRECTORY, OutputSpec, check_file_output, check_not_exists};
 
 /// Refuses, before anything starts, what would fail later: an existing file named by `-o` or the
 /// merged trace (without `--force`), a directory that cannot be written, `--cpus` none of which
@@ -34,7 +34,10 @@ pub(super) fn check_outputs(opts: &RecordOptions) -> Result<()> {
     // One target's stream is the path itself (several targets' get their pids, checked as each
     // starts: record/save.rs).
     if let Some(path) = &opts.save_samples {
-        check_not_exists(path, opts.force)?;
+        check_file_output(path, opts.force, "run.gilsamples")?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            check_can_create_in(dir)?;
+        }
     }
     check_can_create_in(&opts.output.dir())
 }

@@ -48,6 +48,7 @@ pub struct SampleSaver {
 impl SampleSaver {
     /// Creates (truncates) `path` now, so a path that cannot be written is refused before sampling.
     pub fn create(path: &Path, header: StreamHeader) -> Result<SampleSaver, Error> {
+        crate::trace::output::make_parent_dirs(path)?;
         let file = File::create(path).map_err(|e| Error::Output {
             path: path.to_path_buf(),
             why: format!("cannot create the sample stream: {e}"),

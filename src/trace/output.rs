@@ -127,6 +127,37 @@ pub fn check_not_exists(path: &Path, force: bool) -> Result<()> {
     Ok(())
 }
 
+/// Refuses, for an output that is one file (`merge`, `convert`, `replay`, `--save-samples`), a
+/// directory (an existing one, or a path ending in `/`), saying which name would do (`example`
+/// inside it); then an existing file unless `force`. A directory that does not exist yet above the
+/// file is made when the file is (`create_partial`).
+pub fn check_file_output(path: &Path, force: bool, example: &str) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if path.is_dir() || path.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(Error::Output {
+            path: path.to_path_buf(),
+            why: format!(
+                "it is a directory, and this writes one file: give the file's name, e.g. {}",
+                path.join(example).display()
+            ),
+        });
+    }
+    check_not_exists(path, force)
+}
+
+/// Makes the directories above `file` that do not exist yet, as `-o` does for a recording's
+/// directory; the error names the directory.
+pub fn make_parent_dirs(file: &Path) -> Result<()> {
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => fs::create_dir_all(dir)
+            .map_err(|e| Error::Output {
+                path: dir.to_path_buf(),
+                why: format!("cannot make the directory for {}: {e}", file.display()),
+            }),
+        _ => Ok(()),
+    }
+}
+
 /// Renames a finished trace from `partial` into place. Without `force` an existing file is never
 /// replaced, also one that appeared while the trace was being written (another recording, another
 /// convert): the rename itself refuses (`RENAME_NOREPLACE`; where the file system lacks it, a check
@@ -178,8 +209,10 @@ fn rename_noreplace(from: &Path, to: &Path) -> std::result::Result<(), nix::errn
     nix::errno::Errno::result(rc).map(drop)
 }
 
-/// Creates the temporary file beside `final_path`: exclusive, no symlink followed, mode 0644.
+/// Creates the temporary file beside `final_path` (and the directories above it that do not exist
+/// yet): exclusive, no symlink followed, mode 0644.
 pub fn create_partial(final_path: &Path) -> Result<(File, PathBuf)> {
+    make_parent_dirs(final_path)?;
     let name = final_path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -374,12 +374,23 @@ fn the_saver_writes_a_stream_the_reader_reads() {
 #[test]
 fn the_saver_refuses_an_unwritable_path_before_sampling() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("no-such-dir/s.gss");
+    // Under a regular file: no directory can be made there.
+    std::fs::write(dir.path().join("a-file"), b"").unwrap();
+    let path = dir.path().join("a-file/s.gss");
     let Err(e) = SampleSaver::create(&path, header()) else {
         panic!("created {}", path.display());
     };
     assert_eq!(e.exit_code(), crate::error::exit::OUTPUT);
-    assert!(e.to_string().contains("no-such-dir/s.gss"), "{e}");
+    assert!(e.to_string().contains("a-file/s.gss"), "{e}");
+}
+
+#[test]
+fn the_saver_makes_the_directories_above_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("streams/today/s.gss");
+    let saver = SampleSaver::create(&path, header()).unwrap();
+    drop(saver);
+    assert!(path.is_file());
 }
 
 /// A full disk: the failure is kept, `failed` says so, and `finish` names the file.

@@ -13,15 +13,21 @@ use serde_json::Value;
 /// run: the summary, `report --json`'s process, the trace and the workload.
 fn record(label: &str, scenario: &str) -> (String, Value, Trace, Workload) {
     let python = interpreter(label);
-    record_with(&python, label, scenario)
+    record_with(&python, label, scenario, &[])
 }
 
-fn record_with(python: &Python, label: &str, scenario: &str) -> (String, Value, Trace, Workload) {
+fn record_with(
+    python: &Python,
+    label: &str,
+    scenario: &str,
+    extra: &[&str],
+) -> (String, Value, Trace, Workload) {
     let workload = Workload::start(python, &[scenario, "--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
     let out = gilsample()
         .args(["--pid", &workload.pid.to_string(), "--duration", "1", "-o"])
         .arg(dir.path())
+        .args(extra)
         .output()
         .unwrap();
     let summary = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -210,7 +216,7 @@ fn torch_tensor_is_one_native_call(label: &str) {
         println!("skipped: torch is not importable by Python {label} ({why})");
         return;
     }
-    let (summary, process, _trace, workload) = record_with(&python, label, "torch");
+    let (summary, process, _trace, workload) = record_with(&python, label, "torch", &[]);
     {
         let (_, places) = longest_holder(&process, &workload.tids_named("tensorer-"), label);
         assert_native_call(&places[0], "gil_workload.py", "torch.tensor(rows)", label);
@@ -219,6 +225,31 @@ fn torch_tensor_is_one_native_call(label: &str) {
         the_hint(&summary, label).contains("one native call"),
         "{label}: {summary}"
     );
+}
+
+#[test]
+fn samples_further_apart_than_the_switch_interval_judge_no_hold_and_say_why() {
+    // At 10 Hz every hold seen spans hand-offs the samples missed: the encoders' calls and a
+    // Python loop's holds look alike. No hold is called one native call; the hint says why.
+    for scenario in ["json", "pyloop"] {
+        let label = "3.12";
+        let python = interpreter(label);
+        let (summary, _process, trace, workload) =
+            record_with(&python, label, scenario, &["--rate", "10"]);
+        for tid in workload.tids_named("") {
+            assert!(
+                native_slices(&trace, tid).is_empty(),
+                "{scenario}: {summary}"
+            );
+        }
+        let hint = the_hint(&summary, label);
+        assert!(
+            hint.contains("sampled every 100 ms (10 Hz)")
+                && hint.contains("record at --rate 1khz or more")
+                && !hint.contains("one native call in"),
+            "{scenario}: {hint}"
+        );
+    }
 }
 
 macro_rules! native_call_tests {

@@ -94,11 +94,19 @@ pub struct HoldEvidence {
     /// `None` where stacks were not read (`--no-stacks`, other traces) or the hold was too short to
     /// be watched.
     pub frames: Option<FrameWatch>,
+    /// The sampling period, nanoseconds; 0 where not known (other traces).
+    pub period_ns: u64,
 }
 
 /// The hold's kind: `true` for one native call, `false` for Python code (or not to be told).
 pub fn is_native_call(e: &HoldEvidence) -> bool {
     let interval = e.interval_ns.max(1);
+    // Samples further apart than the interval miss the hand-offs Python code makes at every
+    // interval: each hold seen spans several, and waits look unanswered (at 10 Hz every spinner's
+    // hold was judged one native call). Nothing tells the kinds apart there.
+    if e.interval_ns > 0 && e.period_ns > e.interval_ns {
+        return false;
+    }
     // A waiter asked after one interval; a hold that ended within the next one let go when asked.
     let let_go_when_asked = e.waited_ns >= interval && e.waited_ns < 2 * interval;
     // Frames say something where enough pairs of reads found the holder running (or asleep).
@@ -146,7 +154,24 @@ mod tests {
             waited_ns: waited_ms * MS,
             interval_ns: 5 * MS,
             frames,
+            period_ns: 100_000,
         }
+    }
+
+    #[test]
+    fn samples_further_apart_than_the_interval_judge_no_hold_native() {
+        let at_10_hz = |e: HoldEvidence| HoldEvidence {
+            period_ns: 100 * MS,
+            ..e
+        };
+        assert!(!is_native_call(&at_10_hz(hold(300, None))));
+        assert!(!is_native_call(&at_10_hz(hold(300, still(30)))));
+        // At 200 Hz a sample every interval: judged as at 10 kHz.
+        let at_200_hz = HoldEvidence {
+            period_ns: 5 * MS,
+            ..hold(300, None)
+        };
+        assert!(is_native_call(&at_200_hz));
     }
 
     #[test]

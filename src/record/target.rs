@@ -227,6 +227,7 @@ impl TraceWriting {
         if pace == Pace::Live {
             writer.read_sources_of_target();
         }
+        writer.note_sampling_rate(process.rate_requested_hz);
         // A live sampler must never wait for the writer (its ticks would slip), and it cannot outrun
         // it for long (it produces at the sampling rate); a replay produces as fast as it reads, so
         // it waits for the writer instead of piling batches up in memory.

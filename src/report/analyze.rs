@@ -44,6 +44,9 @@ pub struct ProcessAnswer {
     /// Read from a merged file; the recording's own file, where given too, is the one counted.
     #[serde(skip)]
     pub from_merge: bool,
+    /// The sampling rate the recording asked for, where the trace says.
+    #[serde(skip)]
+    pub rate_requested_hz: Option<f64>,
 }
 
 /// The answer for one thread (docs/report-json.md).
@@ -367,6 +370,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
     ProcessAnswer {
         recording: process.recording.clone(),
         from_merge: process.from_merge,
+        rate_requested_hz: process.rate_requested_hz,
         pid: process.pid,
         rank: process.rank,
         host: process.host.clone(),

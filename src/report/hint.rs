@@ -41,6 +41,12 @@ pub fn hint(p: &ProcessAnswer) -> Option<String> {
     if top.wait_s < HINTED_WAIT_SHARE * p.window_s {
         return None;
     }
+    if let Some(hz) = p
+        .rate_requested_hz
+        .filter(|hz| 1000.0 / hz > p.switch_interval_ms)
+    {
+        return Some(too_slow_to_tell(p, hz));
+    }
     let waited = format!(
         "{} spends {:.0}% of the recording waiting",
         top.name,
@@ -89,6 +95,19 @@ pub fn hint(p: &ProcessAnswer) -> Option<String> {
             }
         )),
     }
+}
+
+/// Samples further apart than the switch interval: the hand-offs fall between them, so the code
+/// that kept the GIL is not told (infer/native_call.rs).
+fn too_slow_to_tell(p: &ProcessAnswer, hz: f64) -> String {
+    format!(
+        "sampled every {} ({hz} Hz), longer than the {} switch interval at which threads hand the \
+         GIL over: hand-offs between two samples are not seen, holds look longer than they were, \
+         and whether Python code or one native call kept the GIL is not told. To see who made whom \
+         wait and why, record at --rate 1khz or more (the default is 10khz).",
+        ms(1000.0 / hz),
+        ms(p.switch_interval_ms),
+    )
 }
 
 /// One native call that keeps the GIL: how long at a time against the switch interval, and what helps.
@@ -222,6 +241,7 @@ mod tests {
         ProcessAnswer {
             recording: None,
             from_merge: false,
+            rate_requested_hz: None,
             pid: 1,
             rank: None,
             host: None,
@@ -268,6 +288,25 @@ mod tests {
             assert!(said.contains(help), "{help}: {said}");
         }
         assert!(!said.contains("Python code"), "{said}");
+    }
+
+    #[test]
+    fn samples_further_apart_than_the_switch_interval_say_so_instead_of_a_kind() {
+        let code = [held_in("spin (w.py:65)", 1.0, true)];
+        let mut slow = waiting_for(&[0.9], &code);
+        slow.rate_requested_hz = Some(10.0);
+        let said = hint(&slow).unwrap();
+        assert!(
+            said.starts_with(
+                "sampled every 100 ms (10 Hz), longer than the 5.0 ms switch interval at which \
+                 threads hand the GIL over"
+            ) && said.contains("record at --rate 1khz or more"),
+            "{said}"
+        );
+        assert!(!said.contains("release the GIL inside it"), "{said}");
+        // One sample per interval or more: the kind is said.
+        slow.rate_requested_hz = Some(200.0);
+        assert!(hint(&slow).unwrap().contains("one native call in spin"));
     }
 
     #[test]

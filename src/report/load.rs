@@ -108,6 +108,8 @@ pub struct ProcessTrace {
     pub recording: Option<RecordingId>,
     /// Read from a merged file: a copy of a recording that may be given in its own file too.
     pub from_merge: bool,
+    /// The sampling rate the recording asked for (gilsample's `otherData`).
+    pub rate_requested_hz: Option<f64>,
     /// Threads found waiting, summed over the samples, and of those the ones at samples that found
     /// the GIL free (gilsample's `otherData`; `None` for other traces).
     pub waiting_samples: Option<(u64, u64)>,
@@ -139,6 +141,7 @@ impl ProcessTrace {
         self.waiting_samples = facts.waiting_samples;
         self.recording = facts.recording;
         self.from_merge = facts.from_merge;
+        self.rate_requested_hz = facts.rate_requested_hz;
         if facts.window_ns.is_some() {
             self.window_ns = facts.window_ns;
         }
@@ -196,6 +199,7 @@ impl ProcessTrace {
             window_ns: self.window_ns,
             recording: self.recording.clone(),
             from_merge: self.from_merge,
+            rate_requested_hz: self.rate_requested_hz,
             waiting_samples: self.waiting_samples,
             names: self.names.clone(),
             slices: Vec::new(),

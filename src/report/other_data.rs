@@ -20,6 +20,8 @@ pub(super) struct ProcessFacts {
     pub recording: Option<RecordingId>,
     /// Read from a merged file's `merge.inputs`: a copy of the recording, on the merge's clock.
     pub from_merge: bool,
+    /// The sampling rate the recording asked for.
+    pub rate_requested_hz: Option<f64>,
 }
 
 /// A gilsample recording as its `otherData` names it: the pid it recorded (before any merge
@@ -120,6 +122,10 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
                 start_monotonic_ns,
             }),
         from_merge: false,
+        rate_requested_hz: other
+            .get("rate_requested_hz")
+            .and_then(Value::as_f64)
+            .filter(|&hz| hz > 0.0),
     })
 }
 

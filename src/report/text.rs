@@ -252,6 +252,7 @@ mod tests {
         ProcessAnswer {
             recording: None,
             from_merge: false,
+            rate_requested_hz: None,
             pid: 1,
             rank: None,
             host: None,

@@ -283,6 +283,7 @@ mod tests {
         ProcessAnswer {
             recording: None,
             from_merge: false,
+            rate_requested_hz: None,
             pid: 1,
             rank: Some(0),
             host: None,

@@ -241,6 +241,11 @@ impl ChromeWriter {
         self.holds.note_interval(us);
     }
 
+    /// The sampling rate the recording asked for.
+    pub fn note_sampling_rate(&mut self, hz: f64) {
+        self.holds.note_sampling_rate(hz);
+    }
+
     /// Read native calls' source lines from the target's files (a live recording).
     pub fn read_sources_of_target(&mut self) {
         self.holds.read_sources_of(self.pid);

@@ -74,6 +74,8 @@ impl WaiterRuns {
 /// (none until `read_sources_of`).
 pub struct HoldKinds {
     interval_us: Option<u64>,
+    /// The sampling period asked for, nanoseconds (0 until told).
+    period_ns: u64,
     waiters: WaiterRuns,
     watches: PerThread<FrameWatch>,
     sources: Option<SourceLines>,
@@ -83,6 +85,7 @@ impl Default for HoldKinds {
     fn default() -> Self {
         HoldKinds {
             interval_us: None,
+            period_ns: 0,
             waiters: WaiterRuns::default(),
             watches: PerThread::with_cap(MAX_WATCHES_PER_THREAD),
             sources: None,
@@ -105,6 +108,13 @@ impl HoldKinds {
     /// The target's switch interval is `us` microseconds from now on.
     pub fn note_interval(&mut self, us: u64) {
         self.interval_us = Some(us);
+    }
+
+    /// The recording samples at `hz` (as asked: the quiet rate is used only while nobody waits).
+    pub fn note_sampling_rate(&mut self, hz: f64) {
+        if hz > 0.0 {
+            self.period_ns = (1e9 / hz) as u64;
+        }
     }
 
     /// `count` threads wait for the GIL from `t_ns` on.
@@ -133,6 +143,7 @@ impl HoldKinds {
             waited_ns: self.waiters.waited_until(watched_from, interval.end_ns),
             interval_ns: self.interval_us.unwrap_or(DEFAULT_SWITCH_INTERVAL_US) * 1000,
             frames,
+            period_ns: self.period_ns,
         };
         let native = is_native_call(&evidence);
         if args.is_none() && !native {

@@ -37,10 +37,10 @@ impl ProgressDisplay {
         Self {
             how_it_ends: Cell::new((bar.is_none() && !quiet && duration.is_none()).then_some(
                 if launched {
-                    "gilsample: recording until the command exits, or Ctrl+C (SIGINT or SIGTERM); \
+                    "gilsample: recording until the command exits, or Ctrl+C (SIGINT, SIGTERM or SIGHUP); \
                      --duration sets a length"
                 } else {
-                    "gilsample: recording until Ctrl+C (SIGINT or SIGTERM) or the processes exit; \
+                    "gilsample: recording until Ctrl+C (SIGINT, SIGTERM or SIGHUP) or the processes exit; \
                      --duration sets a length"
                 },
             )),

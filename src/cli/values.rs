@@ -98,7 +98,10 @@ pub fn parse_duration(text: &str) -> Result<DurationArg, String> {
     while !rest.is_empty() {
         let (value, unit, after) = duration_part(rest).map_err(|why| refuse(&why))?;
         if value < 0.0 {
-            return Err(refuse("it must be more than 0"));
+            return Err(refuse(match unit_before {
+                Some(_) => "its parts are added up, and none can be negative",
+                None => "it must be more than 0",
+            }));
         }
         // Only the last part may leave its unit out. Alone it is seconds; after another part it
         // is the unit below that one's, as people write them: 2m30 is 2m30s, 1h30 is 1h30m.
@@ -215,6 +218,10 @@ mod tests {
             let error = parse_duration(bad).expect_err(bad);
             assert!(error.contains("10s, 500ms, 2m"), "{bad}: {error}");
         }
+        // A negative part is not a duration of 0 or less.
+        let error = parse_duration("1m-3s").unwrap_err();
+        assert!(error.contains("none can be negative"), "{error}");
+        assert!(!error.contains("more than 0"), "{error}");
     }
 
     #[test]

@@ -210,6 +210,41 @@ fn stopped_target_does_not_hang_the_recording() {
 }
 
 #[test]
+fn a_target_stopped_while_recorded_is_said_to_be_stopped() {
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let recording = start_recording(workload.pid, dir.path(), &[]);
+    kill(Pid::from_raw(workload.pid as i32), Signal::SIGSTOP).unwrap();
+    // The recording ends once the target is stopped (each of its threads stops when it next runs).
+    let stat = format!("/proc/{}/stat", workload.pid);
+    let state = || {
+        let text = std::fs::read_to_string(&stat).unwrap();
+        text.rsplit(") ").next().unwrap().chars().next().unwrap()
+    };
+    while state() != 'T' {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    recording.signal(Signal::SIGINT);
+    let (status, stderr) = recording.finish();
+    kill(Pid::from_raw(workload.pid as i32), Signal::SIGCONT).unwrap();
+    assert!(status.success(), "exit {status}: {stderr}");
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("process_stopped").as_str(), Some("at the end"));
+    // The hint is about the stop, not about the code that held the GIL.
+    let report = common::gilsample()
+        .arg("report")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        said.contains("hint: the process was stopped at the end of the recording")
+            && said.contains(&format!("kill -CONT {}", workload.pid)),
+        "{said}"
+    );
+}
+
+#[test]
 fn a_steady_thread_list_is_walked_at_the_start_and_every_100_ms_only() {
     // New threads are found by the list's head moving (read with the GIL words), so a target whose
     // threads neither start nor exit is walked once, then every 100 ms for exits elsewhere in the

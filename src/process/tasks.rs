@@ -8,6 +8,14 @@ use procfs::process::Process;
 use crate::error::Result;
 use crate::process::maps::proc_error;
 
+/// Whether `pid` is stopped now: by a signal (SIGSTOP, Ctrl+Z: state `T`) or at a debugger's stop
+/// (`t`). Its threads do not run, and the one holding the GIL keeps it. False where it cannot be read.
+pub fn is_stopped(pid: u32) -> bool {
+    Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .is_ok_and(|stat| matches!(stat.state, 'T' | 't'))
+}
+
 /// The OS thread ids of `pid` right now.
 pub fn read_tids(pid: u32, out: &mut HashSet<u32>) -> Result<()> {
     out.clear();

@@ -44,6 +44,12 @@ pub(crate) fn trace_metadata(
         }),
         "late_samples": report.late_samples,
         "late_samples_while_quiet": report.late_samples_while_quiet,
+        "process_stopped": match (report.stopped_at_start, report.stopped_at_end) {
+            (true, true) => Some("at the start and at the end"),
+            (true, false) => Some("at the start"),
+            (false, true) => Some("at the end"),
+            (false, false) => None,
+        },
         "stalled_reads": report.stalled_reads,
         "longest_stall_us": report.longest_stall_ns / 1000,
         "faulted_samples": report.faulted_samples,

@@ -47,6 +47,9 @@ pub struct ProcessAnswer {
     /// The sampling rate the recording asked for, where the trace says.
     #[serde(skip)]
     pub rate_requested_hz: Option<f64>,
+    /// When the process was found stopped (SIGSTOP, a debugger): "at the start", ...
+    #[serde(skip)]
+    pub stopped: Option<String>,
 }
 
 /// The answer for one thread (docs/report-json.md).
@@ -371,6 +374,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         recording: process.recording.clone(),
         from_merge: process.from_merge,
         rate_requested_hz: process.rate_requested_hz,
+        stopped: process.stopped.clone(),
         pid: process.pid,
         rank: process.rank,
         host: process.host.clone(),

@@ -21,6 +21,9 @@ const LEAD_RATIO: f64 = 1.5;
 
 /// The hint for process `p`; `None` when nothing stands out.
 pub fn hint(p: &ProcessAnswer) -> Option<String> {
+    if let Some(when) = &p.stopped {
+        return Some(stopped(when, p.pid));
+    }
     if let Some((t, b)) = p
         .threads
         .iter()
@@ -95,6 +98,16 @@ pub fn hint(p: &ProcessAnswer) -> Option<String> {
             }
         )),
     }
+}
+
+/// The process was stopped: its waits are the stop's, not the GIL's.
+fn stopped(when: &str, pid: u32) -> String {
+    format!(
+        "the process was stopped {when} of the recording (SIGSTOP, Ctrl+Z, or a debugger: state \
+         T): none of its threads ran, and the one holding the GIL kept it through the stop, so \
+         the waits then are the stop's, not the GIL's. Let it run (kill -CONT {pid}, or continue it \
+         in the debugger) and record again."
+    )
 }
 
 /// Samples further apart than the switch interval: the hand-offs fall between them, so the code
@@ -242,6 +255,7 @@ mod tests {
             recording: None,
             from_merge: false,
             rate_requested_hz: None,
+            stopped: None,
             pid: 1,
             rank: None,
             host: None,
@@ -307,6 +321,21 @@ mod tests {
         // One sample per interval or more: the kind is said.
         slow.rate_requested_hz = Some(200.0);
         assert!(hint(&slow).unwrap().contains("one native call in spin"));
+    }
+
+    #[test]
+    fn a_stopped_process_is_said_instead_of_the_code_that_held() {
+        let code = [held_in("spin (w.py:65)", 1.0, true)];
+        let mut stopped = waiting_for(&[0.9], &code);
+        stopped.stopped = Some("at the start and at the end".into());
+        let said = hint(&stopped).unwrap();
+        assert!(
+            said.starts_with(
+                "the process was stopped at the start and at the end of the recording"
+            ) && said.contains("kill -CONT 1,"),
+            "{said}"
+        );
+        assert!(!said.contains("native call"), "{said}");
     }
 
     #[test]

@@ -110,6 +110,8 @@ pub struct ProcessTrace {
     pub from_merge: bool,
     /// The sampling rate the recording asked for (gilsample's `otherData`).
     pub rate_requested_hz: Option<f64>,
+    /// When the process was found stopped (gilsample's `otherData.process_stopped`).
+    pub stopped: Option<String>,
     /// Threads found waiting, summed over the samples, and of those the ones at samples that found
     /// the GIL free (gilsample's `otherData`; `None` for other traces).
     pub waiting_samples: Option<(u64, u64)>,
@@ -142,6 +144,7 @@ impl ProcessTrace {
         self.recording = facts.recording;
         self.from_merge = facts.from_merge;
         self.rate_requested_hz = facts.rate_requested_hz;
+        self.stopped = facts.stopped;
         if facts.window_ns.is_some() {
             self.window_ns = facts.window_ns;
         }
@@ -200,6 +203,7 @@ impl ProcessTrace {
             recording: self.recording.clone(),
             from_merge: self.from_merge,
             rate_requested_hz: self.rate_requested_hz,
+            stopped: self.stopped.clone(),
             waiting_samples: self.waiting_samples,
             names: self.names.clone(),
             slices: Vec::new(),

@@ -22,6 +22,8 @@ pub(super) struct ProcessFacts {
     pub from_merge: bool,
     /// The sampling rate the recording asked for.
     pub rate_requested_hz: Option<f64>,
+    /// When the process was found stopped (`process_stopped`: "at the start", ...).
+    pub stopped: Option<String>,
 }
 
 /// A gilsample recording as its `otherData` names it: the pid it recorded (before any merge
@@ -126,6 +128,10 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
             .get("rate_requested_hz")
             .and_then(Value::as_f64)
             .filter(|&hz| hz > 0.0),
+        stopped: other
+            .get("process_stopped")
+            .and_then(Value::as_str)
+            .map(str::to_string),
     })
 }
 

@@ -253,6 +253,7 @@ mod tests {
             recording: None,
             from_merge: false,
             rate_requested_hz: None,
+            stopped: None,
             pid: 1,
             rank: None,
             host: None,

@@ -110,6 +110,11 @@ pub struct SamplerReport {
     pub saved_bytes: u64,
     /// Why sampling ended.
     pub end: EndReason,
+    /// The process was stopped (SIGSTOP, Ctrl+Z, a debugger) when sampling started, and when it
+    /// ended: none of its threads ran then, and the holder kept the GIL.
+    pub stopped_at_start: bool,
+    /// See `stopped_at_start`.
+    pub stopped_at_end: bool,
 }
 
 impl Default for SamplerReport {
@@ -155,6 +160,8 @@ impl SamplerReport {
             targets_on_thread: 1,
             saved_bytes: 0,
             end: EndReason::Stopped,
+            stopped_at_start: false,
+            stopped_at_end: false,
         }
     }
 

@@ -24,6 +24,7 @@ use crate::process::kernel::ThreadFiles;
 use crate::process::memory::ReadError;
 use crate::process::syscalls::SyscallCounts;
 use crate::process::tasks::TidMap;
+use crate::process::tasks::is_stopped;
 use crate::python::gil_span::{GilReading, WaiterCountAddrs};
 use crate::python::names::ThreadNamer;
 use crate::python::runtime::{ThreadRef, WalkError};
@@ -130,7 +131,10 @@ impl<'a> Sampler<'a> {
             stacks: None,
             gil_flags: GilFlagReader::new(&target.layout),
             engine,
-            report: SamplerReport::new(start, scheduling),
+            report: SamplerReport {
+                stopped_at_start: is_stopped(target.pid),
+                ..SamplerReport::new(start, scheduling)
+            },
             pace: Pace::new(start, config.period_ns),
             dodge: None,
             reads,
@@ -277,6 +281,7 @@ impl<'a> Sampler<'a> {
         self.engine.finish(sink);
         self.report.inference = self.engine.counts();
         self.report.end = end;
+        self.report.stopped_at_end = is_stopped(target.pid);
         (self.report.cpu_ns, self.report.syscalls) = cost;
         live.done.store(true, Ordering::Release);
         self.report

@@ -284,6 +284,7 @@ mod tests {
             recording: None,
             from_merge: false,
             rate_requested_hz: None,
+            stopped: None,
             pid: 1,
             rank: Some(0),
             host: None,

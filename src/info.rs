@@ -2,9 +2,10 @@
 
 use std::fmt::Write;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::infer::engine::Engine;
 use crate::infer::sample::{Sample, SampleContext, ThreadSample};
+use crate::launch::{exe_of, given_pid_not_python};
 use crate::observed::KernelState;
 use crate::observed::{GilWaitRanges, in_range};
 use crate::process::kernel::ThreadFiles;
@@ -18,7 +19,13 @@ use crate::sampler::config::SamplerConfig;
 /// What `gilsample info` prints for process `pid`: attaches with `choice` and describes the
 /// interpreter, its layout, GIL, threads and what the sampler would read.
 pub fn describe(pid: u32, choice: LayoutChoice) -> Result<String> {
-    let target = attach(pid, choice)?;
+    let target = attach(pid, choice).map_err(|e| match e {
+        Error::NotPython { pid, why } => Error::NotPython {
+            pid,
+            why: given_pid_not_python(&why, exe_of(pid).as_deref(), false),
+        },
+        e => e,
+    })?;
     let mut out = String::new();
     write_target_lines(&mut out, pid, &target);
     // One read for the words, the counts and the mutex, so that the lines below agree.

@@ -3,7 +3,7 @@
 //! processes it started (SIGTERM, then SIGKILL after a grace period) so that nothing is left running
 //! on its own.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -220,6 +220,21 @@ fn exit_code(status: &std::process::ExitStatus) -> i32 {
 /// The program a process runs now (`/proc/PID/exe`).
 pub fn exe_of(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// Why a pid given by the user is not a Python process gilsample can read, with what it runs and
+/// where the Python processes are; `subprocesses`: the command takes --subprocesses.
+pub fn given_pid_not_python(why: &str, program: Option<&Path>, subprocesses: bool) -> String {
+    let runs = program.map_or(String::new(), |p| format!("it runs {}, and ", p.display()));
+    let or_below = if subprocesses {
+        ", or add --subprocesses to record the Python processes this one starts"
+    } else {
+        ""
+    };
+    format!(
+        "{runs}{why}. Give the pid of the Python process itself (`pgrep -af python` lists \
+         them){or_below}"
+    )
 }
 
 /// Whether `pid`, a child of gilsample, has run `exec` (until then it is a copy of gilsample).

@@ -47,6 +47,15 @@ fn non_python_process() {
     assert_refused(&["--pid", &pid], UNSUPPORTED, "it runs /");
     assert_refused(&["--pid", &pid], UNSUPPORTED, "pgrep -af python");
     assert_refused(&["--pid", &pid], UNSUPPORTED, "add --subprocesses");
+    // `info` gives the same way on (it has no --subprocesses).
+    let info = gilsample().args(["info", "--pid", &pid]).output().unwrap();
+    let said = String::from_utf8_lossy(&info.stderr);
+    assert_eq!(info.status.code(), Some(UNSUPPORTED), "{said}");
+    assert!(
+        said.contains("it runs /") && said.contains("pgrep -af python"),
+        "{said}"
+    );
+    assert!(!said.contains("--subprocesses"), "{said}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use super::checks::processes_of;
 use super::{Session, Targets, Update};
 use crate::discover::device_nodes_here;
 use crate::error::{Error, Result};
-use crate::launch::{Launch, Launched, exe_of, wait_for_interpreter};
+use crate::launch::{Launch, Launched, exe_of, given_pid_not_python, wait_for_interpreter};
 use crate::python::attach::locate;
 
 impl Session<'_> {
@@ -34,7 +34,7 @@ impl Session<'_> {
                             self.look_again(pid);
                         }
                         Err(Error::NotPython { pid, why }) => {
-                            let why = given_pid_not_python(&why, program.as_deref());
+                            let why = given_pid_not_python(&why, program.as_deref(), true);
                             let e = Error::NotPython { pid, why };
                             if pids.len() == 1 {
                                 return Err(e);
@@ -115,14 +115,4 @@ impl Session<'_> {
         }
         Ok(())
     }
-}
-
-/// Why a given pid is not recorded, with its program named and the ways on: the pid of the Python
-/// process itself, or `--subprocesses` where it is a launcher (a shell, `srun`, a shim).
-fn given_pid_not_python(why: &str, program: Option<&Path>) -> String {
-    let runs = program.map_or(String::new(), |p| format!("it runs {}, and ", p.display()));
-    format!(
-        "{runs}{why}. Give the pid of the Python process itself (`pgrep -af python` lists them), \
-         or add --subprocesses to record the Python processes this one starts"
-    )
 }

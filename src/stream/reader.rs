@@ -30,14 +30,61 @@ pub struct StreamReader<R: Read> {
 impl StreamReader<BufReader<File>> {
     /// Opens `path` and reads its preamble and header.
     pub fn open(path: &Path) -> Result<StreamReader<BufReader<File>>, StreamError> {
-        let file = File::open(path).map_err(|e| StreamError {
-            path: path.to_path_buf(),
-            offset: 0,
-            why: format!("cannot open: {e}"),
-            opened: false,
+        let file = File::open(path).map_err(|e| {
+            let per_process = per_process_streams(path);
+            let why = match per_process.as_slice() {
+                [] => format!("cannot open: {e}"),
+                some => format!(
+                    "cannot open: {e}; a recording of several processes saved one stream each, \
+                     with the pid before the suffix: {}",
+                    some.iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            StreamError {
+                path: path.to_path_buf(),
+                offset: 0,
+                why,
+                opened: false,
+            }
         })?;
         StreamReader::new(BufReader::with_capacity(1 << 16, file), path)
     }
+}
+
+/// The streams `--save-samples PATH` wrote for several processes (`PATH` with `.PID` before its
+/// suffix: `run.gilsamples` → `run.1234.gilsamples`), where `path` itself is not there; at most 8.
+fn per_process_streams(path: &Path) -> Vec<PathBuf> {
+    let (Some(stem), Some(ext)) = (
+        path.file_stem().and_then(|s| s.to_str()),
+        path.extension().and_then(|s| s.to_str()),
+    ) else {
+        return Vec::new();
+    };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(stem)?.strip_prefix('.'))
+                .and_then(|n| n.strip_suffix(ext)?.strip_suffix('.'));
+            pid.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|entry| path.with_file_name(entry.file_name()))
+        .collect();
+    found.sort();
+    found.truncate(8);
+    found
 }
 
 impl<R: Read> StreamReader<R> {

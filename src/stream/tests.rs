@@ -469,3 +469,32 @@ fn threads_beyond_the_look_ahead_round_trip() {
 }
 
 mod arbitrary;
+
+#[test]
+fn a_missing_stream_beside_per_process_ones_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "run.41.gilsamples",
+        "run.7.gilsamples",
+        "run.x.gilsamples",
+        "other.gilsamples",
+    ] {
+        std::fs::write(dir.path().join(name), b"").unwrap();
+    }
+    let Err(e) = StreamReader::open(&dir.path().join("run.gilsamples")) else {
+        panic!("opened a file that is not there");
+    };
+    let said = e.to_string();
+    assert!(
+        said.contains("one stream each, with the pid before the suffix")
+            && said.contains("run.41.gilsamples")
+            && said.contains("run.7.gilsamples")
+            && !said.contains("run.x.")
+            && !said.contains("other."),
+        "{said}"
+    );
+    let Err(alone) = StreamReader::open(&dir.path().join("none.gilsamples")) else {
+        panic!("opened a file that is not there");
+    };
+    assert!(!alone.to_string().contains("one stream each"), "{alone}");
+}

@@ -21,9 +21,7 @@ use serde_json::{Value, json};
 use crate::decimal::{ExactMicros, decimal_micros, parse_micros};
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, string_field};
-use crate::trace::output::{
-    check_file_output, check_not_exists, create_partial, end_trace, publish,
-};
+use crate::trace::output::{check_file_output, create_partial, end_trace, publish};
 
 /// What a conversion saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -267,9 +265,15 @@ impl<W: Write> Converter<W> {
 
 /// Converts `input` into `output` (`.json` appended when missing).
 pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, ConvertReport)> {
-    let example = output_name(Path::new(input.file_name().unwrap_or("trace".as_ref())));
-    check_file_output(output, force, &example.to_string_lossy())?;
-    let output = output_name(output);
+    // `-o results` writes results.json (beside a directory results/ too); `-o results/` is a
+    // directory, refused with a name that would do.
+    let ends_in_slash = output.as_os_str().as_encoded_bytes().ends_with(b"/");
+    let output = if ends_in_slash {
+        output.to_path_buf()
+    } else {
+        output_name(output)
+    };
+    check_file_output(&output, force, "converted.json")?;
     // Checked before anything is created, so a missing input leaves nothing behind. The input is
     // read twice (first for threads whose events are out of order), which a pipe cannot be: refused
     // before it is opened, since opening a FIFO waits for its writer.
@@ -291,7 +295,6 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         ));
     }
     File::open(input).map_err(|e| input_error(e.to_string()))?;
-    check_not_exists(&output, force)?;
     let out_of_order = out_of_order_threads(input)?;
     let (partial_file, partial) = create_partial(&output)?;
     let fail = |e: std::io::Error| Error::Output {

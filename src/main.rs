@@ -232,7 +232,12 @@ fn run_record(
     let state = SessionState::default();
     let (stop, waiting_for_command) = (state.stop.clone(), state.waiting_for_command.clone());
     let searching = state.searching.clone();
-    searching.store(true, Ordering::SeqCst);
+    // Only a device search can go on with nothing found; given and launched targets are attached
+    // at once (or the session fails).
+    searching.store(
+        matches!(opts.targets, Targets::Devices(_)),
+        Ordering::SeqCst,
+    );
     install_signal_thread(state, &opts.output, true);
     if let Some(reader) = reader {
         wait_for_go(reader, &stop)?;

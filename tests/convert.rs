@@ -143,24 +143,36 @@ fn a_directory_is_refused_as_one() {
 fn an_output_that_is_a_directory_is_refused_and_a_missing_one_is_made() {
     let dir = tempfile::tempdir().unwrap();
     let input = common::fixture("reference/GIL_12345_rank_0.json");
-    for output in [dir.path().to_path_buf(), dir.path().join("new/")] {
+    // A path ending in /, there or not: a directory.
+    std::fs::create_dir(dir.path().join("there")).unwrap();
+    for output in [dir.path().join("there/"), dir.path().join("new/")] {
         let (code, stderr) = convert(&input, &output);
         assert_eq!(code, gilsample::error::exit::OUTPUT, "{stderr}");
         assert!(
-            stderr.contains(
-                "it is a directory, and this writes one file: give the file's name, \
-                 e.g. "
-            ) && stderr.contains("GIL_12345_rank_0.json"),
+            stderr.contains("and this writes one file: give the file's name, e.g. ")
+                && stderr.contains("converted.json"),
             "{stderr}"
         );
     }
-    assert_eq!(common::file_names(dir.path()), Vec::<String>::new());
+    assert_eq!(common::file_names(dir.path()), ["there"]);
+    assert_eq!(
+        common::file_names(&dir.path().join("there")),
+        Vec::<String>::new()
+    );
     let (code, stderr) = convert(&input, &dir.path().join("new/converted"));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         common::file_names(&dir.path().join("new")),
         ["converted.json"]
     );
+    // A name without .json gets it: a file or a directory of the bare name is no obstacle.
+    std::fs::write(dir.path().join("new/plain"), b"").unwrap();
+    std::fs::create_dir(dir.path().join("new/results")).unwrap();
+    for name in ["plain", "results"] {
+        let (code, stderr) = convert(&input, &dir.path().join("new").join(name));
+        assert_eq!(code, 0, "{name}: {stderr}");
+        assert!(dir.path().join(format!("new/{name}.json")).is_file());
+    }
 }
 
 #[test]

@@ -104,7 +104,7 @@ pub fn is_native_call(e: &HoldEvidence) -> bool {
     // Samples further apart than the interval miss the hand-offs Python code makes at every
     // interval: each hold seen spans several, and waits look unanswered (at 10 Hz every spinner's
     // hold was judged one native call). Nothing tells the kinds apart there.
-    if e.interval_ns > 0 && e.period_ns > e.interval_ns {
+    if e.period_ns > interval {
         return false;
     }
     // A waiter asked after one interval; a hold that ended within the next one let go when asked.
@@ -267,10 +267,17 @@ mod tests {
         };
         assert!(!is_native_call(&fast(49)));
         assert!(is_native_call(&fast(50)));
+        // An interval of 0 (setswitchinterval below a microsecond) in a trace without a period.
         let zero = HoldEvidence {
             interval_ns: 0,
+            period_ns: 0,
             ..hold(50, None)
         };
         assert!(is_native_call(&zero));
+        // Sampled at any rate, it hands over between every two samples: nothing is told.
+        assert!(!is_native_call(&HoldEvidence {
+            period_ns: 100_000,
+            ..zero
+        }));
     }
 }

@@ -9,11 +9,22 @@ use crate::error::Result;
 use crate::process::maps::proc_error;
 
 /// Whether `pid` is stopped now: by a signal (SIGSTOP, Ctrl+Z: state `T`) or at a debugger's stop
-/// (`t`). Its threads do not run, and the one holding the GIL keeps it. False where it cannot be read.
+/// (`t`, read twice 2 ms apart: a process under strace passes through `t` at every syscall). Its
+/// threads do not run, and the one holding the GIL keeps it. False where it cannot be read.
 pub fn is_stopped(pid: u32) -> bool {
-    Process::new(pid as i32)
-        .and_then(|p| p.stat())
-        .is_ok_and(|stat| matches!(stat.state, 'T' | 't'))
+    let state = || {
+        Process::new(pid as i32)
+            .and_then(|p| p.stat())
+            .map(|s| s.state)
+    };
+    match state() {
+        Ok('T') => true,
+        Ok('t') => {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            matches!(state(), Ok('t'))
+        }
+        _ => false,
+    }
 }
 
 /// The OS thread ids of `pid` right now.

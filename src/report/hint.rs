@@ -1,5 +1,6 @@
-//! The hint a person can act on, from what one process shows: a holder that keeps the GIL while
-//! blocked in a syscall; waiting that is partly for a CPU (busy cores); otherwise the code the
+//! The hint a person can act on, from what one process shows: a process found stopped (SIGSTOP, a
+//! debugger), or samples too far apart to tell hand-offs, said instead of a diagnosis; a holder that
+//! keeps the GIL while blocked in a syscall; waiting that is partly for a CPU (busy cores); otherwise the code the
 //! thread that waited most waited for, and what helps for that kind of code — one native call that
 //! keeps the GIL (docs/classification.md), or Python code.
 
@@ -19,11 +20,21 @@ const HINTED_WAIT_SHARE: f64 = 0.1;
 /// one's; holders within it of the leader are said together, as a tie.
 const LEAD_RATIO: f64 = 1.5;
 
-/// The hint for process `p`; `None` when nothing stands out.
+/// The hint for process `p`; `None` when nothing stands out. A process found stopped at the
+/// recording's end is said to be stopped instead; one stopped only at its start, before the rest.
 pub fn hint(p: &ProcessAnswer) -> Option<String> {
-    if let Some(when) = &p.stopped {
-        return Some(stopped(when, p.pid));
+    match p.stopped.as_deref() {
+        None => gil_hint(p),
+        Some("at the start") => Some(match gil_hint(p) {
+            Some(rest) => format!("{} Then: {rest}", stopped_at_the_start()),
+            None => stopped_at_the_start(),
+        }),
+        Some(when) => Some(stopped(when, p)),
     }
+}
+
+/// What the GIL's waits and holds say (`hint`, the process not stopped at the end).
+fn gil_hint(p: &ProcessAnswer) -> Option<String> {
     if let Some((t, b)) = p
         .threads
         .iter()
@@ -100,24 +111,49 @@ pub fn hint(p: &ProcessAnswer) -> Option<String> {
     }
 }
 
-/// The process was stopped: its waits are the stop's, not the GIL's.
-fn stopped(when: &str, pid: u32) -> String {
+/// The process was stopped when the recording began and ran again before it ended.
+fn stopped_at_the_start() -> String {
+    "the process was stopped when the recording began (SIGSTOP, Ctrl+Z, or a debugger) and ran \
+     again before it ended: the waits while it was stopped are the stop's, not the GIL's."
+        .to_string()
+}
+
+/// The process was stopped: its waits are the stop's, not the GIL's. The pid and host are the
+/// recording's own (a merged trace renumbers pids that collide).
+fn stopped(when: &str, p: &ProcessAnswer) -> String {
+    let (pid, host) = match &p.recording {
+        Some(r) => (r.pid, r.host.as_deref()),
+        None => (p.pid, p.host.as_deref()),
+    };
+    let on_host = host.map(|h| format!(" on {h}")).unwrap_or_default();
     format!(
         "the process was stopped {when} of the recording (SIGSTOP, Ctrl+Z, or a debugger: state \
          T): none of its threads ran, and the one holding the GIL kept it through the stop, so \
-         the waits then are the stop's, not the GIL's. Let it run (kill -CONT {pid}, or continue it \
-         in the debugger) and record again."
+         the waits then are the stop's, not the GIL's. Let it run (kill -CONT {pid}{on_host}, or \
+         continue it in the debugger) and record again."
     )
 }
 
 /// Samples further apart than the switch interval: the hand-offs fall between them, so the code
 /// that kept the GIL is not told (infer/native_call.rs).
 fn too_slow_to_tell(p: &ProcessAnswer, hz: f64) -> String {
+    // Five samples an interval, and not under 1 kHz; gilsample samples at 100 kHz at most.
+    let wanted_hz = (5000.0 / p.switch_interval_ms).max(1000.0);
+    let way_on = if wanted_hz <= 100_000.0 {
+        format!(
+            "To see who made whom wait and why, record at --rate {}khz or more (the default is \
+             10khz).",
+            (wanted_hz / 1000.0).ceil()
+        )
+    } else {
+        "No rate gilsample takes is that fast: a longer switch interval \
+         (sys.setswitchinterval) would let it tell."
+            .to_string()
+    };
     format!(
         "sampled every {} ({hz} Hz), longer than the {} switch interval at which threads hand the \
          GIL over: hand-offs between two samples are not seen, holds look longer than they were, \
-         and whether Python code or one native call kept the GIL is not told. To see who made whom \
-         wait and why, record at --rate 1khz or more (the default is 10khz).",
+         and whether Python code or one native call kept the GIL is not told. {way_on}",
         ms(1000.0 / hz),
         ms(p.switch_interval_ms),
     )
@@ -321,6 +357,21 @@ mod tests {
         // One sample per interval or more: the kind is said.
         slow.rate_requested_hz = Some(200.0);
         assert!(hint(&slow).unwrap().contains("one native call in spin"));
+        // A short switch interval asks for a rate that has five samples in it.
+        slow.switch_interval_ms = 0.5;
+        slow.rate_requested_hz = Some(1000.0);
+        assert!(
+            hint(&slow)
+                .unwrap()
+                .contains("record at --rate 10khz or more")
+        );
+        slow.switch_interval_ms = 0.005;
+        slow.rate_requested_hz = Some(10_000.0);
+        assert!(
+            hint(&slow)
+                .unwrap()
+                .contains("No rate gilsample takes is that fast")
+        );
     }
 
     #[test]
@@ -336,6 +387,22 @@ mod tests {
             "{said}"
         );
         assert!(!said.contains("native call"), "{said}");
+        // Its own pid and host in a merged trace, which renumbered it.
+        stopped.recording = Some(crate::report::other_data::RecordingId {
+            pid: 7,
+            host: Some("node1".into()),
+            start_monotonic_ns: 0,
+        });
+        assert!(hint(&stopped).unwrap().contains("kill -CONT 7 on node1,"));
+        // Stopped only when it began: said first, then what the GIL shows.
+        stopped.stopped = Some("at the start".into());
+        let said = hint(&stopped).unwrap();
+        assert!(
+            said.starts_with("the process was stopped when the recording began")
+                && said.contains(" Then: MainThread spends 60% of the recording waiting"),
+            "{said}"
+        );
+        assert!(!said.contains("kill -CONT"), "{said}");
     }
 
     #[test]

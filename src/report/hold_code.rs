@@ -100,7 +100,7 @@ fn judged_from_waits(process: &ProcessTrace, takes: &SliceIndex<'_>, hold: &Slic
         waited_ns: u64::try_from(hold.end_ns - since.max(hold.start_ns)).unwrap_or(0),
         interval_ns: interval_us * 1000,
         frames: None,
-        period_ns: 0,
+        period_ns: process.rate_requested_hz.map_or(0, |hz| (1e9 / hz) as u64),
     })
 }
 

@@ -31,7 +31,10 @@ impl StreamReader<BufReader<File>> {
     /// Opens `path` and reads its preamble and header.
     pub fn open(path: &Path) -> Result<StreamReader<BufReader<File>>, StreamError> {
         let file = File::open(path).map_err(|e| {
-            let per_process = per_process_streams(path);
+            let per_process = match e.kind() {
+                io::ErrorKind::NotFound => per_process_streams(path),
+                _ => Vec::new(),
+            };
             let why = match per_process.as_slice() {
                 [] => format!("cannot open: {e}"),
                 some => format!(

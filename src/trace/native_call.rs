@@ -39,12 +39,13 @@ struct WaiterRuns {
 }
 
 impl WaiterRuns {
-    fn observe(&mut self, t_ns: u64, count: u32) {
+    /// `count` waiters from `t_ns` on; a break of up to `join_ns` before it is joined.
+    fn observe(&mut self, t_ns: u64, count: u32, join_ns: u64) {
         match (self.runs.back_mut(), count > 0) {
             (Some((_, end @ None)), false) => *end = Some(t_ns),
             (Some((_, None)), true) => {}
             (Some((_, end @ Some(_))), true)
-                if end.is_some_and(|e| t_ns.saturating_sub(e) <= MISREAD_BREAK_NS) =>
+                if end.is_some_and(|e| t_ns.saturating_sub(e) <= join_ns) =>
             {
                 *end = None
             }
@@ -119,7 +120,11 @@ impl HoldKinds {
 
     /// `count` threads wait for the GIL from `t_ns` on.
     pub fn note_waiters(&mut self, t_ns: u64, count: u32) {
-        self.waiters.observe(t_ns, count);
+        // Never more than half an interval: a real hand-off and a new wait within it would add
+        // to W what a short interval's "let go when asked" needs to tell.
+        let interval_ns = self.interval_us.unwrap_or(DEFAULT_SWITCH_INTERVAL_US) * 1000;
+        let join_ns = MISREAD_BREAK_NS.min(interval_ns / 2);
+        self.waiters.observe(t_ns, count, join_ns);
     }
 
     /// What the sampler saw of thread `tid`'s innermost frame over a hold, last read at `t_ns`.
@@ -220,11 +225,11 @@ mod tests {
     #[test]
     fn waiting_is_measured_back_from_the_holds_end() {
         let mut runs = WaiterRuns::default();
-        runs.observe(0, 0);
-        runs.observe(10 * MS, 1);
-        runs.observe(20 * MS, 2);
-        runs.observe(60 * MS, 0);
-        runs.observe(70 * MS, 1);
+        runs.observe(0, 0, MISREAD_BREAK_NS);
+        runs.observe(10 * MS, 1, MISREAD_BREAK_NS);
+        runs.observe(20 * MS, 2, MISREAD_BREAK_NS);
+        runs.observe(60 * MS, 0, MISREAD_BREAK_NS);
+        runs.observe(70 * MS, 1, MISREAD_BREAK_NS);
         assert_eq!(runs.waited_until(0, 55 * MS), 45 * MS);
         assert_eq!(runs.waited_until(30 * MS, 55 * MS), 25 * MS);
         assert_eq!(runs.waited_until(0, 65 * MS), 0, "nobody waited at its end");
@@ -239,13 +244,13 @@ mod tests {
     #[test]
     fn a_waiter_misread_for_a_sample_does_not_break_its_wait() {
         let mut runs = WaiterRuns::default();
-        runs.observe(0, 1);
-        runs.observe(293 * MS, 0);
-        runs.observe(293 * MS + 100_000, 1);
+        runs.observe(0, 1, MISREAD_BREAK_NS);
+        runs.observe(293 * MS, 0, MISREAD_BREAK_NS);
+        runs.observe(293 * MS + 100_000, 1, MISREAD_BREAK_NS);
         assert_eq!(runs.waited_until(0, 300 * MS), 300 * MS);
         // Nobody for longer: a new run.
-        runs.observe(301 * MS, 0);
-        runs.observe(303 * MS, 1);
+        runs.observe(301 * MS, 0, MISREAD_BREAK_NS);
+        runs.observe(303 * MS, 1, MISREAD_BREAK_NS);
         assert_eq!(runs.waited_until(0, 310 * MS), 7 * MS);
     }
 

@@ -134,10 +134,15 @@ pub fn check_not_exists(path: &Path, force: bool) -> Result<()> {
 pub fn check_file_output(path: &Path, force: bool, example: &str) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;
     if path.is_dir() || path.as_os_str().as_bytes().ends_with(b"/") {
+        let what = if path.is_dir() {
+            "it is a directory"
+        } else {
+            "it ends in /, so it names a directory"
+        };
         return Err(Error::Output {
             path: path.to_path_buf(),
             why: format!(
-                "it is a directory, and this writes one file: give the file's name, e.g. {}",
+                "{what}, and this writes one file: give the file's name, e.g. {}",
                 path.join(example).display()
             ),
         });

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use crate::decimal::{ExactMicros, decimal_micros, parse_micros};
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, string_field};
-use crate::trace::output::{check_file_output, create_partial, end_trace, publish};
+use crate::trace::output::{check_file_output, create_partial, end_trace, ends_in_slash, publish};
 
 /// What a conversion saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -267,8 +267,7 @@ impl<W: Write> Converter<W> {
 pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, ConvertReport)> {
     // `-o results` writes results.json (beside a directory results/ too); `-o results/` is a
     // directory, refused with a name that would do.
-    let ends_in_slash = output.as_os_str().as_encoded_bytes().ends_with(b"/");
-    let output = if ends_in_slash {
+    let output = if ends_in_slash(output) {
         output.to_path_buf()
     } else {
         output_name(output)

@@ -76,6 +76,8 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
         .and_then(Value::as_u64)
         .and_then(|p| u32::try_from(p).ok())?;
     let int = |key: &str| other.get(key).and_then(Value::as_i64).map(i128::from);
+    let text = |key: &str| other.get(key).and_then(Value::as_str).map(str::to_string);
+    let host = text("host");
     let window_ns = match (
         int("recording_start_monotonic_ns"),
         int("recording_end_monotonic_ns"),
@@ -92,10 +94,7 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
             .get("rank")
             .and_then(Value::as_u64)
             .and_then(|r| u32::try_from(r).ok()),
-        host: other
-            .get("host")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        host: host.clone(),
         // Null where the layout has no interval: the holds were judged against the default.
         holds_judged: other.contains_key("switch_interval_us"),
         switch_interval_us: other
@@ -117,10 +116,7 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
             .and_then(Value::as_i64)
             .map(|start_monotonic_ns| RecordingId {
                 pid,
-                host: other
-                    .get("host")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
+                host,
                 start_monotonic_ns,
             }),
         from_merge: false,
@@ -128,10 +124,7 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
             .get("rate_requested_hz")
             .and_then(Value::as_f64)
             .filter(|&hz| hz > 0.0),
-        stopped: other
-            .get("process_stopped")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        stopped: text("process_stopped"),
     })
 }
 

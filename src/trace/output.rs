@@ -132,8 +132,7 @@ pub fn check_not_exists(path: &Path, force: bool) -> Result<()> {
 /// inside it); then an existing file unless `force`. A directory that does not exist yet above the
 /// file is made when the file is (`create_partial`).
 pub fn check_file_output(path: &Path, force: bool, example: &str) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    if path.is_dir() || path.as_os_str().as_bytes().ends_with(b"/") {
+    if path.is_dir() || ends_in_slash(path) {
         let what = if path.is_dir() {
             "it is a directory"
         } else {
@@ -148,6 +147,11 @@ pub fn check_file_output(path: &Path, force: bool, example: &str) -> Result<()> 
         });
     }
     check_not_exists(path, force)
+}
+
+/// Whether `path` is written with a trailing `/`: it names a directory, there or not.
+pub fn ends_in_slash(path: &Path) -> bool {
+    path.as_os_str().as_encoded_bytes().ends_with(b"/")
 }
 
 /// Makes the directories above `file` that do not exist yet, as `-o` does for a recording's

@@ -238,7 +238,7 @@ fn run_record(
         matches!(opts.targets, Targets::Devices(_)),
         Ordering::SeqCst,
     );
-    install_signal_thread(state, &opts.output, true);
+    install_signal_thread(state, &opts.output, true, args.quiet);
     if let Some(reader) = reader {
         wait_for_go(reader, &stop)?;
     }
@@ -420,7 +420,7 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
     let opts = record_options(&args.record)?;
     let state = SessionState::default();
     let stop = state.stop.clone();
-    install_signal_thread(state, &opts.output, plan.saves());
+    install_signal_thread(state, &opts.output, plan.saves(), args.record.quiet);
     let outcome = gilsample::top::run(&plan, opts.clone(), stop, Box::new(std::io::stdout()))?;
     let mut report = outcome.report?;
     something_recorded(&report, &opts.targets)?;
@@ -496,10 +496,11 @@ fn run_merge(args: &MergeArgs) -> Result<()> {
     }
     for input in &report.inputs {
         let mut line = format!(
-            "gilsample: {}: {}, {} events, {}",
+            "gilsample: {}: {}, {} event{}, {}",
             input.path.display(),
             input.kind.describe(),
             input.events,
+            if input.events == 1 { "" } else { "s" },
             input.alignment
         );
         if input.manual_offset_ns != 0 {
@@ -510,16 +511,35 @@ fn run_merge(args: &MergeArgs) -> Result<()> {
         }
         eprintln!("{line}");
         if input.overlaps_gil == Some(false) {
-            eprintln!(
-                "gilsample: warning: {} does not overlap the GIL traces in time; if both covered the same \
-                 run, the clocks differ: correct with --offset {}=MICROS",
-                input.path.display(),
-                input.path.display()
-            );
+            eprintln!("gilsample: warning: {}", no_overlap_in_words(input));
         }
     }
     eprintln!("gilsample: merged -> {}", report.output.display());
     Ok(())
+}
+
+/// What merge says of a profiler trace that shares no time with the GIL traces: how far off it
+/// is, and which `--offset` brings it into their time, so the user knows what to try.
+fn no_overlap_in_words(input: &gilsample::merge::InputReport) -> String {
+    let path = input.path.display();
+    let mut words = format!(
+        "{path} does not overlap the GIL traces in time; if both covered the same run, the \
+         clocks differ: correct with --offset {path}=MICROS"
+    );
+    if let Some(gap) = input.gil_gap_ns {
+        let seconds = gap.unsigned_abs() as f64 / 1e9;
+        let (place, shift, bound) = if gap > 0 {
+            ("starts", "after the GIL traces end", "or less")
+        } else {
+            ("ends", "before the GIL traces start", "or more")
+        };
+        // The smallest shift that makes the two touch; the true one is at least that far.
+        let touching_us = -gap.signum() * gap.unsigned_abs().div_ceil(1000) as i128;
+        words += &format!(
+            " (it {place} {seconds:.3} s {shift}: {touching_us} {bound} brings it into their time)"
+        );
+    }
+    words
 }
 
 fn run_report(args: &ReportArgs) -> Result<()> {

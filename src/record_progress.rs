@@ -138,7 +138,7 @@ fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
         Update::PassedOver { .. } => None,
         // Said even when quiet: the user's command did not run to its end.
         Update::CommandStopped { pid, how } => Some(format!(
-            "gilsample: the recording failed, so the launched command (pid {pid}) was stopped: {}",
+            "gilsample: the recording failed (the error follows), so the launched command (pid {pid}) was stopped: {}",
             how.describe()
         )),
         Update::WaitingForPython { pid, program, why } if !quiet => Some(format!(

@@ -11,11 +11,22 @@ use gilsample::trace::output::OutputSpec;
 /// Takes SIGINT, SIGTERM and SIGHUP (signals.rs) and says what each did; the ones that end the wait
 /// exit at once (files stay at their temporary names, never half-written at the final name).
 /// `keeps_trace`: the session writes trace files (not `top` without `-o`), which a first signal
-/// finishes and a second leaves as `.partial` files.
-pub(crate) fn install_signal_thread(state: SessionState, output: &OutputSpec, keeps_trace: bool) {
+/// finishes and a second leaves as `.partial` files. `quiet` (`-q`): only the lines of steps that
+/// exit are said, as they are what a script must know (the files left, the command's SIGTERM).
+pub(crate) fn install_signal_thread(
+    state: SessionState,
+    output: &OutputSpec,
+    keeps_trace: bool,
+    quiet: bool,
+) {
     let partial_dir = output.dir();
     let searching = state.searching.clone();
     watch_signals(state, move |step| match step {
+        SignalStep::Stopping(_)
+        | SignalStep::PassedOn { .. }
+        | SignalStep::ReachedTheCommand { .. }
+        | SignalStep::Repeated { .. }
+            if quiet => {}
         SignalStep::Stopping(signal) if !keeps_trace => {
             eprintln!("\ngilsample: {signal:?} received, stopping (again to abort)")
         }

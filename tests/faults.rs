@@ -82,6 +82,20 @@ fn sighup_finishes_the_file() {
     stop_signal_finishes_the_file(Signal::SIGHUP);
 }
 
+/// `-q` prints nothing but errors: a Ctrl+C that finishes the file is not one.
+#[test]
+fn quiet_ctrl_c_finishes_the_file_without_a_word() {
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let recording = start_recording(workload.pid, dir.path(), &["-q"]);
+    recording.signal(Signal::SIGINT);
+    let (status, stderr) = recording.finish();
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert_eq!(stderr, "");
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("end_reason").as_str(), Some("Stopped"));
+}
+
 #[test]
 fn second_ctrl_c_exits_at_once_without_a_corrupt_file() {
     let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);

@@ -88,6 +88,12 @@ fn a_command_is_stopped_when_the_recording_fails_after_it_started() {
         stderr.contains("launched command") && stderr.contains("stopped"),
         "{stderr}"
     );
+    // Why it failed is said, after the line that promises it.
+    let stopped = stderr.find("(the error follows)").expect("the stop said");
+    let why = stderr
+        .find("Python 3.6 is not supported")
+        .expect("the reason said");
+    assert!(stopped < why, "{stderr}");
     assert_eq!(processes_with(&marker), Vec::<u32>::new(), "left running");
 }
 

@@ -453,6 +453,20 @@ fn traces_that_do_not_overlap_in_time_are_flagged() {
         stderr.contains("does not overlap the GIL traces") && stderr.contains("--offset"),
         "{stderr}"
     );
+    // The offset it says brings the timeline into the GIL traces' time, and the warning goes.
+    let offset = stderr
+        .split(" s before the GIL traces start: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no distance said: {stderr}"));
+    let given = format!("{}={offset}", npu.display());
+    let (code, stderr) = merge(
+        &[&gil, &npu],
+        &["--offset", &given],
+        &dir.path().join("moved.json"),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("does not overlap"), "{stderr}");
 }
 
 #[test]

@@ -269,6 +269,8 @@ fn bad_input_is_refused_with_exit_7() {
         "not a GIL trace",
     );
     refused(b"\x00\xff garbage", "not a Chrome Trace");
+    // The other file a recording may leave: replay is what reads it.
+    refused(b"GILSMPL\n\x01\x00", "gilsample replay");
     // A byte-order mark is passed over: the events after it are read (and here not GIL ones).
     refused(
         b"\xEF\xBB\xBF[{\"name\": \"other\", \"ph\": \"X\", \"ts\": 1, \"dur\": 1}]",

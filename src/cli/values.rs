@@ -37,9 +37,7 @@ const MAX_DURATION: Duration = Duration::from_secs(365 * 86400);
 pub fn parse_pids(text: &str) -> Result<PidList, String> {
     let mut pids = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let pid: u32 = part
-            .parse()
-            .map_err(|_| format!("'{part}' is not a process id"))?;
+        let pid: u32 = part.parse().map_err(|_| not_a_pid(part))?;
         if pid == 0 {
             return Err("0 is not a process id".into());
         }
@@ -51,6 +49,23 @@ pub fn parse_pids(text: &str) -> Result<PidList, String> {
         return Err("give at least one process id".into());
     }
     Ok(PidList(pids))
+}
+
+/// What `--pid` says of a part that is not a number: a program's name is the usual slip, so it says
+/// how to find that program's process ids.
+fn not_a_pid(part: &str) -> String {
+    let looks_like_a_name = part.starts_with(|c: char| c.is_ascii_alphabetic())
+        && part
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c));
+    if looks_like_a_name {
+        format!(
+            "'{part}' is not a process id; `pgrep -af {part}` lists the processes of that name \
+             with their ids"
+        )
+    } else {
+        format!("'{part}' is not a process id")
+    }
 }
 
 /// Parses `--rate`: a number of Hz, with an optional `hz` or `khz` unit, between `MIN_RATE_HZ` and
@@ -230,5 +245,16 @@ mod tests {
         assert!(parse_pids("12a").is_err());
         assert!(parse_pids(",").is_err());
         assert!(parse_pids("0").is_err());
+    }
+
+    #[test]
+    fn a_program_name_given_as_pid_is_told_how_to_find_its_ids() {
+        let error = parse_pids("python3").unwrap_err();
+        assert!(error.contains("`pgrep -af python3`"), "{error}");
+        // What cannot be a program's name gets no such advice.
+        for bad in ["12a", "-5", "$(x)"] {
+            let error = parse_pids(bad).unwrap_err();
+            assert!(!error.contains("pgrep"), "{bad}: {error}");
+        }
     }
 }

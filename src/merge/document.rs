@@ -69,6 +69,18 @@ where
         return Err(bad("the file is empty".into()));
     }
     let mut reader = BufReader::new(file);
+    if reader
+        .fill_buf()
+        .map_err(|e| bad(e.to_string()))?
+        .starts_with(&crate::stream::MAGIC)
+    {
+        // The other file a recording leaves: its samples, which only `replay` turns into slices.
+        return Err(bad(format!(
+            "a sample stream saved by --save-samples, not a trace; `gilsample replay {} -o trace.json` \
+             writes the trace it holds",
+            path.display()
+        )));
+    }
     // A UTF-8 byte-order mark (some Windows editors write one) is not JSON: passed over.
     if reader
         .fill_buf()

@@ -80,6 +80,9 @@ pub struct InputReport {
     pub last_ns: Option<i128>,
     /// For a profiler input: whether its time range meets the GIL traces' (None without GIL traces).
     pub overlaps_gil: Option<bool>,
+    /// Where it does not: how far it lies from them, nanoseconds, after them (positive: from their
+    /// last end to its first event) or before them (negative: from its last end to their first).
+    pub gil_gap_ns: Option<i128>,
 }
 
 /// What `merge` wrote: the output and how each input was placed on it.
@@ -298,6 +301,7 @@ fn plan(inputs: &[PathBuf], probes: &[Probe], opts: &MergeOptions) -> Vec<InputR
                 first_ns: probe.first_ns.map(|t| t + shift_ns),
                 last_ns: probe.last_ns.map(|t| t + shift_ns),
                 overlaps_gil: None,
+                gil_gap_ns: None,
             }
         })
         .collect();
@@ -316,9 +320,28 @@ fn plan(inputs: &[PathBuf], probes: &[Probe], opts: &MergeOptions) -> Vec<InputR
                 ),
                 _ => None,
             };
+            if report.overlaps_gil == Some(false) {
+                report.gil_gap_ns = gap_to(&gil_ranges, report.first_ns, report.last_ns);
+            }
         }
     }
     reports
+}
+
+/// How far a range that meets none of `gil_ranges` lies from all of them: positive when it starts
+/// after their last end, negative when it ends before their first start (None when it lies between
+/// two of them: no one shift is the answer).
+fn gap_to(gil_ranges: &[(i128, i128)], first: Option<i128>, last: Option<i128>) -> Option<i128> {
+    let (first, last) = (first?, last?);
+    let gil_first = gil_ranges.iter().map(|r| r.0).min()?;
+    let gil_last = gil_ranges.iter().map(|r| r.1).max()?;
+    if first > gil_last {
+        Some(first - gil_last)
+    } else if last < gil_first {
+        Some(last - gil_first)
+    } else {
+        None
+    }
 }
 
 /// A process id no input uses: numbers move up by multiples of 10,000,000 (above any Linux pid, so

@@ -228,7 +228,8 @@ pub fn run(
             })
             .map_err(|e| Error::io("starting the view's thread", e))?
     };
-    let mut on_update = |update: Update<'_>| match update {
+    let mut on_update = |update: Update<'_>| {
+        match update {
         Update::Started { pid, python, .. } => {
             live.note_python(pid, &python);
             console.say(format!("watching process {pid} (Python {python})"));
@@ -241,7 +242,7 @@ pub fn run(
             "process {pid} runs {program}, not Python: watching the Python processes it starts"
         )),
         Update::CommandStopped { pid, how } => console.say(format!(
-            "the recording failed, so the launched command (pid {pid}) was stopped: {}",
+            "the recording failed (the error follows), so the launched command (pid {pid}) was stopped: {}",
             how.describe()
         )),
         Update::WaitingForPython { pid, program, why } => {
@@ -256,6 +257,7 @@ pub fn run(
             nodes_here,
         } => console.say(waiting::for_devices(kind, duration, nodes_here)),
         Update::Ready | Update::PassedOver { .. } | Update::Progress(_) => {}
+    }
     };
     let report = record(&opts, stop.clone(), &mut on_update);
     let quit = stop.load(Ordering::SeqCst);

@@ -434,7 +434,16 @@ fn interrupted_recordings_partial_files_are_read_and_the_unreadable_named() {
         stdout.contains(&format!("trace: {shown} (an interrupted recording)")),
         "{stdout}"
     );
-    assert!(stdout.contains("spinner-0 waited"), "{stdout}");
+    // Read whole: the same answer as the finished file's (what the threads did under this
+    // machine's load is not the point).
+    let (_, finished, _) = report_text(recorded.path());
+    let without_trace_line = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with("trace: "))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(without_trace_line(&stdout), without_trace_line(&finished));
     // One cut off in the middle (a full disk): read up to its last complete event.
     let cut = tempfile::tempdir().unwrap();
     std::fs::write(cut.path().join(&partial_name), &bytes[..bytes.len() / 2]).unwrap();

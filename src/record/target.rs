@@ -426,8 +426,8 @@ fn unfinished(
         for (tid, name) in &sampler.thread_names {
             trace.names.entry(*tid).or_insert_with(|| name.clone());
         }
-        trace.rank = Some(process.rank);
-        trace.host = process.host.clone();
+        trace.facts.rank = Some(process.rank);
+        trace.facts.host = process.host.clone();
         let mut answer = analyze(&trace);
         answer.file = partial.display().to_string();
         Some(answer)

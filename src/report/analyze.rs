@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::report::hold_code::{HeldIn, HoldKey, HoldTime, hold_key, places};
 use crate::report::load::{ProcessTrace, Slice, SliceKind};
-use crate::report::other_data::RecordingId;
+use crate::report::other_data::RecordingFacts;
 use crate::report::slice_index::SliceIndex;
 
 /// The answer for one process; the shape of `gilsample report --json` (docs/report-json.md).
@@ -18,10 +18,10 @@ use crate::report::slice_index::SliceIndex;
 pub struct ProcessAnswer {
     /// The process's pid as its trace names it.
     pub pid: u32,
-    /// Its rank in a distributed job, where the trace says it.
-    pub rank: Option<u32>,
-    /// The host it ran on, where the trace says it.
-    pub host: Option<String>,
+    /// What its trace says of the recording: rank and host (in the JSON), and what decides how
+    /// the answer is counted and said (which recording, the rate asked, a stopped process).
+    #[serde(flatten)]
+    pub facts: RecordingFacts,
     /// The trace file the answer is of.
     pub file: String,
     /// Seconds the answer covers: the recording's window, else from the first slice to the last.
@@ -37,19 +37,6 @@ pub struct ProcessAnswer {
     pub waiting_with_gil_free_share: Option<f64>,
     /// Sorted by `wait_s`, largest first.
     pub threads: Vec<ThreadAnswer>,
-    /// Which recording this is, where the trace says: the same process given twice (its own file
-    /// and a merged one) is counted once.
-    #[serde(skip)]
-    pub recording: Option<RecordingId>,
-    /// Read from a merged file; the recording's own file, where given too, is the one counted.
-    #[serde(skip)]
-    pub from_merge: bool,
-    /// The sampling rate the recording asked for, where the trace says.
-    #[serde(skip)]
-    pub rate_requested_hz: Option<f64>,
-    /// When the process was found stopped (SIGSTOP, a debugger): "at the start", ...
-    #[serde(skip)]
-    pub stopped: Option<String>,
 }
 
 /// The answer for one thread (docs/report-json.md).
@@ -342,7 +329,7 @@ fn thread_answer(process: &ProcessTrace, tid: u32, acc: ThreadAcc) -> ThreadAnsw
 /// where the GIL was held.
 pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
     let slices = &process.slices;
-    let (window_start, window_end) = process.window_ns.unwrap_or_else(|| {
+    let (window_start, window_end) = process.facts.window_ns.unwrap_or_else(|| {
         let start = slices.iter().map(|s| s.start_ns).min().unwrap_or(0);
         let end = slices.iter().map(|s| s.end_ns).max().unwrap_or(0);
         (start, end)
@@ -371,16 +358,12 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         }
     };
     ProcessAnswer {
-        recording: process.recording.clone(),
-        from_merge: process.from_merge,
-        rate_requested_hz: process.rate_requested_hz,
-        stopped: process.stopped.clone(),
+        facts: process.facts.clone(),
         pid: process.pid,
-        rank: process.rank,
-        host: process.host.clone(),
         file: process.file.display().to_string(),
         window_s: seconds(window),
         switch_interval_ms: process
+            .facts
             .switch_interval_us
             .unwrap_or(crate::infer::native_call::DEFAULT_SWITCH_INTERVAL_US)
             as f64
@@ -388,6 +371,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         gil_busy_share: ratio(union_ns(slices, SliceKind::Hold)).min(1.0),
         mean_waiters: ratio(total_wait),
         waiting_with_gil_free_share: process
+            .facts
             .waiting_samples
             .filter(|&(all, _)| all > 0)
             .map(|(all, free)| free as f64 / all as f64),
@@ -414,7 +398,7 @@ mod tests {
     fn every_moment_of_a_wait_is_blamed_on_the_holder_of_that_moment() {
         let mut process = ProcessTrace::default();
         process.pid = 1;
-        process.window_ns = Some((0, 100_000_000));
+        process.facts.window_ns = Some((0, 100_000_000));
         process.names.insert(2, "prefetch-0".into());
         process.names.insert(3, "prefetch-1".into());
         process.labels.push("parse (p.py:4)".into());
@@ -439,13 +423,13 @@ mod tests {
             answer.waiting_with_gil_free_share, None,
             "the trace does not say"
         );
-        process.waiting_samples = Some((0, 0));
+        process.facts.waiting_samples = Some((0, 0));
         assert_eq!(
             analyze(&process).waiting_with_gil_free_share,
             None,
             "no wait seen"
         );
-        process.waiting_samples = Some((8, 2));
+        process.facts.waiting_samples = Some((8, 2));
         assert_eq!(analyze(&process).waiting_with_gil_free_share, Some(0.25));
         assert_eq!(
             answer.threads[0].tid, 1,

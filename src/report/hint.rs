@@ -23,7 +23,7 @@ const LEAD_RATIO: f64 = 1.5;
 /// The hint for process `p`; `None` when nothing stands out. A process found stopped at the
 /// recording's end is said to be stopped instead; one stopped only at its start, before the rest.
 pub fn hint(p: &ProcessAnswer) -> Option<String> {
-    match p.stopped.as_deref() {
+    match p.facts.stopped.as_deref() {
         None => gil_hint(p),
         Some("at the start") => Some(match gil_hint(p) {
             Some(rest) => format!("{} Then: {rest}", stopped_at_the_start()),
@@ -56,6 +56,7 @@ fn gil_hint(p: &ProcessAnswer) -> Option<String> {
         return None;
     }
     if let Some(hz) = p
+        .facts
         .rate_requested_hz
         .filter(|hz| 1000.0 / hz > p.switch_interval_ms)
     {
@@ -121,9 +122,9 @@ fn stopped_at_the_start() -> String {
 /// The process was stopped: its waits are the stop's, not the GIL's. The pid and host are the
 /// recording's own (a merged trace renumbers pids that collide).
 fn stopped(when: &str, p: &ProcessAnswer) -> String {
-    let (pid, host) = match &p.recording {
+    let (pid, host) = match &p.facts.recording {
         Some(r) => (r.pid, r.host.as_deref()),
-        None => (p.pid, p.host.as_deref()),
+        None => (p.pid, p.facts.host.as_deref()),
     };
     let on_host = host.map(|h| format!(" on {h}")).unwrap_or_default();
     format!(
@@ -288,13 +289,8 @@ mod tests {
             })
             .collect();
         ProcessAnswer {
-            recording: None,
-            from_merge: false,
-            rate_requested_hz: None,
-            stopped: None,
+            facts: Default::default(),
             pid: 1,
-            rank: None,
-            host: None,
             file: "t.json".into(),
             window_s: 10.0,
             switch_interval_ms: 5.0,
@@ -344,7 +340,7 @@ mod tests {
     fn samples_further_apart_than_the_switch_interval_say_so_instead_of_a_kind() {
         let code = [held_in("spin (w.py:65)", 1.0, true)];
         let mut slow = waiting_for(&[0.9], &code);
-        slow.rate_requested_hz = Some(10.0);
+        slow.facts.rate_requested_hz = Some(10.0);
         let said = hint(&slow).unwrap();
         assert!(
             said.starts_with(
@@ -355,18 +351,18 @@ mod tests {
         );
         assert!(!said.contains("release the GIL inside it"), "{said}");
         // One sample per interval or more: the kind is said.
-        slow.rate_requested_hz = Some(200.0);
+        slow.facts.rate_requested_hz = Some(200.0);
         assert!(hint(&slow).unwrap().contains("one native call in spin"));
         // A short switch interval asks for a rate that has five samples in it.
         slow.switch_interval_ms = 0.5;
-        slow.rate_requested_hz = Some(1000.0);
+        slow.facts.rate_requested_hz = Some(1000.0);
         assert!(
             hint(&slow)
                 .unwrap()
                 .contains("record at --rate 10khz or more")
         );
         slow.switch_interval_ms = 0.005;
-        slow.rate_requested_hz = Some(10_000.0);
+        slow.facts.rate_requested_hz = Some(10_000.0);
         assert!(
             hint(&slow)
                 .unwrap()
@@ -378,7 +374,7 @@ mod tests {
     fn a_stopped_process_is_said_instead_of_the_code_that_held() {
         let code = [held_in("spin (w.py:65)", 1.0, true)];
         let mut stopped = waiting_for(&[0.9], &code);
-        stopped.stopped = Some("at the start and at the end".into());
+        stopped.facts.stopped = Some("at the start and at the end".into());
         let said = hint(&stopped).unwrap();
         assert!(
             said.starts_with(
@@ -388,14 +384,14 @@ mod tests {
         );
         assert!(!said.contains("native call"), "{said}");
         // Its own pid and host in a merged trace, which renumbered it.
-        stopped.recording = Some(crate::report::other_data::RecordingId {
+        stopped.facts.recording = Some(crate::report::other_data::RecordingId {
             pid: 7,
             host: Some("node1".into()),
             start_monotonic_ns: 0,
         });
         assert!(hint(&stopped).unwrap().contains("kill -CONT 7 on node1,"));
         // Stopped only when it began: said first, then what the GIL shows.
-        stopped.stopped = Some("at the start".into());
+        stopped.facts.stopped = Some("at the start".into());
         let said = hint(&stopped).unwrap();
         assert!(
             said.starts_with("the process was stopped when the recording began")

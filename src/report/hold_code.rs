@@ -71,7 +71,7 @@ pub fn hold_key(process: &ProcessTrace, takes: &SliceIndex<'_>, hold: &Slice) ->
     let native = match hold.held {
         Held::NativeCall(call) => Some(call),
         Held::PythonCode => None,
-        Held::Unsaid if process.holds_judged => None,
+        Held::Unsaid if process.facts.holds_judged => None,
         Held::Unsaid => judged_from_waits(process, takes, hold).then_some(u32::MAX),
     };
     HoldKey {
@@ -94,13 +94,17 @@ fn judged_from_waits(process: &ProcessTrace, takes: &SliceIndex<'_>, hold: &Slic
         return false;
     };
     let interval_us = process
+        .facts
         .switch_interval_us
         .unwrap_or(DEFAULT_SWITCH_INTERVAL_US);
     is_native_call(&HoldEvidence {
         waited_ns: u64::try_from(hold.end_ns - since.max(hold.start_ns)).unwrap_or(0),
         interval_ns: interval_us * 1000,
         frames: None,
-        period_ns: process.rate_requested_hz.map_or(0, |hz| (1e9 / hz) as u64),
+        period_ns: process
+            .facts
+            .rate_requested_hz
+            .map_or(0, |hz| (1e9 / hz) as u64),
     })
 }
 
@@ -294,10 +298,10 @@ mod tests {
         let short = hold_key(&process, &takes, &process.slices[2]);
         assert_eq!(short.native, None, "40 ms: 8 intervals");
         // The same trace with an 8 ms interval: 70 ms is under ten of them.
-        process.switch_interval_us = Some(8000);
+        process.facts.switch_interval_us = Some(8000);
         assert_eq!(hold_key(&process, &takes, &process.slices[0]).native, None);
-        process.switch_interval_us = None;
-        process.holds_judged = true;
+        process.facts.switch_interval_us = None;
+        process.facts.holds_judged = true;
         assert_eq!(hold_key(&process, &takes, &process.slices[0]).native, None);
         let mut said = process.slices[0];
         said.held = Held::NativeCall(0);

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::decimal::parse_micros;
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, for_each_event_to_cut};
-use crate::report::other_data::{self, ProcessFacts, RecordingId};
+use crate::report::other_data::{self, ProcessFacts, RecordingFacts};
 
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,23 +98,8 @@ pub struct ProcessTrace {
     pub file: PathBuf,
     /// The process's pid as the trace names it.
     pub pid: u32,
-    /// Its rank in a distributed job, where the trace says it.
-    pub rank: Option<u32>,
-    /// The host it ran on, where the trace says it.
-    pub host: Option<String>,
-    /// The recording's window, when the trace says it (gilsample's `otherData`).
-    pub window_ns: Option<(i128, i128)>,
-    /// Which recording this is, where gilsample's `otherData` says (a merged file's too).
-    pub recording: Option<RecordingId>,
-    /// Read from a merged file: a copy of a recording that may be given in its own file too.
-    pub from_merge: bool,
-    /// The sampling rate the recording asked for (gilsample's `otherData`).
-    pub rate_requested_hz: Option<f64>,
-    /// When the process was found stopped (gilsample's `otherData.process_stopped`).
-    pub stopped: Option<String>,
-    /// Threads found waiting, summed over the samples, and of those the ones at samples that found
-    /// the GIL free (gilsample's `otherData`; `None` for other traces).
-    pub waiting_samples: Option<(u64, u64)>,
+    /// What the trace's `otherData` says of the recording (gilsample's; default for other traces).
+    pub facts: RecordingFacts,
     /// Thread names, by tid.
     pub names: BTreeMap<u32, String>,
     /// Every slice of the process, sorted by start.
@@ -125,29 +110,14 @@ pub struct ProcessTrace {
     /// Interned native calls of `Held::NativeCall`.
     pub calls: Vec<NativeCall>,
     call_index: HashMap<NativeCall, u32>,
-    /// The switch interval the trace recorded (gilsample's `otherData.switch_interval_us`).
-    pub switch_interval_us: Option<u64>,
-    /// The recording judged every hold's kind (a gilsample trace that records its switch interval):
-    /// a hold whose args do not say is Python code.
-    pub holds_judged: bool,
 }
 
 impl ProcessTrace {
     /// What the trace's `otherData` says of this process (other_data.rs); a window only where
     /// it gives one.
-    fn take_facts(&mut self, facts: ProcessFacts) {
-        self.rank = facts.rank;
-        self.host = facts.host;
-        self.holds_judged = facts.holds_judged;
-        self.switch_interval_us = facts.switch_interval_us;
-        self.waiting_samples = facts.waiting_samples;
-        self.recording = facts.recording;
-        self.from_merge = facts.from_merge;
-        self.rate_requested_hz = facts.rate_requested_hz;
-        self.stopped = facts.stopped;
-        if facts.window_ns.is_some() {
-            self.window_ns = facts.window_ns;
-        }
+    fn take_facts(&mut self, facts: RecordingFacts) {
+        let window_ns = facts.window_ns.or(self.facts.window_ns);
+        self.facts = RecordingFacts { window_ns, ..facts };
     }
 
     fn label(&mut self, text: &str) -> u32 {
@@ -197,22 +167,13 @@ impl ProcessTrace {
         ProcessTrace {
             file: self.file.clone(),
             pid: self.pid,
-            rank: self.rank,
-            host: self.host.clone(),
-            window_ns: self.window_ns,
-            recording: self.recording.clone(),
-            from_merge: self.from_merge,
-            rate_requested_hz: self.rate_requested_hz,
-            stopped: self.stopped.clone(),
-            waiting_samples: self.waiting_samples,
+            facts: self.facts.clone(),
             names: self.names.clone(),
             slices: Vec::new(),
             labels: self.labels.clone(),
             label_index: self.label_index.clone(),
             calls: self.calls.clone(),
             call_index: self.call_index.clone(),
-            holds_judged: self.holds_judged,
-            switch_interval_us: self.switch_interval_us,
         }
     }
 
@@ -290,9 +251,9 @@ fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Opt
             why: "no take_gil, hold_gil or drop_gil events: not a GIL trace".into(),
         });
     }
-    for facts in other.map(other_data::facts).unwrap_or_default() {
+    for ProcessFacts { pid, facts } in other.map(other_data::facts).unwrap_or_default() {
         // Another process's metadata says nothing about this file's.
-        if let Some(process) = processes.get_mut(&facts.pid) {
+        if let Some(process) = processes.get_mut(&pid) {
             process.take_facts(facts);
         }
     }

@@ -189,7 +189,7 @@ fn count_once(
     mut read: Vec<(PathBuf, ProcessAnswer)>,
     skipped: &mut Vec<(PathBuf, String)>,
 ) -> Vec<ProcessAnswer> {
-    read.sort_by_key(|(_, answer)| answer.from_merge);
+    read.sort_by_key(|(_, answer)| answer.facts.from_merge);
     let mut seen: HashMap<SameProcess, PathBuf> = HashMap::new();
     let mut processes = Vec::new();
     for (path, answer) in read {
@@ -223,12 +223,12 @@ enum SameProcess {
 
 impl SameProcess {
     fn of(answer: &ProcessAnswer) -> SameProcess {
-        match &answer.recording {
+        match &answer.facts.recording {
             Some(id) => SameProcess::Recording(id.clone()),
             None => SameProcess::Shape(
                 answer.pid,
-                answer.rank,
-                answer.host.clone(),
+                answer.facts.rank,
+                answer.facts.host.clone(),
                 (answer.window_s * 1e6).round() as i64,
                 answer.threads.len(),
             ),

@@ -1,28 +1,52 @@
 //! What a trace's `otherData` says about its processes: gilsample's pid, rank, host, the
 //! recording's window and how its holds were judged (load.rs puts it into each `ProcessTrace`).
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
-/// What `otherData` says of one process.
+/// What `otherData` says of one process: its pid there, and what it says of the recording.
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct ProcessFacts {
     pub pid: u32,
+    pub facts: RecordingFacts,
+}
+
+/// What a gilsample trace's `otherData` says of the recording of one process, beside its events:
+/// kept whole from the file to the answer (`ProcessTrace::facts`, `ProcessAnswer::facts`). Only
+/// rank and host are in `report --json`; the rest decides how the answer is read and said.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RecordingFacts {
+    /// Its rank in a distributed job, where the trace says it.
     pub rank: Option<u32>,
+    /// The host it ran on, where the trace says it.
     pub host: Option<String>,
-    /// Written by the gilsample versions that judge each hold.
+    /// Written by the gilsample versions that judge each hold: a hold whose args do not say is
+    /// Python code.
+    #[serde(skip)]
     pub holds_judged: bool,
+    /// The switch interval the trace recorded (`switch_interval_us`).
+    #[serde(skip)]
     pub switch_interval_us: Option<u64>,
-    /// Samples that found threads waiting, and of those the ones with the GIL free.
+    /// Threads found waiting, summed over the samples, and of those the ones at samples that
+    /// found the GIL free.
+    #[serde(skip)]
     pub waiting_samples: Option<(u64, u64)>,
-    /// The recording's window on the trace clock.
+    /// The recording's window on the trace clock (a live view's, for `top`).
+    #[serde(skip)]
     pub window_ns: Option<(i128, i128)>,
-    /// Which recording this is, the same in its own file and in a merged file that holds it.
+    /// Which recording this is, the same in its own file and in a merged file that holds it: the
+    /// same process given twice is counted once.
+    #[serde(skip)]
     pub recording: Option<RecordingId>,
-    /// Read from a merged file's `merge.inputs`: a copy of the recording, on the merge's clock.
+    /// Read from a merged file's `merge.inputs`: a copy of the recording, on the merge's clock;
+    /// the recording's own file, where given too, is the one counted.
+    #[serde(skip)]
     pub from_merge: bool,
     /// The sampling rate the recording asked for.
+    #[serde(skip)]
     pub rate_requested_hz: Option<f64>,
     /// When the process was found stopped (`process_stopped`: "at the start", ...).
+    #[serde(skip)]
     pub stopped: Option<String>,
 }
 
@@ -50,7 +74,7 @@ pub(super) fn facts(other: &Map<String, Value>) -> Vec<ProcessFacts> {
     let merged = inputs.into_iter().flatten().filter_map(|input| {
         let mut facts = facts_of(input.get("otherData")?.as_object()?, false)?;
         facts.pid = renumbered(input, facts.pid).unwrap_or(facts.pid);
-        facts.from_merge = true;
+        facts.facts.from_merge = true;
         Some(facts)
     });
     facts_of(other, true).into_iter().chain(merged).collect()
@@ -90,41 +114,43 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
     };
     Some(ProcessFacts {
         pid,
-        rank: other
-            .get("rank")
-            .and_then(Value::as_u64)
-            .and_then(|r| u32::try_from(r).ok()),
-        host: host.clone(),
-        // Null where the layout has no interval: the holds were judged against the default.
-        holds_judged: other.contains_key("switch_interval_us"),
-        switch_interval_us: other
-            .get("switch_interval_us")
-            .and_then(Value::as_u64)
-            .filter(|&us| us > 0),
-        waiting_samples: other
-            .get("waiting_samples")
-            .and_then(Value::as_u64)
-            .zip(
-                other
-                    .get("waiting_samples_gil_free")
-                    .and_then(Value::as_u64),
-            )
-            .filter(|(all, free)| free <= all),
-        window_ns,
-        recording: other
-            .get("recording_start_monotonic_ns")
-            .and_then(Value::as_i64)
-            .map(|start_monotonic_ns| RecordingId {
-                pid,
-                host,
-                start_monotonic_ns,
-            }),
-        from_merge: false,
-        rate_requested_hz: other
-            .get("rate_requested_hz")
-            .and_then(Value::as_f64)
-            .filter(|&hz| hz > 0.0),
-        stopped: text("process_stopped"),
+        facts: RecordingFacts {
+            rank: other
+                .get("rank")
+                .and_then(Value::as_u64)
+                .and_then(|r| u32::try_from(r).ok()),
+            host: host.clone(),
+            // Null where the layout has no interval: the holds were judged against the default.
+            holds_judged: other.contains_key("switch_interval_us"),
+            switch_interval_us: other
+                .get("switch_interval_us")
+                .and_then(Value::as_u64)
+                .filter(|&us| us > 0),
+            waiting_samples: other
+                .get("waiting_samples")
+                .and_then(Value::as_u64)
+                .zip(
+                    other
+                        .get("waiting_samples_gil_free")
+                        .and_then(Value::as_u64),
+                )
+                .filter(|(all, free)| free <= all),
+            window_ns,
+            recording: other
+                .get("recording_start_monotonic_ns")
+                .and_then(Value::as_i64)
+                .map(|start_monotonic_ns| RecordingId {
+                    pid,
+                    host,
+                    start_monotonic_ns,
+                }),
+            from_merge: false,
+            rate_requested_hz: other
+                .get("rate_requested_hz")
+                .and_then(Value::as_f64)
+                .filter(|&hz| hz > 0.0),
+            stopped: text("process_stopped"),
+        },
     })
 }
 
@@ -137,14 +163,14 @@ mod tests {
     fn the_waiting_counts_are_taken_only_when_both_are_there_and_agree() {
         let read = |other: Value| facts_of(other.as_object().unwrap(), true).unwrap();
         let both = json!({"pid": 7, "waiting_samples": 10, "waiting_samples_gil_free": 4});
-        assert_eq!(read(both).waiting_samples, Some((10, 4)));
+        assert_eq!(read(both).facts.waiting_samples, Some((10, 4)));
         let one = json!({"pid": 7, "waiting_samples": 10});
-        assert_eq!(read(one).waiting_samples, None);
+        assert_eq!(read(one).facts.waiting_samples, None);
         let more_free_than_all =
             json!({"pid": 7, "waiting_samples": 3, "waiting_samples_gil_free": 4});
-        assert_eq!(read(more_free_than_all).waiting_samples, None);
+        assert_eq!(read(more_free_than_all).facts.waiting_samples, None);
         let negative = json!({"pid": 7, "waiting_samples": -3, "waiting_samples_gil_free": 0});
-        assert_eq!(read(negative).waiting_samples, None);
+        assert_eq!(read(negative).facts.waiting_samples, None);
         // Without a pid it says nothing of any process.
         let no_pid = json!({"waiting_samples": 10, "waiting_samples_gil_free": 4});
         assert_eq!(facts_of(no_pid.as_object().unwrap(), true), None);
@@ -158,8 +184,10 @@ mod tests {
             {"otherData": node(1), "renumbered_pids": [{"from": 7, "to": 10000007}]},
         ]}});
         let facts = facts(merged.as_object().unwrap());
-        let by_pid: Vec<(u32, Option<&str>)> =
-            facts.iter().map(|f| (f.pid, f.host.as_deref())).collect();
+        let by_pid: Vec<(u32, Option<&str>)> = facts
+            .iter()
+            .map(|f| (f.pid, f.facts.host.as_deref()))
+            .collect();
         assert_eq!(by_pid, [(7, Some("node0")), (10000007, Some("node1"))]);
     }
 
@@ -171,14 +199,15 @@ mod tests {
         assert_eq!(
             facts_of(recording.as_object().unwrap(), true)
                 .unwrap()
+                .facts
                 .window_ns,
             Some((15, 25))
         );
         let merged = json!({"merge": {"inputs": [{"otherData": recording}, {"kind": "torch"}]}});
         let facts = facts(merged.as_object().unwrap());
         assert_eq!(facts.len(), 1);
-        let (rank, host) = (facts[0].rank, facts[0].host.as_deref());
+        let (rank, host) = (facts[0].facts.rank, facts[0].facts.host.as_deref());
         assert_eq!((facts[0].pid, rank, host), (7, Some(3), Some("vm")));
-        assert_eq!(facts[0].window_ns, None);
+        assert_eq!(facts[0].facts.window_ns, None);
     }
 }

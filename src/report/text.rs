@@ -32,10 +32,10 @@ fn thousands(n: u64) -> String {
 pub fn headline(p: &ProcessAnswer) -> String {
     let mut whose = format!("process {}", p.pid);
     let mut facts = Vec::new();
-    if let Some(rank) = p.rank {
+    if let Some(rank) = p.facts.rank {
         facts.push(format!("rank {rank}"));
     }
-    if let Some(host) = &p.host {
+    if let Some(host) = &p.facts.host {
         facts.push(format!("host {host}"));
     }
     if !facts.is_empty() {
@@ -189,8 +189,12 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
             "  {:>8.2} thread-s waiting  process {}{}{}{}",
             total_wait_s(p),
             p.pid,
-            p.rank.map(|r| format!(" rank {r}")).unwrap_or_default(),
-            p.host
+            p.facts
+                .rank
+                .map(|r| format!(" rank {r}"))
+                .unwrap_or_default(),
+            p.facts
+                .host
                 .as_ref()
                 .map(|h| format!(" host {h}"))
                 .unwrap_or_default(),
@@ -250,13 +254,8 @@ mod tests {
 
     fn process(blocked_others_waited_s: f64) -> ProcessAnswer {
         ProcessAnswer {
-            recording: None,
-            from_merge: false,
-            rate_requested_hz: None,
-            stopped: None,
+            facts: Default::default(),
             pid: 1,
-            rank: None,
-            host: None,
             file: "t.json".into(),
             window_s: 3.0,
             switch_interval_ms: 5.0,

@@ -82,8 +82,8 @@ impl Live {
         let mut processes = self.lock();
         let process = processes.entry(pid).or_default();
         process.trace.pid = pid;
-        process.trace.rank = Some(rank);
-        process.trace.host = crate::record::host_name();
+        process.trace.facts.rank = Some(rank);
+        process.trace.facts.host = crate::record::host_name();
         process.rank = rank;
         process.command_line = command_line;
         Box::new(Tap {
@@ -165,7 +165,7 @@ impl LiveProcess {
             Span::SinceStart => first,
         };
         let mut view = self.trace.without_slices();
-        view.window_ns = Some((start, end));
+        view.facts.window_ns = Some((start, end));
         let inside = self
             .trace
             .slices

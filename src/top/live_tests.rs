@@ -40,7 +40,7 @@ fn a_window_is_its_slices_cut_at_its_edges_with_the_open_ones_so_far() {
     // Main waits from 600 on, still at 1000; the released part of a thread is never a slice.
     progress(&mut process, 1000, &[slice("take_gil", 1, 600, 1000)]);
     let last = process.window(Span::Last(500_000_000), None).unwrap();
-    assert_eq!(last.window_ns, Some((500_000_000, 1_000_000_000)));
+    assert_eq!(last.facts.window_ns, Some((500_000_000, 1_000_000_000)));
     use SliceKind::*;
     assert_eq!(
         spans(&last),
@@ -53,7 +53,7 @@ fn a_window_is_its_slices_cut_at_its_edges_with_the_open_ones_so_far() {
     );
     assert_eq!(last.names[&2], "worker");
     let since = process.window(Span::SinceStart, None).unwrap();
-    assert_eq!(since.window_ns, Some((0, 1_000_000_000)));
+    assert_eq!(since.facts.window_ns, Some((0, 1_000_000_000)));
     assert_eq!(since.slices.len(), 4);
     // Paused at 700: the same slices, as of then.
     let paused = process
@@ -122,7 +122,7 @@ fn past_the_slices_kept_the_oldest_go_and_since_the_start_says_from_when() {
     assert_eq!(process.trace.slices.len(), 7, "a quarter (2) let go");
     progress(&mut process, 100, &[]);
     let since = process.window(Span::SinceStart, None).unwrap();
-    assert_eq!(since.window_ns, Some((20_000_000, 100_000_000)));
+    assert_eq!(since.facts.window_ns, Some((20_000_000, 100_000_000)));
 }
 
 #[test]

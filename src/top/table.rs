@@ -281,13 +281,11 @@ mod tests {
 
     fn answer(threads: Vec<ThreadAnswer>) -> ProcessAnswer {
         ProcessAnswer {
-            recording: None,
-            from_merge: false,
-            rate_requested_hz: None,
-            stopped: None,
+            facts: crate::report::other_data::RecordingFacts {
+                rank: Some(0),
+                ..Default::default()
+            },
             pid: 1,
-            rank: Some(0),
-            host: None,
             file: String::new(),
             window_s: 2.0,
             switch_interval_ms: 5.0,

@@ -466,7 +466,16 @@ fn wait_for_command(command: &mut Launched, quiet: bool) -> Result<i32> {
              gilsample waits for it and exits with its status. To stop it: Ctrl+C, or kill {pid}"
         );
     }
-    command.wait()
+    let status = command.wait()?;
+    // Said where it failed: gilsample's status is then the command's, whose numbers are not
+    // gilsample's own (README, "Exit status").
+    if status != exit::OK && !quiet {
+        eprintln!(
+            "gilsample: the command (pid {}) exited with status {status}; gilsample exits with it",
+            command.pid()
+        );
+    }
+    Ok(status)
 }
 
 /// A search for accelerator users that found none also shows the commands a new user needs most:

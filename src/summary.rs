@@ -245,9 +245,9 @@ pub fn low_rate_warning(achieved_hz: f64, requested_hz: f64, seconds: f64) -> Op
     if seconds < SHORT_RECORDING_S {
         return Some(format!(
             "note: the sampler reached {achieved_hz:.0} Hz of the {requested_hz:.0} Hz asked ({:.0}%) in \
-             this {seconds:.1} s recording, too short for the rate to say much (a launched program \
-             changes its memory map while it starts, which holds up reads); --verbose counts the \
-             late ticks and stalled reads",
+             this {seconds:.1} s recording, too short for the rate to say much (its start weighs most: \
+             the first walk of the threads, and in a program just started its changing memory map, \
+             hold up the first reads); --verbose counts the late ticks and stalled reads",
             100.0 * achieved_hz / requested_hz
         ));
     }

@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use common::{
     KilledOnDrop, Recording, Trace, Workload, gilsample, interpreter, ready_pid, sid_root,
 };
-use gilsample::error::exit::NO_SUCH_PROCESS;
+use gilsample::error::exit::{FAILURE, NO_SUCH_PROCESS};
 
 /// Discovery sees every process on the machine: the device tests must not see each other's nodes.
 static DEVICES: Mutex<()> = Mutex::new(());
@@ -132,6 +132,39 @@ fn top_watches_the_python_users_of_the_gpu() {
         table.lines().any(|l| l.starts_with("spinner-0 ")),
         "{table}"
     );
+}
+
+/// A pid list with one process that cannot be recorded says so as the others start, not only in
+/// the summary at the end.
+#[test]
+fn a_pid_of_the_list_that_cannot_be_recorded_is_said_at_once() {
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let mut exited = Command::new("true").spawn().unwrap();
+    let gone = exited.id();
+    exited.wait().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut recording = Recording::spawn(
+        gilsample()
+            .args(["--pid", &format!("{},{gone}", workload.pid), "-o"])
+            .arg(dir.path()),
+    );
+    let skipped = recording.wait_until("skipped", Some(gone));
+    assert!(
+        skipped["why"].as_str().unwrap().contains("does not exist"),
+        "{skipped}"
+    );
+    recording.wait_until_started(workload.pid);
+    recording.signal(Signal::SIGINT);
+    let (status, stderr) = recording.finish();
+    // One process of the list not recorded: the session's status says so.
+    assert_eq!(status.code(), Some(FAILURE), "{stderr}");
+    let said_first = stderr
+        .find(&format!("skipping process {gone}"))
+        .expect("said while recording");
+    let summary = stderr
+        .find(&format!("process {gone}: not recorded"))
+        .expect("said in the summary");
+    assert!(said_first < summary, "{stderr}");
 }
 
 #[test]

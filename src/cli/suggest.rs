@@ -14,7 +14,32 @@ use crate::cli::values::{parse_duration, parse_rate};
 pub fn suggestion_for_stray(args: &[String], stray: &str) -> Option<String> {
     unit_suggestion(args, stray)
         .or_else(|| pid_suggestion(args, stray))
+        .or_else(|| subcommand_suggestion(args, stray))
         .or_else(|| launch_suggestion(args, stray))
+}
+
+/// `gilsample record --pid 1` for `gilsample recrod --pid 1`: the first word, a typing slip or two
+/// from one of gilsample's commands, is that command misspelt, not a program to launch.
+fn subcommand_suggestion(args: &[String], stray: &str) -> Option<String> {
+    if args.get(1).map(String::as_str) != Some(stray) {
+        return None;
+    }
+    let cli = Cli::command();
+    let (distance, name) = cli
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| (typing_slips(stray, c.get_name()), c.get_name().to_string()))
+        .min_by_key(|(distance, _)| *distance)?;
+    let allowed = if name.len() >= 6 { 2 } else { 1 };
+    if distance == 0 || distance > allowed {
+        return None;
+    }
+    let mut words = args[1..].to_vec();
+    words[0] = name.clone();
+    Some(format!(
+        "a command of a similar name exists, {name}: {}",
+        command_line(&words)
+    ))
 }
 
 /// The tip for `stray`, an option clap did not expect in `args`, where clap found no similar one
@@ -400,6 +425,23 @@ mod tests {
         assert_eq!(similar("gilsample --pid 1 -- python3 --pdi", "--pdi"), None);
         // Another command's option is not this one's.
         assert_eq!(similar("gilsample convert --pdi x", "--pdi"), None);
+    }
+
+    #[test]
+    fn a_misspelt_command_is_suggested_before_launching_it() {
+        let said = tip("gilsample recrod --pid 22005", "recrod").unwrap();
+        assert!(
+            said.contains("exists, record: gilsample record --pid 22005"),
+            "{said}"
+        );
+        let said = tip("gilsample reprot run.json", "reprot").unwrap();
+        assert!(said.contains("gilsample report run.json"), "{said}");
+        // A real program stays a command to launch.
+        let said = tip("gilsample python3 train.py", "python3").unwrap();
+        assert!(said.contains("gilsample -- python3 train.py"), "{said}");
+        // Only the first word can be a command.
+        let said = tip("gilsample --rate 1khz record", "record");
+        assert!(!said.is_some_and(|s| s.contains("similar name")));
     }
 
     #[test]

@@ -35,6 +35,10 @@ const MAX_DURATION: Duration = Duration::from_secs(365 * 86400);
 
 /// Parses `--pid`: comma-separated process ids, none of them 0.
 pub fn parse_pids(text: &str) -> Result<PidList, String> {
+    // `-pid 123` is `-p` given `id`, and `-pid=123` is `-p` given `id=123`.
+    if text == "id" || text.starts_with("id=") {
+        return Err("-pid is read as -p id: write --pid PID or -p PID".into());
+    }
     let mut pids = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let pid: u32 = part.parse().map_err(|_| not_a_pid(part))?;
@@ -249,6 +253,8 @@ mod tests {
 
     #[test]
     fn a_program_name_given_as_pid_is_told_how_to_find_its_ids() {
+        let error = parse_pids("id").unwrap_err();
+        assert!(error.contains("write --pid PID or -p PID"), "{error}");
         let error = parse_pids("python3").unwrap_err();
         assert!(error.contains("`pgrep -af python3`"), "{error}");
         // What cannot be a program's name gets no such advice.

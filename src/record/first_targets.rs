@@ -39,10 +39,10 @@ impl Session<'_> {
                             if pids.len() == 1 {
                                 return Err(e);
                             }
-                            self.failures.push((pid, e));
+                            self.fail_given(pid, e, progress);
                         }
                         Err(e) if pids.len() == 1 && !opts.subprocesses => return Err(e),
-                        Err(e) => self.failures.push((pid, e)),
+                        Err(e) => self.fail_given(pid, e, progress),
                     }
                 }
             }
@@ -87,6 +87,17 @@ impl Session<'_> {
             }
         }
         Ok(roots)
+    }
+
+    /// A process given among others that cannot be recorded: said now, as the others are recorded
+    /// (a typo in a list of pids should not wait for the end of the recording to be seen), and
+    /// again in the summary.
+    fn fail_given(&mut self, pid: u32, e: Error, progress: &mut dyn FnMut(Update<'_>)) {
+        progress(Update::Skipped {
+            pid,
+            why: &e.to_string(),
+        });
+        self.failures.push((pid, e));
     }
 
     /// An error where nothing was attached and nothing will be looked for later.

@@ -40,14 +40,22 @@ pub type Skipped = (PathBuf, String);
 /// symlink loop or a huge tree cannot run away.
 const MAX_DEPTH: usize = 16;
 
-/// Whether `path` is a recording's temporary file (`.GIL_<pid>_rank_<rank>.json.<gilsample's
-/// pid>.partial`, trace/output.rs): one left by an interrupted recording (a second Ctrl+C, a full
-/// disk), or one still being written.
+/// Whether `path` is a recording's temporary file (`.<final name>.<gilsample's pid>.partial`,
+/// trace/output.rs, for a final name ending in `.json`: `GIL_<pid>_rank_<rank>.json` in a directory,
+/// or the one file `-o` named): one left by an interrupted recording (a second Ctrl+C, a full disk),
+/// or one still being written.
 pub fn is_partial(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|name| {
-            name.starts_with(".GIL_") && name.contains(".json.") && name.ends_with(".partial")
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    name.strip_prefix('.')
+        .and_then(|n| n.strip_suffix(".partial"))
+        .and_then(|n| n.rsplit_once('.'))
+        .is_some_and(|(final_name, pid)| {
+            final_name.len() > ".json".len()
+                && final_name.ends_with(".json")
+                && !pid.is_empty()
+                && pid.bytes().all(|b| b.is_ascii_digit())
         })
 }
 
@@ -274,5 +282,31 @@ impl Report {
                 "file": path.display().to_string(), "how": how,
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_temporary_files_of_every_json_output_are_partial_files() {
+        for name in [
+            ".GIL_7_rank_0.json.4242.partial",
+            ".one.json.4242.partial",
+            ".run 2.json.1.partial",
+        ] {
+            assert!(is_partial(Path::new(name)), "{name}");
+        }
+        for name in [
+            "GIL_7_rank_0.json",
+            ".json.4242.partial",
+            ".one.json.partial",
+            ".one.json.42x.partial",
+            ".one.txt.4242.partial",
+            "one.json.4242.partial",
+        ] {
+            assert!(!is_partial(Path::new(name)), "{name}");
+        }
     }
 }

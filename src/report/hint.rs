@@ -5,7 +5,7 @@
 //! keeps the GIL (docs/classification.md), or Python code.
 
 use crate::report::analyze::{Holder, NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
-use crate::report::hold_code::HeldIn;
+use crate::report::hold_code::{HeldIn, NO_STACK};
 use crate::report::phrases::{ms, pct, place};
 
 /// A holder blocked in a syscall is the hint only when others waited for it at least this share of
@@ -95,6 +95,10 @@ fn gil_hint(p: &ProcessAnswer) -> Option<String> {
     let whom = whom(top, &leaders);
     match code {
         Some(f) if f.native_call => Some(native_call_hint(p, &waited, &whom, &f)),
+        // Without the holder's stack, a hold judged from the waits alone (a short native call
+        // and Python code look alike there) says nothing of its code: no advice for the wrong one.
+        None => Some(format!("{waited}, {whom}. {NO_STACKS}")),
+        Some(f) if f.function == NO_STACK => Some(format!("{waited}, {whom}. {NO_STACKS}")),
         code => Some(format!(
             "{waited}, {whom}{}. Python code there keeps the GIL: make it cheaper, move it to \
              another process (multiprocessing, DataLoader workers), or into native code that \
@@ -111,6 +115,11 @@ fn gil_hint(p: &ProcessAnswer) -> Option<String> {
         )),
     }
 }
+
+/// What the hint says where the trace has no stacks (another tool's, `--no-stacks`).
+const NO_STACKS: &str = "The trace has no stacks of the holders, so what held the GIL, Python code \
+     or one native call, and where, is not told: record with gilsample, which reads them unless \
+     --no-stacks is given.";
 
 /// The process was stopped when the recording began and ran again before it ended.
 fn stopped_at_the_start() -> String {
@@ -162,17 +171,39 @@ fn too_slow_to_tell(p: &ProcessAnswer, hz: f64) -> String {
 
 /// One native call that keeps the GIL: how long at a time against the switch interval, and what helps.
 fn native_call_hint(p: &ProcessAnswer, waited: &str, whom: &str, f: &HeldIn) -> String {
+    // Code the user cannot change is not told to release the GIL inside.
+    let helps = if called_from_the_standard_library(f) {
+        "It is called from Python's standard library, whose C code does not let the GIL go \
+         there. What helps: call it on smaller pieces, use a library or an option that releases \
+         the GIL, or run it in another process (a process pool)."
+    } else {
+        "What helps: release the GIL inside it (Py_BEGIN_ALLOW_THREADS, py::gil_scoped_release, \
+         Cython's `with nogil`), call it on smaller pieces, use a library or an option that \
+         releases the GIL, or run it in another process."
+    };
     format!(
         "{waited}, {whom}, {}: native code that keeps the GIL for up to {} at a time (p99 {}) against \
          the {} switch interval, because it never reaches the point where the interpreter lets \
-         go. What helps: release the GIL inside it (Py_BEGIN_ALLOW_THREADS, \
-         py::gil_scoped_release, Cython's `with nogil`), call it on smaller pieces, use a library or \
-         an option that releases the GIL, or run it in another process.",
+         go. {helps}",
         place(f),
         ms(f.longest_ms),
         ms(f.p99_ms),
         ms(p.switch_interval_ms),
     )
+}
+
+/// Whether the call site is in the interpreter's own library (`.../lib/python3.X/json/encoder.py`),
+/// not in an installed package (`site-packages`, `dist-packages`) or the user's code.
+fn called_from_the_standard_library(f: &HeldIn) -> bool {
+    let Some(Some(site)) = &f.call_site else {
+        return false;
+    };
+    site.file.as_deref().is_some_and(|file| {
+        let mut parts = file.split('/').skip_while(|part| *part != "lib");
+        parts.next().is_some()
+            && parts.next().is_some_and(|dir| dir.starts_with("python3"))
+            && !file.contains("-packages/")
+    })
 }
 
 /// The holders a thread waited for that lead: the first, and any within `LEAD_RATIO` of it.
@@ -192,7 +223,8 @@ fn leaders(t: &ThreadAnswer) -> Vec<&Holder> {
         .collect()
 }
 
-/// "mostly for X (N% of its waiting)" when X clearly leads; else "spread over N holders, A–B% each".
+/// "mostly for X (N% of its waiting)" when X clearly leads; else "spread over N holders, A–B% each"
+/// ("N of its M holders" where others, further behind, were waited for too).
 fn whom(t: &ThreadAnswer, leaders: &[&Holder]) -> String {
     let shares: Vec<f64> = leaders.iter().map(|h| pct(h.s, t.wait_s)).collect();
     match leaders {
@@ -202,13 +234,21 @@ fn whom(t: &ThreadAnswer, leaders: &[&Holder]) -> String {
                 .iter()
                 .fold((f64::MAX, 0.0f64), |(lo, hi), &s| (lo.min(s), hi.max(s)));
             let (lo, hi) = (lo.round(), hi.round());
-            if lo == hi {
-                format!("spread over {} holders, {lo:.0}% each", leaders.len())
+            let holders = t
+                .waited_for
+                .iter()
+                // Those the summary's lines show (not at "0%").
+                .filter(|h| h.tid != NO_HOLDER_SEEN && pct(h.s, t.wait_s) >= 1.0)
+                .count();
+            let count = if holders > leaders.len() {
+                format!("{} of its {holders}", leaders.len())
             } else {
-                format!(
-                    "spread over {} holders, {lo:.0}–{hi:.0}% each",
-                    leaders.len()
-                )
+                leaders.len().to_string()
+            };
+            if lo == hi {
+                format!("spread over {count} holders, {lo:.0}% each")
+            } else {
+                format!("spread over {count} holders, {lo:.0}–{hi:.0}% each")
             }
         }
     }
@@ -334,6 +374,52 @@ mod tests {
             assert!(said.contains(help), "{help}: {said}");
         }
         assert!(!said.contains("Python code"), "{said}");
+        assert!(!said.contains("standard library"), "{said}");
+    }
+
+    #[test]
+    fn without_stacks_no_kind_of_code_is_blamed() {
+        for code in [vec![], vec![held_in(NO_STACK, 1.0, false)]] {
+            let said = hint(&waiting_for(&[0.9], &code)).unwrap();
+            assert!(
+                said.starts_with(
+                    "MainThread spends 60% of the recording waiting, mostly for loader-0"
+                ),
+                "{said}"
+            );
+            assert!(said.contains("The trace has no stacks"), "{said}");
+            assert!(!said.contains("Python code there"), "{said}");
+        }
+    }
+
+    #[test]
+    fn a_native_call_in_the_standard_library_is_not_told_to_release_the_gil_inside() {
+        let stdlib = |file: &str| {
+            let mut f = held_in("JSONEncoder.iterencode (encoder.py:258)", 1.0, true);
+            f.call_site = Some(Some(CallSite {
+                file: Some(file.into()),
+                line: Some(258),
+                source: Some("return _iterencode(o, 0)".into()),
+            }));
+            hint(&waiting_for(&[0.9], &[f])).unwrap()
+        };
+        for file in [
+            "/usr/lib/python3.11/json/encoder.py",
+            "/root/.pyenv/versions/3.11.7/lib/python3.11/json/encoder.py",
+        ] {
+            let said = stdlib(file);
+            assert!(
+                said.contains("called from Python's standard library"),
+                "{said}"
+            );
+            assert!(!said.contains("release the GIL inside it"), "{said}");
+            assert!(said.contains("call it on smaller pieces"), "{said}");
+        }
+        // An installed package in the same tree is not the standard library.
+        let said = stdlib("/usr/lib/python3/dist-packages/simplejson/encoder.py");
+        assert!(said.contains("release the GIL inside it"), "{said}");
+        let said = stdlib("/venv/lib/python3.11/site-packages/torch/functional.py");
+        assert!(said.contains("release the GIL inside it"), "{said}");
     }
 
     #[test]
@@ -444,6 +530,15 @@ mod tests {
             close.contains("spread over 2 holders, 30–44% each"),
             "{close}"
         );
+        // A third holder too far behind to share the lead is still counted, unless it is hardly
+        // one.
+        let behind = hint(&waiting_for(&[0.45, 0.35, 0.2], &code)).unwrap();
+        assert!(
+            behind.contains("spread over 2 of its 3 holders, 35–45% each"),
+            "{behind}"
+        );
+        let hardly = hint(&waiting_for(&[0.45, 0.35, 0.005], &code)).unwrap();
+        assert!(hardly.contains("spread over 2 holders"), "{hardly}");
     }
 
     #[test]

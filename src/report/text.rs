@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use crate::report::analyze::{Holder, NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
+use crate::report::hold_code::HeldIn;
 use crate::report::phrases::{ms, pct, place};
 
 /// At most this many threads per process are listed; the rest are counted.
@@ -97,13 +98,31 @@ fn holder_line(out: &mut String, t: &ThreadAnswer, holder: &Holder) {
         pct(holder.s, t.wait_s)
     );
     // The first always, the others where they would not read "0%".
-    let code: Vec<String> = holder
+    let shown: Vec<&HeldIn> = holder
         .functions
         .iter()
         .take(MAX_FUNCTIONS_SHOWN)
         .enumerate()
         .take_while(|(i, f)| *i == 0 || pct(f.s, holder.s) >= 0.5)
-        .map(|(_, f)| format!("{} {:.0}%", place(f), pct(f.s, holder.s)))
+        .map(|(_, f)| f)
+        .collect();
+    // A line that has one place as a native call and as Python code says which is which.
+    let also_native = |f: &HeldIn| {
+        !f.native_call
+            && shown
+                .iter()
+                .any(|other| other.native_call && other.function == f.function)
+    };
+    let code: Vec<String> = shown
+        .iter()
+        .map(|f| {
+            let place = if also_native(f) {
+                format!("Python code {}", place(f))
+            } else {
+                place(f)
+            };
+            format!("{place} {:.0}%", pct(f.s, holder.s))
+        })
         .collect();
     if !code.is_empty() {
         line += &format!(" — {}", code.join(", "));
@@ -114,8 +133,9 @@ fn holder_line(out: &mut String, t: &ThreadAnswer, holder: &Holder) {
     let _ = writeln!(out, "{line}");
 }
 
-/// Held-while-blocked lines are printed from this many seconds (held or waited) on: below they read
-/// "0.00 s".
+/// Held-while-blocked lines are printed where others waited this many seconds through the stretches
+/// on: below it reads "0.00 s", and a thread that keeps the GIL through a syscall while no one
+/// waits for it costs no one anything.
 const BLOCKED_SHOWN_S: f64 = 0.005;
 
 /// One process's answer, most important first.
@@ -127,7 +147,11 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
         .filter(|t| t.wait_s > 0.0 && pct(t.wait_s, p.window_s) >= 100.0 * NOTABLE_WAIT_SHARE)
         .collect();
     if notable.is_empty() {
-        let _ = writeln!(out, "  no thread waited noticeably for the GIL");
+        let _ = writeln!(
+            out,
+            "  no thread waited noticeably for the GIL{}",
+            quiet_why(p)
+        );
     }
     for t in notable.iter().take(MAX_THREADS_SHOWN) {
         waiter_lines(out, p, t);
@@ -143,7 +167,7 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
         .threads
         .iter()
         .flat_map(|t| t.held_while_blocked.iter().map(move |b| (t, b)))
-        .filter(|(_, b)| b.s >= BLOCKED_SHOWN_S || b.others_waited_s >= BLOCKED_SHOWN_S)
+        .filter(|(_, b)| b.others_waited_s >= BLOCKED_SHOWN_S)
         .collect();
     blocked.sort_by(|a, b| b.1.s.total_cmp(&a.1.s));
     for (t, b) in blocked.iter().take(MAX_THREADS_SHOWN) {
@@ -166,6 +190,22 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
     if let Some(hint) = crate::report::hint::hint(p) {
         let _ = writeln!(out, "  hint: {hint}");
     }
+}
+
+/// Where hardly anyone held the GIL either, what the threads did instead: a recording of a process
+/// that only sleeps is an answer, and says so.
+fn quiet_why(p: &ProcessAnswer) -> String {
+    if p.gil_busy_share >= NOTABLE_WAIT_SHARE || p.threads.is_empty() {
+        return String::new();
+    }
+    let threads = match p.threads.len() {
+        1 => "its one thread".to_string(),
+        n => format!("its {n} threads"),
+    };
+    format!(
+        ", nor held it much: {threads} slept or ran without it (I/O, waits, native code that \
+         lets it go) for the whole recording"
+    )
 }
 
 /// Total wait of a process: what ranks processes against each other.
@@ -281,6 +321,69 @@ mod tests {
         assert!(
             long.starts_with("MainThread keeps the GIL while it sleeps in futex"),
             "{long}"
+        );
+    }
+
+    #[test]
+    fn a_process_that_hardly_touches_the_gil_says_what_its_threads_did() {
+        let mut p = process(0.0);
+        for t in &mut p.threads {
+            t.wait_s = 0.0;
+        }
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(
+            out.contains("no thread waited noticeably for the GIL\n"),
+            "held all the time: {out}"
+        );
+        p.gil_busy_share = 0.001;
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(
+            out.contains("nor held it much: its 2 threads slept or ran without it"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn one_place_held_as_a_native_call_and_as_python_code_says_which_is_which() {
+        let held = |s: f64, native_call: bool| HeldIn {
+            function: "JSONEncoder.iterencode (encoder.py:258)".into(),
+            s,
+            native_call,
+            longest_ms: 300.0,
+            p99_ms: 300.0,
+            call_site: None,
+            callee: None,
+        };
+        let mut p = process(0.0);
+        p.threads[0].waited_for[0].functions = vec![held(1.9, true), held(0.2, false)];
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(
+            out.contains(
+                "one native call in JSONEncoder.iterencode (encoder.py:258) 90%, Python code in \
+                 JSONEncoder.iterencode (encoder.py:258) 10%"
+            ),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn holding_through_a_syscall_while_no_one_waits_is_not_said() {
+        let mut p = process(0.0);
+        p.threads[1].held_while_blocked[0].s = 0.5;
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(!out.contains("held the GIL while blocked"), "{out}");
+        p.threads[1].held_while_blocked[0].others_waited_s = 0.01;
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(
+            out.contains(
+                "MainThread held the GIL while blocked in futex: 0.50 s, while others waited 0.01 s"
+            ),
+            "{out}"
         );
     }
 

@@ -76,9 +76,16 @@ pub fn read_rank(pid: u32) -> u32 {
 pub fn read_cmdline(pid: u32) -> Result<String> {
     let process = Process::new(pid as i32)
         .map_err(|e| proc_error(pid, e, &format!("/proc/{pid}/cmdline")))?;
+    // One line: a `python -c` script's newlines (or any control character) would break the lines
+    // it is shown in.
     Ok(process
         .cmdline()
-        .map(|args| args.join(" "))
+        .map(|args| {
+            args.join(" ")
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect()
+        })
         .unwrap_or_default())
 }
 
@@ -192,6 +199,26 @@ impl TidMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_line_is_one_line() {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo ready\nread line", "with\ttab"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read once it runs the script: its command line is then the one it keeps.
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let line = read_cmdline(child.id()).unwrap();
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        assert_eq!(line, "sh -c echo ready read line with tab");
+    }
 
     #[test]
     fn a_thread_id_names_its_process() {

@@ -245,6 +245,12 @@ pub fn plain_table(out: &mut String, rows: &[ThreadRow], max_rows: Option<usize>
     for row in &cells {
         line(out, row);
     }
+    if rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "(no thread held or waited for the GIL in this window: they slept or ran without it)"
+        );
+    }
     if shown.len() < rows.len() {
         let more = rows.len() - shown.len();
         let threads = if more == 1 { "thread" } else { "threads" };
@@ -394,6 +400,15 @@ mod tests {
         assert_eq!(names(SortBy::Wait), ["a", "b", "c"]);
         assert_eq!(names(SortBy::Hold), ["b", "c", "a"]);
         assert_eq!(headline(&a), "GIL busy 99%, 2.0 waiting on average");
+    }
+
+    #[test]
+    fn a_plain_table_without_rows_says_why() {
+        let mut out = String::new();
+        plain_table(&mut out, &rows(&answer(Vec::new()), SortBy::Wait), None);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("THREAD "), "{out}");
+        assert!(lines[1].starts_with("(no thread held or waited"), "{out}");
     }
 
     #[test]

@@ -467,15 +467,24 @@ fn wait_for_command(command: &mut Launched, quiet: bool) -> Result<i32> {
         );
     }
     let status = command.wait()?;
-    // Said where it failed: gilsample's status is then the command's, whose numbers are not
-    // gilsample's own (README, "Exit status").
+    // Said where it failed: where gilsample's own run went well its status is the command's, whose
+    // numbers are not gilsample's own (README, "Exit status").
     if status != exit::OK && !quiet {
         eprintln!(
-            "gilsample: the command (pid {}) exited with status {status}; gilsample exits with it",
-            command.pid()
+            "gilsample: the command (pid {}) {}",
+            command.pid(),
+            ended_in_words(status)
         );
     }
     Ok(status)
+}
+
+/// How a command with exit status `status` ended: 128 + N is signal N, as a shell reports it.
+fn ended_in_words(status: i32) -> String {
+    match nix::sys::signal::Signal::try_from(status - 128) {
+        Ok(signal) if status > 128 => format!("was ended by {signal} (status {status})"),
+        _ => format!("exited with status {status}"),
+    }
 }
 
 /// A search for accelerator users that found none also shows the commands a new user needs most:
@@ -538,14 +547,16 @@ fn no_overlap_in_words(input: &gilsample::merge::InputReport) -> String {
     if let Some(gap) = input.gil_gap_ns {
         let seconds = gap.unsigned_abs() as f64 / 1e9;
         let (place, shift, bound) = if gap > 0 {
-            ("starts", "after the GIL traces end", "or less")
+            ("starts", "after the GIL traces end", "at most")
         } else {
-            ("ends", "before the GIL traces start", "or more")
+            ("ends", "before the GIL traces start", "at least")
         };
-        // The smallest shift that makes the two touch; the true one is at least that far.
-        let touching_us = -gap.signum() * gap.unsigned_abs().div_ceil(1000) as i128;
+        // The smallest shift that makes the two meet; the true one is at least that far (and,
+        // past their length, overshoots them).
+        let meeting_us = -gap.signum() * gap.unsigned_abs().div_ceil(1000) as i128;
         words += &format!(
-            " (it {place} {seconds:.3} s {shift}: {touching_us} {bound} brings it into their time)"
+            " (it {place} {seconds:.3} s {shift}: an --offset of {bound} {meeting_us}, added to any \
+             given already, makes them meet)"
         );
     }
     words

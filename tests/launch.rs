@@ -404,7 +404,9 @@ fn after_a_signal_the_answer_comes_at_once_and_the_next_signal_goes_to_the_comma
     kill(gilsample_pid, Signal::SIGTERM).unwrap();
     launched.read_until("passed on to the command");
     // Its status is said: it is the command's, not one of gilsample's own.
-    launched.read_until(&format!("the command (pid {pid}) exited with status 143"));
+    launched.read_until(&format!(
+        "the command (pid {pid}) was ended by SIGTERM (status 143)"
+    ));
     let status = launched.recording.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 15));
 }

@@ -455,9 +455,9 @@ fn traces_that_do_not_overlap_in_time_are_flagged() {
     );
     // The offset it says brings the timeline into the GIL traces' time, and the warning goes.
     let offset = stderr
-        .split(" s before the GIL traces start: ")
+        .split(" s before the GIL traces start: an --offset of at least ")
         .nth(1)
-        .and_then(|rest| rest.split(' ').next())
+        .and_then(|rest| rest.split(',').next())
         .unwrap_or_else(|| panic!("no distance said: {stderr}"));
     let given = format!("{}={offset}", npu.display());
     let (code, stderr) = merge(

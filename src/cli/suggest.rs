@@ -21,7 +21,8 @@ pub fn suggestion_for_stray(args: &[String], stray: &str) -> Option<String> {
 /// `gilsample record --pid 1` for `gilsample recrod --pid 1`: the first word, a typing slip or two
 /// from one of gilsample's commands, is that command misspelt, not a program to launch.
 fn subcommand_suggestion(args: &[String], stray: &str) -> Option<String> {
-    if args.get(1).map(String::as_str) != Some(stray) {
+    // A program that exists (`tox`, one slip from `top`) is one to launch.
+    if args.get(1).map(String::as_str) != Some(stray) || is_a_program(stray) {
         return None;
     }
     let cli = Cli::command();
@@ -148,6 +149,24 @@ fn subcommand(args: &[String], at: usize) -> Option<&str> {
         .iter()
         .map(String::as_str)
         .find(|a| names.contains(a))
+}
+
+/// Whether `word` names a program: a path to a file, or an executable file in a `PATH` directory.
+fn is_a_program(word: &str) -> bool {
+    is_a_program_in(word, std::env::var_os("PATH").as_deref())
+}
+
+/// `is_a_program` with `path` for `PATH`.
+fn is_a_program_in(word: &str, path: Option<&std::ffi::OsStr>) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &std::path::Path| {
+        path.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if word.contains('/') {
+        return executable(std::path::Path::new(word));
+    }
+    path.is_some_and(|path| std::env::split_paths(path).any(|dir| executable(&dir.join(word))))
 }
 
 /// `gilsample top --pid 12345` for `gilsample top 12345`: a bare number where a process is asked
@@ -439,6 +458,19 @@ mod tests {
         // A real program stays a command to launch.
         let said = tip("gilsample python3 train.py", "python3").unwrap();
         assert!(said.contains("gilsample -- python3 train.py"), "{said}");
+        // A program one slip from a command's name (`tox`, `top`) is launched, as written.
+        let bin = tempfile::tempdir().unwrap();
+        let tox = bin.path().join("tox");
+        std::fs::write(&tox, "#!/bin/sh\n").unwrap();
+        let path = Some(bin.path().as_os_str());
+        assert!(!is_a_program_in("tox", path));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tox, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(is_a_program_in("tox", path));
+        assert!(!is_a_program_in("tox", None));
+        assert!(is_a_program_in(tox.to_str().unwrap(), None));
+        let said = tip("gilsample sh -c true", "sh").unwrap();
+        assert!(said.contains("gilsample -- sh -c true"), "{said}");
         // Only the first word can be a command.
         let said = tip("gilsample --rate 1khz record", "record");
         assert!(!said.is_some_and(|s| s.contains("similar name")));

@@ -76,17 +76,18 @@ pub fn read_rank(pid: u32) -> u32 {
 pub fn read_cmdline(pid: u32) -> Result<String> {
     let process = Process::new(pid as i32)
         .map_err(|e| proc_error(pid, e, &format!("/proc/{pid}/cmdline")))?;
-    // One line: a `python -c` script's newlines (or any control character) would break the lines
-    // it is shown in.
     Ok(process
         .cmdline()
-        .map(|args| {
-            args.join(" ")
-                .chars()
-                .map(|c| if c.is_control() { ' ' } else { c })
-                .collect()
-        })
+        .map(|args| args.join(" "))
         .unwrap_or_default())
+}
+
+/// `text` on one line: a `python -c` script's newlines (or any control character) as spaces, for
+/// a command line shown inside a line of text.
+pub fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// The process a thread id belongs to (`Tgid:` of `/proc/ID/status`, which exists for threads too
@@ -201,7 +202,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_command_line_is_one_line() {
+    fn a_command_line_is_read_whole_and_shown_on_one_line() {
         use std::io::BufRead;
         let mut child = std::process::Command::new("sh")
             .args(["-c", "echo ready\nread line", "with\ttab"])
@@ -217,7 +218,9 @@ mod tests {
         let line = read_cmdline(child.id()).unwrap();
         drop(child.stdin.take());
         child.wait().unwrap();
-        assert_eq!(line, "sh -c echo ready read line with tab");
+        // Kept whole (the trace's otherData has it as it was); shown on one line.
+        assert_eq!(line, "sh -c echo ready\nread line with\ttab");
+        assert_eq!(one_line(&line), "sh -c echo ready read line with tab");
     }
 
     #[test]

@@ -95,8 +95,9 @@ fn gil_hint(p: &ProcessAnswer) -> Option<String> {
     let whom = whom(top, &leaders);
     match code {
         Some(f) if f.native_call => Some(native_call_hint(p, &waited, &whom, &f)),
-        // Without the holder's stack, a hold judged from the waits alone (a short native call
-        // and Python code look alike there) says nothing of its code: no advice for the wrong one.
+        // Without the holder's Python stack, a hold judged from the waits alone (a short native
+        // call and Python code look alike there) says nothing of its code: no advice for the
+        // wrong one.
         None => Some(format!("{waited}, {whom}. {NO_STACKS}")),
         Some(f) if f.function == NO_STACK => Some(format!("{waited}, {whom}. {NO_STACKS}")),
         code => Some(format!(
@@ -116,10 +117,10 @@ fn gil_hint(p: &ProcessAnswer) -> Option<String> {
     }
 }
 
-/// What the hint says where the trace has no stacks (another tool's, `--no-stacks`).
-const NO_STACKS: &str = "The trace has no stacks of the holders, so what held the GIL, Python code \
-     or one native call, and where, is not told: record with gilsample, which reads them unless \
-     --no-stacks is given.";
+/// What the hint says where the holds it is about have no Python stack.
+const NO_STACKS: &str = "The trace has no Python stack for those holds (another tool's trace, \
+     one recorded with --no-stacks, or a holder with no Python frame), so what held the GIL, Python \
+     code or one native call, and where, is not told.";
 
 /// The process was stopped when the recording began and ran again before it ended.
 fn stopped_at_the_start() -> String {
@@ -192,18 +193,43 @@ fn native_call_hint(p: &ProcessAnswer, waited: &str, whom: &str, f: &HeldIn) -> 
     )
 }
 
-/// Whether the call site is in the interpreter's own library (`.../lib/python3.X/json/encoder.py`),
-/// not in an installed package (`site-packages`, `dist-packages`) or the user's code.
+/// Standard-library modules that call the user's callables (a thread's target, an executor's work
+/// item, an event loop's callback): a native call made there is the user's own code.
+const CALLS_USER_CODE: [&str; 6] = [
+    "threading.py",
+    "concurrent/",
+    "asyncio/",
+    "multiprocessing/",
+    "sched.py",
+    "socketserver.py",
+];
+
+/// Whether the call site is in the interpreter's own library (`.../lib/python3.X/json/encoder.py`,
+/// `/usr/lib64/python3.X/...`), not in an installed package (`site-packages`, `dist-packages`), the
+/// user's code, or a module that calls the user's callables (`CALLS_USER_CODE`).
 fn called_from_the_standard_library(f: &HeldIn) -> bool {
     let Some(Some(site)) = &f.call_site else {
         return false;
     };
-    site.file.as_deref().is_some_and(|file| {
-        let mut parts = file.split('/').skip_while(|part| *part != "lib");
-        parts.next().is_some()
-            && parts.next().is_some_and(|dir| dir.starts_with("python3"))
-            && !file.contains("-packages/")
-    })
+    let Some(file) = site.file.as_deref() else {
+        return false;
+    };
+    let is_version_dir = |dir: &str| {
+        dir.strip_prefix("python3.")
+            .is_some_and(|minor| !minor.is_empty() && minor.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let parts: Vec<&str> = file.split('/').collect();
+    let Some(at) = parts
+        .windows(2)
+        .position(|w| (w[0] == "lib" || w[0] == "lib64") && is_version_dir(w[1]))
+    else {
+        return false;
+    };
+    let inside = parts[at + 2..].join("/");
+    !inside.is_empty()
+        && !inside.starts_with("site-packages/")
+        && !inside.starts_with("dist-packages/")
+        && !CALLS_USER_CODE.iter().any(|m| inside.starts_with(m))
 }
 
 /// The holders a thread waited for that lead: the first, and any within `LEAD_RATIO` of it.
@@ -387,7 +413,10 @@ mod tests {
                 ),
                 "{said}"
             );
-            assert!(said.contains("The trace has no stacks"), "{said}");
+            assert!(
+                said.contains("The trace has no Python stack for those holds"),
+                "{said}"
+            );
             assert!(!said.contains("Python code there"), "{said}");
         }
     }
@@ -415,11 +444,24 @@ mod tests {
             assert!(!said.contains("release the GIL inside it"), "{said}");
             assert!(said.contains("call it on smaller pieces"), "{said}");
         }
-        // An installed package in the same tree is not the standard library.
-        let said = stdlib("/usr/lib/python3/dist-packages/simplejson/encoder.py");
-        assert!(said.contains("release the GIL inside it"), "{said}");
-        let said = stdlib("/venv/lib/python3.11/site-packages/torch/functional.py");
-        assert!(said.contains("release the GIL inside it"), "{said}");
+        let said = stdlib("/usr/lib64/python3.9/zlib_user.py");
+        assert!(
+            said.contains("called from Python's standard library"),
+            "{said}"
+        );
+        // Installed packages, the user's code, and the modules that call the user's callables
+        // (a C extension as a thread's target) are not the standard library's C code.
+        for file in [
+            "/usr/lib/python3/dist-packages/simplejson/encoder.py",
+            "/venv/lib/python3.11/site-packages/torch/functional.py",
+            "/usr/lib/python3.11/threading.py",
+            "/usr/lib/python3.11/concurrent/futures/thread.py",
+            "/srv/lib/python3_utils/encode.py",
+            "/srv/train.py",
+        ] {
+            let said = stdlib(file);
+            assert!(said.contains("release the GIL inside it"), "{file}: {said}");
+        }
     }
 
     #[test]

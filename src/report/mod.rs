@@ -54,6 +54,8 @@ pub fn is_partial(path: &Path) -> bool {
         .is_some_and(|(final_name, pid)| {
             final_name.len() > ".json".len()
                 && final_name.ends_with(".json")
+                // A merge being written, or cut off: it repeats the recordings' own files.
+                && final_name != crate::trace::output::MERGED_FILE_NAME
                 && !pid.is_empty()
                 && pid.bytes().all(|b| b.is_ascii_digit())
         })
@@ -148,8 +150,8 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
     if files.is_empty() {
         return Err(Error::Input {
             path: inputs.first().cloned().unwrap_or_default(),
-            why: "no GIL trace found (files named GIL_*.json or .GIL_*.partial, or files given \
-                  by name)"
+            why: "no GIL trace found (files named GIL_*.json, interrupted recordings' \
+                  .NAME.json.PID.partial, or files given by name)"
                 .into(),
         });
     }
@@ -304,6 +306,7 @@ mod tests {
             ".one.json.partial",
             ".one.json.42x.partial",
             ".one.txt.4242.partial",
+            ".GIL_merged.json.4242.partial",
             "one.json.4242.partial",
         ] {
             assert!(!is_partial(Path::new(name)), "{name}");

@@ -195,7 +195,8 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
 /// Where hardly anyone held the GIL either, what the threads did instead: a recording of a process
 /// that only sleeps is an answer, and says so.
 fn quiet_why(p: &ProcessAnswer) -> String {
-    if p.gil_busy_share >= NOTABLE_WAIT_SHARE || p.threads.is_empty() {
+    // A stopped process's quiet is the stop's: its hint says so.
+    if p.gil_busy_share >= NOTABLE_WAIT_SHARE || p.threads.is_empty() || p.facts.stopped.is_some() {
         return String::new();
     }
     let threads = match p.threads.len() {
@@ -203,8 +204,9 @@ fn quiet_why(p: &ProcessAnswer) -> String {
         n => format!("its {n} threads"),
     };
     format!(
-        ", nor held it much: {threads} slept or ran without it (I/O, waits, native code that \
-         lets it go) for the whole recording"
+        ", nor held it much (under {:.0}% of the time): {threads} mostly slept or ran without it \
+         (I/O, waits, native code that lets it go)",
+        100.0 * NOTABLE_WAIT_SHARE
     )
 }
 
@@ -340,7 +342,7 @@ mod tests {
         let mut out = String::new();
         format_process(&mut out, &p);
         assert!(
-            out.contains("nor held it much: its 2 threads slept or ran without it"),
+            out.contains("nor held it much (under 1% of the time): its 2 threads mostly slept"),
             "{out}"
         );
     }

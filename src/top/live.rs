@@ -78,7 +78,9 @@ impl Live {
 
     /// The tap for the trace of process `pid`: what its writer writes comes here.
     pub fn tap(self: &Arc<Live>, pid: u32, rank: u32) -> Box<dyn TraceTap> {
-        let command_line = crate::process::tasks::read_cmdline(pid).unwrap_or_default();
+        let command_line = crate::process::tasks::read_cmdline(pid)
+            .map(|line| crate::process::tasks::one_line(&line))
+            .unwrap_or_default();
         let mut processes = self.lock();
         let process = processes.entry(pid).or_default();
         process.trace.pid = pid;

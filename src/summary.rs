@@ -75,8 +75,16 @@ pub fn format_summary(
             low_rate_warning(target.sampler.achieved_rate_hz(), requested_hz, seconds)
         {
             let _ = writeln!(out, "  {warning}");
-        } else if let Some(warning) = gaps_warning(&target.sampler, requested_hz) {
-            let _ = writeln!(out, "  {warning}");
+        } else {
+            for note in [
+                gaps_warning(&target.sampler, requested_hz),
+                between_samples_note(&target.sampler, requested_hz),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let _ = writeln!(out, "  {note}");
+            }
         }
         if verbose {
             format_target(&mut out, target);
@@ -296,6 +304,32 @@ fn samplers_on_one_core_hint(report: &RecordReport) -> Option<String> {
     })
 }
 
+/// Hand-offs the interpreter counted, of which over half fell between samples, before the
+/// summary says so: below, too few to be more than a moment's burst.
+const BETWEEN_SAMPLES_NOTED_FROM: u64 = 1000;
+
+/// The note for a recording at the asked rate whose target hands the GIL over faster than it
+/// samples: most hand-offs fall between two samples, and the timeline is coarser than the rate
+/// suggests. What that costs is measured in docs/accuracy.md on workloads of that shape.
+pub fn between_samples_note(
+    s: &crate::sampler::report::SamplerReport,
+    requested_hz: f64,
+) -> Option<String> {
+    let (seen, counted) = (s.inference.handoffs_seen, s.inference.handoffs_counted);
+    if counted < BETWEEN_SAMPLES_NOTED_FROM || seen.saturating_mul(2) >= counted {
+        return None;
+    }
+    let between = counted.saturating_sub(seen);
+    Some(format!(
+        "note: {:.0}% of the {counted} GIL hand-offs the interpreter counted fell between two \
+         samples (faster than one per {} period): a slice there can span several hand-offs and \
+         the shortest waits are not seen; how close the shares of time stay on such workloads is \
+         in docs/accuracy.md. For a short recording, a higher --rate sees more.",
+        100.0 * between as f64 / counted as f64,
+        crate::report::phrases::ms(1000.0 / requested_hz)
+    ))
+}
+
 /// The warning for a recording that kept its rate overall but has holes: ticks that started late
 /// (the sampler waited for a CPU) or reads that stalled (the target was changing its memory map).
 pub fn gaps_warning(
@@ -395,6 +429,29 @@ mod tests {
         );
         assert!(!summary.contains("eBPF"), "{summary}");
         assert_eq!(summary.lines().count(), 3, "{summary}");
+    }
+
+    #[test]
+    fn hand_offs_mostly_between_samples_are_noted() {
+        let mut report = report_at(9_900);
+        report.targets[0].sampler.inference.handoffs_counted = 16_900;
+        report.targets[0].sampler.inference.handoffs_seen = 2_957;
+        let summary = format_summary(&report, &[None], false, 10_000.0);
+        assert!(
+            summary.contains(
+                "note: 83% of the 16900 GIL hand-offs the interpreter counted fell between two \
+                 samples (faster than one per 0.10 ms period)"
+            ),
+            "{summary}"
+        );
+        // Half seen, or too few to say: nothing.
+        report.targets[0].sampler.inference.handoffs_seen = 8_450;
+        let summary = format_summary(&report, &[None], false, 10_000.0);
+        assert!(!summary.contains("between two samples"), "{summary}");
+        report.targets[0].sampler.inference.handoffs_counted = 900;
+        report.targets[0].sampler.inference.handoffs_seen = 10;
+        let summary = format_summary(&report, &[None], false, 10_000.0);
+        assert!(!summary.contains("between two samples"), "{summary}");
     }
 
     #[test]

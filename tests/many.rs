@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use common::{
     KilledOnDrop, Recording, Trace, Workload, gilsample, interpreter, ready_pid, sid_root,
 };
-use gilsample::error::exit::{FAILURE, NO_SUCH_PROCESS};
+use gilsample::error::exit::{FAILURE, NO_SUCH_PROCESS, UNSUPPORTED};
 
 /// Discovery sees every process on the machine: the device tests must not see each other's nodes.
 static DEVICES: Mutex<()> = Mutex::new(());
@@ -165,6 +165,37 @@ fn a_pid_of_the_list_that_cannot_be_recorded_is_said_at_once() {
         .find(&format!("process {gone}: not recorded"))
         .expect("said in the summary");
     assert!(said_first < summary, "{stderr}");
+}
+
+/// Where no pid of the list can be recorded, the exit status is the first failure's.
+#[test]
+fn a_list_of_pids_none_recordable_exits_with_the_first_failure() {
+    let mut exited = Command::new("true").spawn().unwrap();
+    let gone = exited.id();
+    exited.wait().unwrap();
+    let not_python = std::process::id();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |pids: String| {
+        gilsample()
+            .args(["--pid", &pids, "-o"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(format!("{gone},{not_python}"));
+    assert_eq!(
+        out.status.code(),
+        Some(NO_SUCH_PROCESS),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(format!("{not_python},{gone}"));
+    assert_eq!(
+        out.status.code(),
+        Some(UNSUPPORTED),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -118,9 +118,10 @@ impl Session<'_> {
             )));
         }
         if self.attached.is_empty() && !following {
-            return Err(self
-                .failures
-                .pop()
+            // The first failure's, as where every target fails later (README, "Exit status").
+            return Err(std::mem::take(&mut self.failures)
+                .into_iter()
+                .next()
                 .map(|(_, e)| e)
                 .unwrap_or(Error::Usage("nothing to record".into())));
         }

@@ -182,20 +182,18 @@ fn a_list_of_pids_none_recordable_exits_with_the_first_failure() {
             .output()
             .unwrap()
     };
-    let out = run(format!("{gone},{not_python}"));
-    assert_eq!(
-        out.status.code(),
-        Some(NO_SUCH_PROCESS),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = run(format!("{not_python},{gone}"));
-    assert_eq!(
-        out.status.code(),
-        Some(UNSUPPORTED),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for (pids, first_failure) in [
+        (format!("{gone},{not_python}"), NO_SUCH_PROCESS),
+        (format!("{not_python},{gone}"), UNSUPPORTED),
+    ] {
+        let out = run(pids);
+        assert_eq!(
+            out.status.code(),
+            Some(first_failure),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

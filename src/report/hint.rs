@@ -98,8 +98,9 @@ fn gil_hint(p: &ProcessAnswer) -> Option<String> {
         // Without the holder's Python stack, a hold judged from the waits alone (a short native
         // call and Python code look alike there) says nothing of its code: no advice for the
         // wrong one.
-        None => Some(format!("{waited}, {whom}. {NO_STACKS}")),
-        Some(f) if f.function == NO_STACK => Some(format!("{waited}, {whom}. {NO_STACKS}")),
+        code if code.as_ref().is_none_or(|f| f.function == NO_STACK) => {
+            Some(format!("{waited}, {whom}. {NO_STACKS}"))
+        }
         code => Some(format!(
             "{waited}, {whom}{}. Python code there keeps the GIL: make it cheaper, move it to \
              another process (multiprocessing, DataLoader workers), or into native code that \

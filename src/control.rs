@@ -94,7 +94,7 @@ pub fn event_for(update: &Update<'_>) -> Option<Value> {
             "event": "started", "pid": pid, "path": path.display().to_string(),
             "python": python, "layout": layout, "rate_hz": rate_hz,
         }),
-        Update::Skipped { pid, why } => json!({"event": "skipped", "pid": pid, "why": why}),
+        Update::Skipped { pid, why, .. } => json!({"event": "skipped", "pid": pid, "why": why}),
         Update::Ready => json!({"event": "ready"}),
         Update::ThreadOfProcess { tid, pid } => {
             json!({"event": "thread_of_process", "tid": tid, "pid": pid})

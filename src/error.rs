@@ -108,6 +108,14 @@ pub enum Error {
         /// What failed, and where the partial data is.
         why: String,
     },
+    /// Every process of a `--pid` list was refused. Each refusal was said as it happened
+    /// ("skipping process N: ..."), so this one only sums them up.
+    NoneRecordable {
+        /// How many processes were given.
+        given: usize,
+        /// The first refusal: its exit status is the session's (README, "Exit status").
+        first: Box<Error>,
+    },
     /// An I/O error of gilsample's own files or the system's.
     Io {
         /// What was being done, said before the OS's message.
@@ -142,6 +150,7 @@ impl Error {
             Error::Output { .. } => exit::OUTPUT,
             Error::Input { .. } => exit::INPUT,
             Error::Binary { .. } | Error::Io { .. } => exit::FAILURE,
+            Error::NoneRecordable { first, .. } => first.exit_code(),
         }
     }
 }
@@ -195,6 +204,11 @@ impl fmt::Display for Error {
             Error::Output { path, why } => write!(f, "cannot write {}: {why}", path.display()),
             Error::Input { path, why } => write!(f, "{}: {why}", path.display()),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
+            Error::NoneRecordable { given, .. } => write!(
+                f,
+                "none of the {given} processes given could be recorded (why each, above); the \
+                 exit status is the first one's"
+            ),
         }
     }
 }

@@ -102,8 +102,8 @@ impl ProgressDisplay {
     }
 }
 
-/// The line an update says, if any: with `quiet`, only a stopped command and a failed write; the
-/// descendants passed over only with `verbose`.
+/// The line an update says, if any: with `quiet`, only errors (a given process refused, a stopped
+/// command, a failed write); the descendants passed over only with `verbose`.
 fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
     match update {
         Update::Started {
@@ -117,7 +117,7 @@ fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
             path.display()
         )),
         Update::Started { .. } => None,
-        Update::Skipped { pid, why } if !quiet => {
+        Update::Skipped { pid, why, given } if given || !quiet => {
             Some(format!("gilsample: skipping process {pid}: {why}"))
         }
         Update::Skipped { .. } | Update::Ready => None,

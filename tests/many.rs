@@ -175,23 +175,35 @@ fn a_list_of_pids_none_recordable_exits_with_the_first_failure() {
     exited.wait().unwrap();
     let not_python = std::process::id();
     let dir = tempfile::tempdir().unwrap();
-    let run = |pids: String| {
+    let run = |pids: String, quiet: bool| {
         gilsample()
             .args(["--pid", &pids, "-o"])
             .arg(dir.path())
+            .args(quiet.then_some("-q"))
             .output()
             .unwrap()
     };
-    for (pids, first_failure) in [
-        (format!("{gone},{not_python}"), NO_SUCH_PROCESS),
-        (format!("{not_python},{gone}"), UNSUPPORTED),
+    for (pids, first_failure, quiet) in [
+        (format!("{gone},{not_python}"), NO_SUCH_PROCESS, false),
+        (format!("{not_python},{gone}"), UNSUPPORTED, true),
     ] {
-        let out = run(pids);
-        assert_eq!(
-            out.status.code(),
-            Some(first_failure),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run(pids, quiet);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(first_failure), "{stderr}");
+        // Each refusal is said once, as it happens (with -q too: they are errors), and the error
+        // at the end sums them up instead of saying the first again.
+        for pid in [gone, not_python] {
+            let said = format!("gilsample: skipping process {pid}: ");
+            assert_eq!(stderr.matches(&said).count(), 1, "{stderr}");
+            assert_eq!(
+                stderr.matches(&format!("process {pid} ")).count(),
+                1,
+                "{stderr}"
+            );
+        }
+        assert!(
+            stderr.contains("error: none of the 2 processes given could be recorded"),
+            "{stderr}"
         );
     }
 }

@@ -128,7 +128,11 @@ impl Session<'_> {
                 Err(e) => {
                     self.known.insert(pid);
                     let why = e.to_string();
-                    progress(Update::Skipped { pid, why: &why });
+                    progress(Update::Skipped {
+                        pid,
+                        why: &why,
+                        given: false,
+                    });
                     self.skipped.push((pid, why));
                 }
             }

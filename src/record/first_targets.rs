@@ -96,6 +96,7 @@ impl Session<'_> {
         progress(Update::Skipped {
             pid,
             why: &e.to_string(),
+            given: true,
         });
         self.failures.push((pid, e));
     }
@@ -118,12 +119,18 @@ impl Session<'_> {
             )));
         }
         if self.attached.is_empty() && !following {
-            // The first failure's, as where every target fails later (README, "Exit status").
-            return Err(std::mem::take(&mut self.failures)
-                .into_iter()
-                .next()
-                .map(|(_, e)| e)
-                .unwrap_or(Error::Usage("nothing to record".into())));
+            // The first failure's status, as where every target fails later (README, "Exit
+            // status"); each failure was said as it happened (`fail_given`), not said again here.
+            let mut failures = std::mem::take(&mut self.failures).into_iter();
+            let given = failures.len();
+            return Err(match failures.next() {
+                Some((_, first)) if given > 1 => Error::NoneRecordable {
+                    given,
+                    first: Box::new(first),
+                },
+                Some((_, only)) => only,
+                None => Error::Usage("nothing to record".into()),
+            });
         }
         Ok(())
     }

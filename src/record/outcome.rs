@@ -106,6 +106,8 @@ pub enum Update<'a> {
         pid: u32,
         /// Why it was left alone.
         why: &'a str,
+        /// Given by the user (`--pid`), not found: its refusal is an error, said even with `-q`.
+        given: bool,
     },
     /// Every target found at the start has taken its first sample (or failed): a caller that starts
     /// a profiler now covers the same window.

@@ -234,7 +234,7 @@ pub fn run(
             live.note_python(pid, &python);
             console.say(format!("watching process {pid} (Python {python})"));
         }
-        Update::Skipped { pid, why } => console.say(format!("skipping process {pid}: {why}")),
+        Update::Skipped { pid, why, .. } => console.say(format!("skipping process {pid}: {why}")),
         Update::ThreadOfProcess { tid, pid } => console.say(format!(
             "{tid} is a thread of process {pid}; watching process {pid}"
         )),

@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use crate::report::analyze::{NO_HOLDER_SEEN, ProcessAnswer, ThreadAnswer};
+use crate::report::hint::BUSY_CORES_SHARE;
 
 /// How threads are ordered: by their share of the window spent waiting for the GIL, or holding it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,13 +190,41 @@ pub fn rows(answer: &ProcessAnswer, sort: SortBy) -> Vec<ThreadRow> {
     rows
 }
 
-/// A process's headline over the window: how busy the GIL was and how many threads queued for it.
+/// A process's headline over the window: how busy the GIL was and how many threads queued for it,
+/// and, as the summary says it, where much of the waiting found the GIL free: busy cores.
 pub fn headline(answer: &ProcessAnswer) -> String {
-    format!(
+    let mut line = format!(
         "GIL busy {:.0}%, {:.1} waiting on average",
         100.0 * answer.gil_busy_share,
         answer.mean_waiters
-    )
+    );
+    if let Some(share) = waiting_with_the_gil_free(answer).filter(|&s| s >= BUSY_CORES_SHARE) {
+        let _ = write!(
+            line,
+            "; {:.0}% of the waiting with the GIL free: busy cores",
+            100.0 * share
+        );
+    }
+    line
+}
+
+/// The share of the waiting during which the GIL was free: the sampler's count where the answer has
+/// it (a finished recording's), else the waiting no hold covered, which the table calls "nobody
+/// seen" (the live view's answers are built from slices alone). A waiter woken to take a free GIL
+/// that has no CPU yet waits there: the summary's "busy cores" (docs/accuracy.md).
+fn waiting_with_the_gil_free(answer: &ProcessAnswer) -> Option<f64> {
+    if answer.waiting_with_gil_free_share.is_some() {
+        return answer.waiting_with_gil_free_share;
+    }
+    let waited: f64 = answer.threads.iter().map(|t| t.wait_s).sum();
+    let unheld: f64 = answer
+        .threads
+        .iter()
+        .flat_map(|t| &t.waited_for)
+        .filter(|h| h.tid == NO_HOLDER_SEEN)
+        .map(|h| h.s)
+        .sum();
+    (waited > 0.0).then(|| (unheld / waited).min(1.0))
 }
 
 /// Shortens `text` to `width` characters, marking the cut with `~`.
@@ -399,6 +428,32 @@ mod tests {
         let names = |sort| -> Vec<String> { rows(&a, sort).into_iter().map(|r| r.name).collect() };
         assert_eq!(names(SortBy::Wait), ["a", "b", "c"]);
         assert_eq!(names(SortBy::Hold), ["b", "c", "a"]);
+        assert_eq!(headline(&a), "GIL busy 99%, 2.0 waiting on average");
+    }
+
+    #[test]
+    fn the_headline_says_busy_cores_where_much_of_the_waiting_found_the_gil_free() {
+        let no_holder = |s| Holder {
+            tid: NO_HOLDER_SEEN,
+            name: "no holder seen".into(),
+            s,
+            functions: Vec::new(),
+        };
+        // Live: the waiting no hold covered, over all the waiting (0.3 + 0.2 of 1.0 + 1.5 s).
+        let mut a = answer(vec![thread(2, "a", 1.0, 0.2), thread(3, "b", 1.5, 0.2)]);
+        a.threads[0].waited_for = vec![no_holder(0.3)];
+        a.threads[1].waited_for = vec![no_holder(0.2)];
+        assert_eq!(
+            headline(&a),
+            "GIL busy 99%, 2.0 waiting on average; 20% of the waiting with the GIL free: busy cores"
+        );
+        a.threads[1].waited_for = vec![no_holder(0.19)];
+        assert_eq!(headline(&a), "GIL busy 99%, 2.0 waiting on average");
+        // A finished recording's own count rules where there is one.
+        a.waiting_with_gil_free_share = Some(0.46);
+        assert!(headline(&a).ends_with("; 46% of the waiting with the GIL free: busy cores"));
+        a.threads[1].waited_for = vec![no_holder(1.5)];
+        a.waiting_with_gil_free_share = Some(0.1);
         assert_eq!(headline(&a), "GIL busy 99%, 2.0 waiting on average");
     }
 

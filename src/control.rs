@@ -96,6 +96,8 @@ pub fn event_for(update: &Update<'_>) -> Option<Value> {
         }),
         Update::Skipped { pid, why, .. } => json!({"event": "skipped", "pid": pid, "why": why}),
         Update::Ready => json!({"event": "ready"}),
+        Update::TargetStopped { pid } => json!({"event": "stopped", "pid": pid}),
+        Update::TargetContinued { pid } => json!({"event": "continued", "pid": pid}),
         Update::ThreadOfProcess { tid, pid } => {
             json!({"event": "thread_of_process", "tid": tid, "pid": pid})
         }

@@ -121,6 +121,13 @@ fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
             Some(format!("gilsample: skipping process {pid}: {why}"))
         }
         Update::Skipped { .. } | Update::Ready => None,
+        Update::TargetStopped { pid } if !quiet => {
+            Some(format!("gilsample: {}", waiting::stopped(pid)))
+        }
+        Update::TargetContinued { pid } if !quiet => {
+            Some(format!("gilsample: {}", waiting::continued(pid)))
+        }
+        Update::TargetStopped { .. } | Update::TargetContinued { .. } => None,
         Update::ThreadOfProcess { tid, pid } if !quiet => Some(format!(
             "gilsample: {tid} is a thread of process {pid}; recording process {pid}"
         )),

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use common::{KilledOnDrop, Trace, Workload, interpreter, run, start_recording};
+use common::{Event, KilledOnDrop, Trace, Workload, interpreter, run, start_recording};
 use gilsample::error::exit::{INTERRUPTED, OK, OUTPUT};
 
 fn assert_tids_belong(trace: &Trace, allowed: &HashSet<u32>) {
@@ -256,6 +256,83 @@ fn a_target_stopped_while_recorded_is_said_to_be_stopped() {
             && said.contains(&format!("kill -CONT {}", workload.pid)),
         "{said}"
     );
+}
+
+#[test]
+fn a_stop_and_continue_while_recorded_is_said_and_left_out_of_the_answer() {
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut recording = start_recording(workload.pid, dir.path(), &[]);
+    let target = Pid::from_raw(workload.pid as i32);
+    kill(target, Signal::SIGSTOP).unwrap();
+    recording.wait_until("stopped", Some(workload.pid));
+    kill(target, Signal::SIGCONT).unwrap();
+    recording.wait_until("continued", Some(workload.pid));
+    recording.signal(Signal::SIGINT);
+    let (status, stderr) = recording.finish();
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert!(
+        stderr.contains(&format!("process {} is stopped (SIGSTOP", workload.pid))
+            && stderr.contains(&format!("process {} runs again", workload.pid)),
+        "{stderr}"
+    );
+    let trace = Trace::load_single(dir.path());
+    // Running at the start and at the end: only the span says it.
+    assert!(trace.other("process_stopped").is_null());
+    let spans = trace
+        .other("process_stopped_monotonic_ns")
+        .as_array()
+        .unwrap();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    let to_trace = trace
+        .other("monotonic_to_trace_offset_ns")
+        .as_f64()
+        .unwrap();
+    let [from, to] = [0, 1].map(|i| (spans[0][i].as_f64().unwrap() + to_trace) / 1000.0);
+    assert!(to > from, "{spans:?}");
+    // The trace shows it on its own track.
+    let track: Vec<(f64, u64)> = trace.value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process stopped")
+        .map(|e| {
+            (
+                e["ts"].as_f64().unwrap(),
+                e["args"]["stopped"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(track.len(), 2, "{track:?}");
+    assert_eq!((track[0].1, track[1].1), (1, 0));
+    // The answer leaves the span out: the waiting it counts is the trace's outside it, and its
+    // window is the time the process ran.
+    let waits: Vec<Event> = trace
+        .events()
+        .into_iter()
+        .filter(|e| e.name == "take_gil")
+        .collect();
+    let outside_us: f64 = waits
+        .iter()
+        .map(|e| e.dur - ((e.ts + e.dur).min(to) - e.ts.max(from)).max(0.0))
+        .sum();
+    let (report, _) = common::report_json(&[dir.path()]);
+    let process = &report["processes"][0];
+    let counted_s: f64 = process["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["wait_s"].as_f64().unwrap())
+        .sum();
+    let slack_us = waits.len() as f64;
+    assert!(
+        (counted_s * 1e6 - outside_us).abs() <= slack_us,
+        "{counted_s} s counted, {outside_us} µs outside the stop"
+    );
+    let stopped_s = process["stopped_s"].as_f64().unwrap();
+    assert!((stopped_s * 1e6 - (to - from)).abs() <= 1.0, "{stopped_s}");
+    let window_s = process["window_s"].as_f64().unwrap();
+    assert!(((window_s + stopped_s) * 1e6 - trace.span_us()).abs() <= 1.0);
 }
 
 #[test]

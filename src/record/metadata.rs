@@ -50,6 +50,7 @@ pub(crate) fn trace_metadata(
             (false, true) => Some("at the end"),
             (false, false) => None,
         },
+        "process_stopped_monotonic_ns": report.stopped_spans,
         "stalled_reads": report.stalled_reads,
         "longest_stall_us": report.longest_stall_ns / 1000,
         "faulted_samples": report.faulted_samples,

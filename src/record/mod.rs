@@ -117,6 +117,8 @@ struct Running {
     layout: String,
     live: Arc<LiveCounters>,
     announced: bool,
+    /// Whether it was last said to be stopped (`Update::TargetStopped`).
+    said_stopped: bool,
     /// Where the outcome comes once the trace is finished, then the outcome.
     finished: mpsc::Receiver<Result<TargetReport>>,
     outcome: Option<Result<TargetReport>>,
@@ -423,6 +425,7 @@ impl Session<'_> {
                 layout: target.layout_source.to_string(),
                 live: live.clone(),
                 announced: false,
+                said_stopped: false,
                 finished,
                 outcome: None,
             });
@@ -478,6 +481,17 @@ impl Session<'_> {
             } else if r.live.done.load(Ordering::Acquire) {
                 // Ended before its first sample: nothing to wait for.
                 r.announced = true;
+            }
+        }
+        for r in self.running.iter_mut().filter(|r| r.announced) {
+            let stopped = r.live.stopped.load(Ordering::Relaxed);
+            if stopped != r.said_stopped {
+                r.said_stopped = stopped;
+                progress(if stopped {
+                    Update::TargetStopped { pid: r.pid }
+                } else {
+                    Update::TargetContinued { pid: r.pid }
+                });
             }
         }
         if !self.ready_sent && self.running.iter().all(|r| r.announced) {

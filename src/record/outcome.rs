@@ -109,6 +109,17 @@ pub enum Update<'a> {
         /// Given by the user (`--pid`), not found: its refusal is an error, said even with `-q`.
         given: bool,
     },
+    /// A target was found stopped (SIGSTOP, Ctrl+Z, a debugger): its waits until it runs again are
+    /// the stop's, left out of the answer.
+    TargetStopped {
+        /// The target's pid.
+        pid: u32,
+    },
+    /// A target found stopped runs again.
+    TargetContinued {
+        /// The target's pid.
+        pid: u32,
+    },
     /// Every target found at the start has taken its first sample (or failed): a caller that starts
     /// a profiler now covers the same window.
     Ready,

@@ -277,12 +277,19 @@ impl TraceWriting {
         } = self;
         let (written, totals) = writer_thread.join().expect("the trace writer panicked");
         let pid = process.pid;
-        let writer = match written {
+        let mut writer = match written {
             Ok(writer) => writer,
             Err(error) => {
                 return Ok(unfinished(process, report, totals, partial, None, error));
             }
         };
+        if let Err(error) = report
+            .stopped_spans
+            .iter()
+            .try_for_each(|&(from, to)| writer.write_stopped(from, to))
+        {
+            return Ok(unfinished(process, report, totals, partial, None, error));
+        }
         let mut threads: Vec<(u32, String)> = report
             .thread_names
             .iter()

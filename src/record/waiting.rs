@@ -1,12 +1,27 @@
 //! What a session says while it waits for something to record, in one wording for `record`'s
-//! stderr and `top`'s: a launched command that is not Python yet, or `--all-npu`/`--all-gpu`
-//! that found nobody at the start. The caller adds its own prefix.
+//! stderr and `top`'s: a launched command that is not Python yet, `--all-npu`/`--all-gpu` that
+//! found nobody at the start, or a target found stopped until it runs again. The caller adds its
+//! own prefix.
 
 use std::path::Path;
 use std::time::Duration;
 
 use crate::discover::DeviceKind;
 use crate::launch::LAUNCH_TIMEOUT;
+
+/// Process `pid` was found stopped (sampler/stop_watch.rs).
+pub fn stopped(pid: u32) -> String {
+    format!(
+        "process {pid} is stopped (SIGSTOP, Ctrl+Z or a debugger): none of its threads runs, and \
+         the one holding the GIL keeps it. Its waits until it runs again are the stop's, left out \
+         of the answer (kill -CONT {pid} lets it run)"
+    )
+}
+
+/// Process `pid`, found stopped, runs again.
+pub fn continued(pid: u32) -> String {
+    format!("process {pid} runs again")
+}
 
 /// The launched command (`pid`) is not a Python gilsample can read yet: it runs `program`, which is
 /// not Python, or else `why`.

@@ -12,6 +12,7 @@ use crate::report::hold_code::{HeldIn, HoldKey, HoldTime, hold_key, places};
 use crate::report::load::{ProcessTrace, Slice, SliceKind};
 use crate::report::other_data::RecordingFacts;
 use crate::report::slice_index::SliceIndex;
+use crate::report::stopped;
 
 /// The answer for one process; the shape of `gilsample report --json` (docs/report-json.md).
 #[derive(Clone, Debug, Serialize)]
@@ -24,8 +25,13 @@ pub struct ProcessAnswer {
     pub facts: RecordingFacts,
     /// The trace file the answer is of.
     pub file: String,
-    /// Seconds the answer covers: the recording's window, else from the first slice to the last.
+    /// Seconds the answer covers: the recording's window, else from the first slice to the last;
+    /// the time the process was stopped left out (`stopped_s`).
     pub window_s: f64,
+    /// Seconds of the window during which the process was found stopped (SIGSTOP, Ctrl+Z, a
+    /// debugger): its waits then were the stop's, and are left out of every figure
+    /// (report/stopped.rs).
+    pub stopped_s: f64,
     /// The switch interval the holds were judged against: the trace's, else CPython's default.
     pub switch_interval_ms: f64,
     /// Share of the window during which some thread held the GIL.
@@ -334,7 +340,8 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         let end = slices.iter().map(|s| s.end_ns).max().unwrap_or(0);
         (start, end)
     });
-    let window = (window_end - window_start).max(0);
+    let stopped = stopped::within(&process.facts.stops_ns, (window_start, window_end));
+    let window = (window_end - window_start - stopped).max(0);
     let mut accumulator = Accumulator::new(process);
     for slice in slices {
         accumulator.add(slice);
@@ -362,6 +369,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         pid: process.pid,
         file: process.file.display().to_string(),
         window_s: seconds(window),
+        stopped_s: seconds(stopped),
         switch_interval_ms: process
             .facts
             .switch_interval_us

@@ -21,10 +21,12 @@ const HINTED_WAIT_SHARE: f64 = 0.1;
 const LEAD_RATIO: f64 = 1.5;
 
 /// The hint for process `p`; `None` when nothing stands out. A process found stopped at the
-/// recording's end is said to be stopped instead; one stopped only at its start, before the rest.
+/// recording's end is said to be stopped instead; one stopped only at its start, before the rest,
+/// unless the stop's span was left out of the figures (the headline says so then).
 pub fn hint(p: &ProcessAnswer) -> Option<String> {
     match p.facts.stopped.as_deref() {
         None => gil_hint(p),
+        Some("at the start") if !p.facts.stops_ns.is_empty() => gil_hint(p),
         Some("at the start") => Some(match gil_hint(p) {
             Some(rest) => format!("{} Then: {rest}", stopped_at_the_start()),
             None => stopped_at_the_start(),
@@ -360,6 +362,7 @@ mod tests {
             pid: 1,
             file: "t.json".into(),
             window_s: 10.0,
+            stopped_s: 0.0,
             switch_interval_ms: 5.0,
             gil_busy_share: 1.0,
             mean_waiters: 0.8,
@@ -528,6 +531,9 @@ mod tests {
             "{said}"
         );
         assert!(!said.contains("kill -CONT"), "{said}");
+        // Its span left out of the figures (a trace that has the spans): only what the GIL shows.
+        stopped.facts.stops_ns = vec![(0, 1)];
+        assert!(hint(&stopped).unwrap().starts_with("MainThread spends 60%"));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::decimal::parse_micros;
 use crate::error::{Error, Result};
 use crate::merge::document::{event_object, field_error, for_each_event, for_each_event_to_cut};
 use crate::report::other_data::{self, ProcessFacts, RecordingFacts};
+use crate::report::stopped;
 
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -57,6 +58,19 @@ pub struct Slice {
     /// A hold's kind as the trace says it (`args.native_call`), with the call's index into
     /// `ProcessTrace::calls`.
     pub held: Held,
+}
+
+impl stopped::Span for Slice {
+    fn span(&self) -> (i128, i128) {
+        (self.start_ns, self.end_ns)
+    }
+    fn part(self, start_ns: i128, end_ns: i128) -> Slice {
+        Slice {
+            start_ns,
+            end_ns,
+            ..self
+        }
+    }
 }
 
 /// What a hold's args say it ran.
@@ -263,6 +277,7 @@ fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Opt
         if shape.holds == 0 && recorded_pid.is_none() {
             infer_holds(process);
         }
+        stopped::cut_out(&mut process.slices, &process.facts.stops_ns);
         process.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
     }
     Ok((out, cut))

@@ -10,6 +10,7 @@ pub mod load;
 pub mod other_data;
 pub mod phrases;
 pub mod slice_index;
+pub mod stopped;
 pub mod text;
 
 use std::collections::hash_map::Entry;

@@ -4,6 +4,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::report::stopped;
+
 /// What `otherData` says of one process: its pid there, and what it says of the recording.
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct ProcessFacts {
@@ -48,6 +50,10 @@ pub struct RecordingFacts {
     /// When the process was found stopped (`process_stopped`: "at the start", ...).
     #[serde(skip)]
     pub stopped: Option<String>,
+    /// The spans during which it was found stopped, on the trace clock (report/stopped.rs): left
+    /// out of every figure.
+    #[serde(skip)]
+    pub stops_ns: Vec<(i128, i128)>,
 }
 
 /// A gilsample recording as its `otherData` names it: the pid it recorded (before any merge
@@ -102,16 +108,21 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
     let int = |key: &str| other.get(key).and_then(Value::as_i64).map(i128::from);
     let text = |key: &str| other.get(key).and_then(Value::as_str).map(str::to_string);
     let host = text("host");
+    let to_trace = int("monotonic_to_trace_offset_ns").filter(|_| window);
     let window_ns = match (
         int("recording_start_monotonic_ns"),
         int("recording_end_monotonic_ns"),
-        int("monotonic_to_trace_offset_ns"),
+        to_trace,
     ) {
-        (Some(start), Some(end), Some(to_trace)) if window && end > start => {
+        (Some(start), Some(end), Some(to_trace)) if end > start => {
             Some((start + to_trace, end + to_trace))
         }
         _ => None,
     };
+    // On the file's own clock only, as the window: a merge moved its inputs' clocks.
+    let stops_ns = to_trace
+        .map(|to_trace| stopped::read(other.get("process_stopped_monotonic_ns"), to_trace))
+        .unwrap_or_default();
     Some(ProcessFacts {
         pid,
         facts: RecordingFacts {
@@ -150,6 +161,7 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
                 .and_then(Value::as_f64)
                 .filter(|&hz| hz > 0.0),
             stopped: text("process_stopped"),
+            stops_ns,
         },
     })
 }

@@ -42,9 +42,22 @@ pub fn headline(p: &ProcessAnswer) -> String {
     if !facts.is_empty() {
         whose += &format!(" ({})", facts.join(", "));
     }
+    // Its waits while stopped were the stop's: left out of every figure (report/stopped.rs).
+    let length = if p.stopped_s > 0.0 {
+        format!(
+            "{:.1} s, stopped for {} of it (SIGSTOP, Ctrl+Z or a debugger: left out below)",
+            p.window_s + p.stopped_s,
+            if p.stopped_s >= 1.0 {
+                format!("{:.1} s", p.stopped_s)
+            } else {
+                ms(1000.0 * p.stopped_s)
+            }
+        )
+    } else {
+        format!("{:.1} s", p.window_s)
+    };
     format!(
-        "{whose} — {:.1} s; the GIL was held {:.0}% of the time, {:.1} threads waiting on average",
-        p.window_s,
+        "{whose} — {length}; the GIL was held {:.0}% of the time, {:.1} threads waiting on average",
         100.0 * p.gil_busy_share,
         p.mean_waiters
     )
@@ -300,6 +313,7 @@ mod tests {
             pid: 1,
             file: "t.json".into(),
             window_s: 3.0,
+            stopped_s: 0.0,
             switch_interval_ms: 5.0,
             gil_busy_share: 1.0,
             mean_waiters: 2.0,

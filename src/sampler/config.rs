@@ -62,6 +62,8 @@ pub struct LiveCounters {
     pub threads: AtomicU64,
     /// The sampler has finished.
     pub done: AtomicBool,
+    /// The target is stopped now (SIGSTOP, Ctrl+Z, a debugger: sampler/stop_watch.rs).
+    pub stopped: AtomicBool,
 }
 
 /// Where the samples and the stacks read go besides inference (`--save-samples`, stream/).

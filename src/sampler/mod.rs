@@ -12,5 +12,6 @@ mod recent_stacks;
 pub mod report;
 pub mod shared_thread;
 pub mod stack_watch;
+pub mod stop_watch;
 pub mod thread_reads;
 pub mod tick_loop;

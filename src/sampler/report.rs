@@ -115,6 +115,9 @@ pub struct SamplerReport {
     pub stopped_at_start: bool,
     /// See `stopped_at_start`.
     pub stopped_at_end: bool,
+    /// When the process was found stopped during the recording, monotonic nanoseconds (from, to),
+    /// to within `stop_watch::CHECK_EVERY_NS`; a stop at its start or end included.
+    pub stopped_spans: Vec<(u64, u64)>,
 }
 
 impl Default for SamplerReport {
@@ -162,6 +165,7 @@ impl SamplerReport {
             end: EndReason::Stopped,
             stopped_at_start: false,
             stopped_at_end: false,
+            stopped_spans: Vec::new(),
         }
     }
 

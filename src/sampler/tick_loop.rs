@@ -37,6 +37,7 @@ use crate::sampler::pace::Pace;
 use crate::sampler::priority::Scheduling;
 use crate::sampler::report::{EndReason, SamplerReport};
 use crate::sampler::stack_watch::StackWatch;
+use crate::sampler::stop_watch::StopWatch;
 use crate::sampler::thread_reads::{
     CHECK_COUNTED_OUT, CHECK_PROVEN_WAITING, FirstRead, ReadsSpared, ThreadTable,
 };
@@ -79,6 +80,7 @@ pub struct Sampler<'a> {
     sample: Sample,
     wants: Wants,
     stacks_first: StacksFirst,
+    stops: StopWatch,
 }
 
 /// A stack watch's finding: into the saved stream first (where there is one), then downstream.
@@ -140,6 +142,7 @@ impl<'a> Sampler<'a> {
             sample: Sample::default(),
             wants: Wants::default(),
             stacks_first: StacksFirst::default(),
+            stops: StopWatch::new(target.pid, start),
         };
         if config.stacks {
             match StackWatch::new(target) {
@@ -226,6 +229,9 @@ impl<'a> Sampler<'a> {
             self.report.stalled_reads += 1;
             self.report.longest_stall_ns = self.report.longest_stall_ns.max(t0 - woke);
         }
+        self.stops.tick(t0);
+        live.stopped
+            .store(self.stops.stopped_now(), Ordering::Relaxed);
         if let Err(end) = self.walk_if_due(t0, &reading, live) {
             return end;
         }
@@ -281,6 +287,7 @@ impl<'a> Sampler<'a> {
         self.report.inference = self.engine.counts();
         self.report.end = end;
         self.report.stopped_at_end = is_stopped(target.pid);
+        self.report.stopped_spans = self.stops.finish(self.report.end_ns);
         (self.report.cpu_ns, self.report.syscalls) = cost;
         live.done.store(true, Ordering::Release);
         self.report

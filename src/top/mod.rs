@@ -235,6 +235,8 @@ pub fn run(
             console.say(format!("watching process {pid} (Python {python})"));
         }
         Update::Skipped { pid, why, .. } => console.say(format!("skipping process {pid}: {why}")),
+        Update::TargetStopped { pid } => console.say(waiting::stopped(pid)),
+        Update::TargetContinued { pid } => console.say(waiting::continued(pid)),
         Update::ThreadOfProcess { tid, pid } => console.say(format!(
             "{tid} is a thread of process {pid}; watching process {pid}"
         )),

@@ -323,6 +323,7 @@ mod tests {
             pid: 1,
             file: String::new(),
             window_s: 2.0,
+            stopped_s: 0.0,
             switch_interval_ms: 5.0,
             gil_busy_share: 0.987,
             mean_waiters: 2.04,

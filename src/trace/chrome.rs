@@ -263,6 +263,13 @@ impl ChromeWriter {
         self.write_counter("sampling rate", "Hz", t_ns, hz)
     }
 
+    /// A span during which the process was found stopped (sampler/stop_watch.rs), on a track of its
+    /// own: 1 from `from_ns`, 0 from `to_ns`.
+    pub fn write_stopped(&mut self, from_ns: u64, to_ns: u64) -> Result<()> {
+        self.write_counter("process stopped", "stopped", from_ns, 1)?;
+        self.write_counter("process stopped", "stopped", to_ns, 0)
+    }
+
     fn write_counter(&mut self, track: &str, key: &str, t_ns: u64, value: u32) -> Result<()> {
         self.separator()?;
         let ts = whole_micros(t_ns as i128 + self.offset_ns as i128);

@@ -1,0 +1,147 @@
+//! The spans during which a recorded process was stopped (SIGSTOP, Ctrl+Z, a debugger: otherData's
+//! `process_stopped_monotonic_ns`, sampler/stop_watch.rs). Its threads did not run then, and the
+//! one holding the GIL kept it: the waits of those spans were the stop's, not the GIL's, and blaming
+//! them on the holder's code would send its user to the wrong code. So they are left out of every
+//! figure: the slices are cut at them, and the window is the time the process ran.
+
+use serde_json::Value;
+
+/// Spans read from one trace, at most: a recording with more is a debugger's stepping session.
+const MAX_STOPS: usize = 100_000;
+
+/// The stop spans `value` holds (`[[from, to], ...]`, monotonic nanoseconds), moved onto the trace's
+/// clock by `to_trace`: sorted, each with its end after its start, overlaps joined. Malformed pairs
+/// are passed over.
+pub fn read(value: Option<&Value>, to_trace: i128) -> Vec<(i128, i128)> {
+    let pairs = value.and_then(Value::as_array).into_iter().flatten();
+    let mut spans: Vec<(i128, i128)> = pairs
+        .take(MAX_STOPS)
+        .filter_map(|pair| {
+            let [from, to] = pair.as_array()?.as_slice() else {
+                return None;
+            };
+            let (from, to) = (i128::from(from.as_i64()?), i128::from(to.as_i64()?));
+            (to > from).then_some((from + to_trace, to + to_trace))
+        })
+        .collect();
+    spans.sort_unstable();
+    let mut joined: Vec<(i128, i128)> = Vec::with_capacity(spans.len());
+    for (from, to) in spans {
+        match joined.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => joined.push((from, to)),
+        }
+    }
+    joined
+}
+
+/// What `cut_out` cuts: something that lasts from one moment to another (trace-clock ns), and the
+/// same thing over a part of that time.
+pub trait Span: Copy {
+    /// Its start and end.
+    fn span(&self) -> (i128, i128);
+    /// The same, from `start` to `end`.
+    fn part(self, start: i128, end: i128) -> Self;
+}
+
+/// `slices` without their parts inside `stops` (as `read` gives them): a slice across a stop
+/// becomes its part before and its part after.
+pub fn cut_out<S: Span>(slices: &mut Vec<S>, stops: &[(i128, i128)]) {
+    if stops.is_empty() {
+        return;
+    }
+    let mut kept = Vec::with_capacity(slices.len());
+    for slice in slices.drain(..) {
+        // The first stop that ends after the slice starts; those after it, while they start
+        // before the slice ends, cut it.
+        let first = stops.partition_point(|&(_, to)| to <= slice.span().0);
+        let mut rest = Some(slice);
+        for &(from, to) in &stops[first..] {
+            let Some(s) = rest.take() else { break };
+            let (start, end) = s.span();
+            if from >= end {
+                rest = Some(s);
+                break;
+            }
+            if start < from {
+                kept.push(s.part(start, from));
+            }
+            if end > to {
+                rest = Some(s.part(to, end));
+            }
+        }
+        kept.extend(rest);
+    }
+    *slices = kept;
+}
+
+/// How long `stops` cover of the window `(start, end)`, nanoseconds.
+pub fn within(stops: &[(i128, i128)], (start, end): (i128, i128)) -> i128 {
+    stops
+        .iter()
+        .map(|&(from, to)| (to.min(end) - from.max(start)).max(0))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A slice of thread `.0` from `.1` to `.2`.
+    type Piece = (u32, i128, i128);
+
+    impl Span for Piece {
+        fn span(&self) -> (i128, i128) {
+            (self.1, self.2)
+        }
+        fn part(self, start: i128, end: i128) -> Piece {
+            (self.0, start, end)
+        }
+    }
+
+    #[test]
+    fn spans_are_read_onto_the_trace_clock_sorted_and_joined_and_bad_ones_passed_over() {
+        let value = json!([
+            [50, 60],
+            [10, 20],
+            [15, 30],
+            [40, 40],
+            [70],
+            "x",
+            [80, 90.5]
+        ]);
+        assert_eq!(read(Some(&value), 1000), vec![(1010, 1030), (1050, 1060)]);
+        assert!(read(None, 0).is_empty());
+        assert!(read(Some(&json!({"a": 1})), 0).is_empty());
+    }
+
+    #[test]
+    fn a_slice_is_cut_where_a_stop_lies_inside_it_and_dropped_where_a_stop_covers_it() {
+        let mut slices: Vec<Piece> = vec![
+            (1, 0, 100),   // two stops inside: three parts
+            (2, 25, 35),   // inside the first stop: gone
+            (3, 110, 120), // after every stop: kept whole
+            (4, 5, 30),    // ends inside the first stop: its start kept
+            (5, 40, 60),   // between the stops, touching both: kept whole
+        ];
+        cut_out(&mut slices, &[(20, 40), (60, 70)]);
+        assert_eq!(
+            slices,
+            vec![
+                (1, 0, 20),
+                (1, 40, 60),
+                (1, 70, 100),
+                (3, 110, 120),
+                (4, 5, 20),
+                (5, 40, 60)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_stopped_time_counts_only_inside_the_window() {
+        assert_eq!(within(&[(0, 50), (90, 200)], (10, 100)), 50);
+        assert_eq!(within(&[], (10, 100)), 0);
+    }
+}

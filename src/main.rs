@@ -26,7 +26,7 @@ use gilsample::python::version::PyVersion;
 use gilsample::record::{RecordOptions, RecordReport, Targets, Update, record};
 use gilsample::report::analyze::ProcessAnswer;
 use gilsample::sampler::priority::{
-    Priority, has_cap_sys_nice, realtime_allowed, realtime_refused_warning,
+    Priority, realtime_allowed, realtime_refused_warning, why_realtime_refused,
 };
 use gilsample::signals::SessionState;
 use gilsample::summary::{answers, format_summary};
@@ -308,7 +308,7 @@ fn realtime_refused_warning_for(opts: &RecordOptions) -> Option<String> {
     (opts.priority == Priority::Realtime && !realtime_allowed()).then(|| {
         format!(
             "gilsample: {}",
-            realtime_refused_warning(opts.cpus.is_some(), has_cap_sys_nice())
+            realtime_refused_warning(opts.cpus.is_some(), &why_realtime_refused())
         )
     })
 }
@@ -433,9 +433,7 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
             eprintln!("gilsample: error: process {pid}: {error}");
         }
         if !outcome.quit && !args.record.quiet {
-            eprintln!(
-                "gilsample: the recording ended: the processes watched exited, or --duration"
-            );
+            eprintln!("gilsample: the recording ended: {}", how_top_ended(&report));
         }
     }
     let mut code = exit_status(&report);
@@ -452,6 +450,21 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
     } else {
         code
     })
+}
+
+/// Why a `top` session that was not quit ended, as far as its targets tell.
+fn how_top_ended(report: &RecordReport) -> &'static str {
+    use gilsample::sampler::report::EndReason;
+    let all = |why: EndReason| report.targets.iter().all(|t| t.sampler.end == why);
+    if report.targets.is_empty() {
+        "nothing was left to watch"
+    } else if all(EndReason::Duration) {
+        "the duration elapsed"
+    } else if all(EndReason::TargetExited) {
+        "the processes watched exited"
+    } else {
+        "the processes watched exited or changed program, or the duration elapsed"
+    }
 }
 
 /// Waits for a launched command that may outlive its recording, saying so first when it does; its

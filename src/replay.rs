@@ -37,7 +37,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             path: args.input.clone(),
             why: format!("the header's description of the process does not read: {e}"),
         })?;
-    let default_name = format!("GIL_{}_rank_{}.replay.json", process.pid, process.rank);
+    let default_name = format!(
+        "GIL_{}_rank_{}.replay.json",
+        process.pid,
+        process.file_rank()
+    );
     let output = args
         .output
         .clone()

@@ -379,7 +379,7 @@ mod tests {
         RecordReport {
             targets: vec![TargetReport {
                 pid: 4242,
-                rank: 0,
+                rank: Some(0),
                 path: "GIL_4242_rank_0.json".into(),
                 python: "3.12.1".into(),
                 layout_source: "file".into(),

@@ -373,7 +373,7 @@ fn a_duration_that_ends_first_gives_the_answer_at_once_then_waits_for_the_comman
     );
     let (before, last) = seen.trim_end().rsplit_once('\n').unwrap();
     assert!(before.contains(&answer), "{seen}");
-    assert!(before.contains(&format!("process {pid} (rank 0")), "{seen}");
+    assert!(before.contains(&format!("process {pid} (host ")), "{seen}");
     assert!(
         last.contains(&format!("(pid {pid})")) && last.contains(&format!("kill {pid}")),
         "{last}"

@@ -296,7 +296,14 @@ fn eight_targets_share_sampler_threads_and_one_exiting_disturbs_no_other() {
             .unwrap()
             .iter()
             .any(|e| e["name"] == "process_name"
-                && e["args"]["name"].as_str().unwrap().contains("rank 0"))
+                && e["args"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("Python 3.12")
+                && e["args"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!(" pid {exiting}")))
     );
 }
 

@@ -218,9 +218,17 @@ fn report_over_two_hosts_and_four_ranks_ranks_the_contended_one_first() {
     let out = gilsample().arg("report").arg(tree.path()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let ranking = text.split("across 4 processes").nth(1).unwrap_or_default();
-    let first = ranking.lines().nth(1).unwrap_or_default();
+    let first = ranking
+        .lines()
+        .find(|l| l.contains("thread-s waiting"))
+        .unwrap_or_default();
     assert!(
         first.contains(&format!("process {}", workloads[2].pid)) && first.contains("host node-b"),
+        "{text}"
+    );
+    // The two hosts recorded one after the other: the ranking says their times do not overlap.
+    assert!(
+        ranking.contains("these recordings fall in 2 spans of time that do not overlap"),
         "{text}"
     );
 }

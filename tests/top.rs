@@ -185,7 +185,7 @@ fn top_in_a_terminal(label: &str) {
         "{first}"
     );
     assert!(
-        lines[1].starts_with(&format!("> pid {pid} rank 0 Python 3.")),
+        lines[1].starts_with(&format!("> pid {pid} Python 3.")),
         "{first}"
     );
     assert!(lines[1].contains("GIL busy"), "{first}");

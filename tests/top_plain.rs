@@ -71,7 +71,7 @@ fn top_once_prints_one_plain_table(label: &str) {
     assert!(!stdout.contains('\x1b'), "escape codes in\n{stdout}");
     assert_eq!(stdout.matches("THREAD ").count(), 1, "{stdout}");
     assert!(
-        stdout.starts_with(&format!("process {pid} (rank 0) Python 3.")),
+        stdout.starts_with(&format!("process {pid} Python 3.")),
         "{stdout}"
     );
     assert!(stdout.contains(", 0.0-1.0 s: GIL busy "), "{stdout}");

@@ -17,7 +17,7 @@ import threading
 import warnings
 
 from ._binary import binary_path
-from ._errors import GilsampleError, error_for
+from ._errors import GilsampleError, UsageError, error_for
 
 # prctl(PR_SET_PTRACER, pid): lets `pid` read this process where kernel.yama.ptrace_scope is 1.
 _PR_SET_PTRACER = 0x59616D61
@@ -97,6 +97,36 @@ def _duration_text(duration):
     return str(duration)
 
 
+def _pid_list(pids):
+    """`pids` as a list of ints: one pid (an int, or "123"), a comma- or space-separated string
+    ("123,456", as the reference tool's --pid takes), or an iterable of ints or digit strings. Anything
+    else is a UsageError naming what was given, never a digit-by-digit list of pids."""
+    given = pids
+    if isinstance(pids, str):
+        pids = pids.replace(",", " ").split()
+    elif isinstance(pids, int) and not isinstance(pids, bool):
+        pids = [pids]
+    try:
+        items = list(pids)
+    except TypeError:
+        items = None
+    parsed = []
+    for item in items or []:
+        if isinstance(item, bool):
+            break
+        if isinstance(item, int):
+            parsed.append(item)
+        elif isinstance(item, str) and item.strip().isascii() and item.strip().isdigit():
+            parsed.append(int(item))
+        else:
+            break
+    if items is None or not items or len(parsed) != len(items) or min(parsed) <= 0:
+        raise UsageError(
+            "process ids {!r}: give them as a list of numbers ([os.getpid()]), one number, or a "
+            "comma-separated string (\"123,456\")".format(given), 2)
+    return parsed
+
+
 class Recording(object):
     """One run of the gilsample binary. Use `start()` to make one."""
 
@@ -107,7 +137,7 @@ class Recording(object):
             raise GilsampleError("give pids, or all_npu/all_gpu, not both", 2)
         if pids is None and not (all_npu or all_gpu):
             pids = [os.getpid()]
-        self.pids = None if pids is None else [int(p) for p in pids]
+        self.pids = None if pids is None else _pid_list(pids)
         # A forked child inherits this object: only the process that started it may end it.
         self._owner = os.getpid()
         # The binary's paths are relative to where it started: this directory.
@@ -375,7 +405,7 @@ def start(pids=None, duration=None, rate="10khz", output_dir=None, *, all_npu=Fa
           merge=False, binary=None, ready_timeout=120.0, extra_args=(), force=False):
     """Starts recording and returns once sampling has begun.
 
-    pids: process ids; None means this process (pass all_npu=True or all_gpu=True for every Python
+    pids: process ids ([123, 456], 123, or "123,456"); None means this process (pass all_npu=True or all_gpu=True for every Python
     process using an NPU or GPU). duration: seconds (10, 0.5) or a string with a unit ("10s",
     "500ms", "2m", "1h"); None or -1 until stop(). rate: "10khz", "500hz" or Hz.
     output_dir: where GIL_<pid>_rank_<rank>.json files go; None means $GILSAMPLE_DIR, else

@@ -192,7 +192,14 @@ fn pid_suggestion(args: &[String], stray: &str) -> Option<String> {
         let word = &mut words[list];
         let joiner = if word.ends_with([',', '=']) { "" } else { "," };
         *word = format!("{word}{joiner}{stray}");
-        words.extend(args[at + 1..].iter().cloned());
+        // `-p $(pgrep -f train.py)` with three or more: every bare number that follows joins too.
+        let mut rest = args[at + 1..].iter().peekable();
+        while let Some(next) =
+            rest.next_if(|a| !a.is_empty() && a.bytes().all(|b| b.is_ascii_digit()))
+        {
+            *word = format!("{word},{next}");
+        }
+        words.extend(rest.cloned());
         return Some(format!(
             "give several processes as one list, separated by commas: {}",
             command_line(&words)
@@ -366,6 +373,11 @@ mod tests {
             (
                 "gilsample top --pid=12 6419 -d 5",
                 "commas: gilsample top --pid=12,6419 -d 5",
+            ),
+            // `-p $(pgrep -f train.py)` that found four: every number joins.
+            (
+                "gilsample -p 11 6419 33 44 -d 1",
+                "commas: gilsample -p 11,6419,33,44 -d 1",
             ),
         ] {
             let got = tip(line, "6419");

@@ -115,15 +115,19 @@ pub struct Facts {
     pub binary: String,
 }
 
+/// gilsample's `/proc/self/uid_map` on one line, where it runs in a user namespace other than the
+/// machine's first (a rootless container, `unshare --user`): its capabilities count only there.
+pub fn user_namespace_map() -> Option<String> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let fields: Vec<&str> = map.split_whitespace().collect();
+    (fields != ["0", "0", "4294967295"]).then(|| fields.join(" "))
+}
+
 impl Facts {
     /// Looks everything up for a refused read of `pid`.
     pub fn gather(pid: u32) -> Facts {
         let reader = Credentials::of_this_process().unwrap_or_default();
         let target = Credentials::read(&pid.to_string());
-        let first_namespace = |map: &str| {
-            let fields: Vec<&str> = map.split_whitespace().collect();
-            fields == ["0", "0", "4294967295"]
-        };
         Facts {
             target_proc_owner: std::fs::metadata(format!("/proc/{pid}"))
                 .ok()
@@ -132,10 +136,7 @@ impl Facts {
                 .ok()
                 .and_then(|s| s.trim().parse().ok()),
             reader_is_ancestor: is_ancestor(std::process::id(), pid),
-            reader_in_user_namespace: std::fs::read_to_string("/proc/self/uid_map")
-                .ok()
-                .filter(|map| !first_namespace(map))
-                .map(|map| map.split_whitespace().collect::<Vec<_>>().join(" ")),
+            reader_in_user_namespace: user_namespace_map(),
             security_modules: std::fs::read_to_string("/sys/kernel/security/lsm")
                 .ok()
                 .map(|s| s.trim().to_string()),

@@ -57,19 +57,15 @@ pub const RANK_VARIABLES: &[&str] = &[
     "LOCAL_RANK",
 ];
 
-/// The target's rank from its environment at exec time; 0 when it has none.
-pub fn read_rank(pid: u32) -> u32 {
-    let Ok(process) = Process::new(pid as i32) else {
-        return 0;
-    };
-    let Ok(env) = process.environ() else { return 0 };
-    RANK_VARIABLES
-        .iter()
-        .find_map(|name| {
-            env.get(std::ffi::OsStr::new(name))
-                .and_then(|v| v.to_str()?.trim().parse().ok())
-        })
-        .unwrap_or(0)
+/// The target's rank from its environment at exec time; `None` when it has none (a launcher, a
+/// job that is not distributed, or one that sets `RANK` after it started: /proc shows only the
+/// environment a process was started with). Its files then say rank 0, as the reference tool's do.
+pub fn read_rank(pid: u32) -> Option<u32> {
+    let env = Process::new(pid as i32).ok()?.environ().ok()?;
+    RANK_VARIABLES.iter().find_map(|name| {
+        env.get(std::ffi::OsStr::new(name))
+            .and_then(|v| v.to_str()?.trim().parse().ok())
+    })
 }
 
 /// The target's command line, joined with spaces (empty for kernel threads and zombies).

@@ -408,7 +408,8 @@ impl Session<'_> {
         let mut members = Vec::with_capacity(targets.len());
         for target in targets {
             let rank = read_rank(target.pid);
-            let path = self.opts.output.path_for(target.pid, rank);
+            // The reference tool's names: rank 0 for a process without one.
+            let path = self.opts.output.path_for(target.pid, rank.unwrap_or(0));
             // Made only now, for the first target: a run refused before it leaves nothing behind.
             self.opts.output.prepare()?;
             let mut writer =

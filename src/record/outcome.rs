@@ -14,8 +14,9 @@ use crate::sampler::report::SamplerReport;
 pub struct TargetReport {
     /// The target's pid in gilsample's PID namespace.
     pub pid: u32,
-    /// Its rank in a distributed job (from `RANK` and the like in its environment; 0 without).
-    pub rank: u32,
+    /// Its rank in a distributed job (from `RANK` and the like in its environment), where it has
+    /// one.
+    pub rank: Option<u32>,
     /// Its trace file (the partial one where writing failed).
     pub path: PathBuf,
     /// The interpreter's version, `3.12.3`.

@@ -28,8 +28,9 @@ pub struct RecordedProcess {
     pub pid: u32,
     /// The pid it sees for itself in its innermost PID namespace (`NSpid:`), where that was read.
     pub namespace_pid: Option<u32>,
-    /// Its rank in a distributed job (`RANK`, `SLURM_PROCID`, ... at exec time; 0 without).
-    pub rank: u32,
+    /// Its rank in a distributed job (`RANK`, `SLURM_PROCID`, ... at exec time); `None` without,
+    /// where its files say rank 0 (`file_rank`).
+    pub rank: Option<u32>,
     /// This machine's host name, which tells the nodes of a multi-node job apart.
     pub host: Option<String>,
     /// The target's command line, read before sampling began.
@@ -63,9 +64,19 @@ pub struct RecordedProcess {
 }
 
 impl RecordedProcess {
+    /// The rank its files are named with: 0 without one, as the reference tool names them.
+    pub fn file_rank(&self) -> u32 {
+        self.rank.unwrap_or(0)
+    }
+
     /// What to say of the live `target` recorded with `opts` at `rank`; `offset_ns` is added to
     /// monotonic times to give the trace's.
-    pub fn of(target: &Target, rank: u32, opts: &RecordOptions, offset_ns: i64) -> RecordedProcess {
+    pub fn of(
+        target: &Target,
+        rank: Option<u32>,
+        opts: &RecordOptions,
+        offset_ns: i64,
+    ) -> RecordedProcess {
         RecordedProcess {
             pid: target.pid,
             namespace_pid: read_namespace_pid(target.pid),

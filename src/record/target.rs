@@ -31,7 +31,7 @@ const MAX_TRACE_ANALYSED_AT_END: u64 = 1 << 30;
 /// outcome of its recording is to be sent.
 pub(super) struct Member {
     pub(super) target: Target,
-    pub(super) rank: u32,
+    pub(super) rank: Option<u32>,
     pub(super) writer: ChromeWriter,
     pub(super) live: Arc<LiveCounters>,
     pub(super) outcome: mpsc::Sender<Result<TargetReport>>,
@@ -98,7 +98,7 @@ impl TraceOutput {
     /// created (the error went to `outcome`).
     fn start(
         target: &Target,
-        rank: u32,
+        rank: Option<u32>,
         writer: ChromeWriter,
         shared: &Shared<'_>,
         outcome: mpsc::Sender<Result<TargetReport>>,
@@ -399,10 +399,13 @@ fn write_finding(
 fn process_name(process: &RecordedProcess) -> String {
     let cmdline = &process.command_line;
     format!(
-        "Python {} pid {} rank {}{}{}",
+        "Python {} pid {}{}{}{}",
         process.python_version,
         process.pid,
-        process.rank,
+        process
+            .rank
+            .map(|r| format!(" rank {r}"))
+            .unwrap_or_default(),
         process
             .host
             .as_ref()
@@ -433,7 +436,7 @@ fn unfinished(
         for (tid, name) in &sampler.thread_names {
             trace.names.entry(*tid).or_insert_with(|| name.clone());
         }
-        trace.facts.rank = Some(process.rank);
+        trace.facts.rank = process.rank;
         trace.facts.host = process.host.clone();
         let mut answer = analyze(&trace);
         answer.file = partial.display().to_string();

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::trace::tap::TraceTap;
 
-/// Makes the tap of a target, given its pid and rank, when its recording starts.
-pub type TapFor = dyn Fn(u32, u32) -> Box<dyn TraceTap> + Send + Sync;
+/// Makes the tap of a target, given its pid and rank (where it has one), when its recording starts.
+pub type TapFor = dyn Fn(u32, Option<u32>) -> Box<dyn TraceTap> + Send + Sync;
 
 /// A live view's hold on a recording (`gilsample top`): how often it wants a snapshot and how each
 /// target's tap is made.

@@ -228,6 +228,31 @@ pub fn total_wait_s(p: &ProcessAnswer) -> f64 {
     p.threads.iter().map(|t| t.wait_s).sum()
 }
 
+/// Into how many spans of time that do not overlap the recordings' windows fall (1 where not every
+/// process has a window: another tool's traces).
+fn separate_spans(processes: &[&ProcessAnswer]) -> usize {
+    let Some(mut windows) = processes
+        .iter()
+        .map(|p| p.facts.window_ns)
+        .collect::<Option<Vec<(i128, i128)>>>()
+    else {
+        return 1;
+    };
+    windows.sort_unstable();
+    let mut spans = 0;
+    let mut end = None;
+    for (start, stop) in windows {
+        match end {
+            Some(e) if start <= e => end = Some(stop.max(e)),
+            _ => {
+                spans += 1;
+                end = Some(stop);
+            }
+        }
+    }
+    spans.max(1)
+}
+
 /// Across processes: which waited most, sorted.
 pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
     let mut ranked: Vec<&ProcessAnswer> = processes.iter().collect();
@@ -237,6 +262,17 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
         "across {} processes, most waiting first:",
         ranked.len()
     );
+    let runs = separate_spans(&ranked);
+    if runs > 1 {
+        // `gil_traces/` collects every run recorded from one directory: files never replace.
+        let _ = writeln!(
+            out,
+            "  (these recordings fall in {runs} spans of time that do not overlap: the ranking \
+             compares different stretches of time, perhaps different runs, not one moment of one \
+             job. To compare one run's processes, report that run's files; -o DIR per run keeps \
+             them apart)"
+        );
+    }
     for p in ranked.iter().take(MAX_THREADS_SHOWN * 2) {
         let top = p.threads.first();
         let _ = writeln!(
@@ -543,5 +579,32 @@ mod tests {
         format_process(&mut out, &p);
         assert!(out.contains("(2.10 s, 1 wait, p50"), "{out}");
         assert!(!out.contains("1 waits"), "{out}");
+    }
+
+    #[test]
+    fn recordings_that_do_not_overlap_in_time_are_said_to_be_different_runs() {
+        let at = |from: i128, to: i128| {
+            let mut p = process(0.0);
+            p.facts.window_ns = Some((from, to));
+            p
+        };
+        let ranked = |processes: &[ProcessAnswer]| {
+            let mut out = String::new();
+            format_ranking(&mut out, processes);
+            out
+        };
+        // One job's ranks, side by side (started a little apart): no word.
+        let job = [at(0, 10), at(2, 12), at(11, 20)];
+        assert!(!ranked(&job).contains("spans of time"), "{}", ranked(&job));
+        // Two runs recorded into one directory minutes apart.
+        let out = ranked(&[at(0, 10), at(2, 12), at(800, 810)]);
+        assert!(
+            out.contains("these recordings fall in 2 spans of time that do not overlap"),
+            "{out}"
+        );
+        // Another tool's traces have no window: nothing to compare.
+        let mut other = at(800, 810);
+        other.facts.window_ns = None;
+        assert!(!ranked(&[at(0, 10), other]).contains("spans of time"));
     }
 }

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use crate::process::access::Credentials;
+use crate::process::access::{Credentials, user_namespace_map};
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -73,40 +73,66 @@ pub fn realtime_allowed() -> bool {
         .unwrap_or(false)
 }
 
-/// Whether this process holds CAP_SYS_NICE (root does): then a refusal of SCHED_FIFO is not about
-/// permission.
-pub fn has_cap_sys_nice() -> bool {
-    Credentials::of_this_process().is_some_and(|me| me.has_nice_capability())
+/// Why SCHED_FIFO was refused, as far as this process can tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RealtimeRefusal {
+    /// gilsample lacks CAP_SYS_NICE (and is not root).
+    NoCapability,
+    /// It holds CAP_SYS_NICE only inside a user namespace (its uid_map): the kernel asks for the
+    /// capability in the machine's first namespace, so a rootless container never gets SCHED_FIFO.
+    UserNamespace(String),
+    /// It holds CAP_SYS_NICE where it counts: its control group has no real-time runtime, or a
+    /// sandbox forbids the call.
+    NoRuntime,
 }
 
-/// What to tell the user when real-time scheduling is refused; `cpus_given`: `--cpus` is in use;
-/// `capable`: gilsample holds CAP_SYS_NICE, so the capability is not what is missing.
-pub fn realtime_refused_warning(cpus_given: bool, capable: bool) -> String {
+/// Why this process's SCHED_FIFO request is refused (`realtime_allowed` said it is).
+pub fn why_realtime_refused() -> RealtimeRefusal {
+    let capable = Credentials::of_this_process().is_some_and(|me| me.has_nice_capability());
+    match (capable, user_namespace_map()) {
+        (false, _) => RealtimeRefusal::NoCapability,
+        (true, Some(map)) => RealtimeRefusal::UserNamespace(map),
+        (true, None) => RealtimeRefusal::NoRuntime,
+    }
+}
+
+/// What to tell the user when real-time scheduling is refused (`why`); `cpus_given`: `--cpus` is in
+/// use.
+pub fn realtime_refused_warning(cpus_given: bool, why: &RealtimeRefusal) -> String {
     let remedy = if cpus_given {
         "; meanwhile --cpus keeps the sampler on CPUs of its own, which helps as long as the target \
          leaves them free"
     } else {
         ", or give the sampler a CPU the target leaves free with --cpus LIST"
     };
-    let (why, fix) = if capable {
+    let (why, fix) = match why {
+        RealtimeRefusal::UserNamespace(map) => (
+            format!(
+                " although gilsample has CAP_SYS_NICE: it holds it only inside a user namespace \
+                 (uid_map {map}: a rootless container, unshare --user), and the kernel grants \
+                 real-time scheduling only to the capability in the machine's own namespace"
+            ),
+            "Run gilsample from the host, or in a container started by root (--cap-add \
+             SYS_NICE)",
+        ),
         // Root in a container or VM: a kernel that shares out real-time time by control group
         // (CONFIG_RT_GROUP_SCHED) refuses SCHED_FIFO to every task of a group given none, whatever
         // its capabilities (seen on a GPU VM: root, cgroup v2, sched_rt_runtime_us 950000).
-        (
+        RealtimeRefusal::NoRuntime => (
             " although gilsample has CAP_SYS_NICE: its control group has no real-time runtime (a \
              kernel that shares real-time time out by group gives none to a group not given any, as \
              in many containers and virtual machines: cgroup v1's cpu.rt_runtime_us 0; cgroup v2 \
-             has no setting for it), or a sandbox forbids the call",
+             has no setting for it), or a sandbox forbids the call"
+                .to_string(),
             "Run it from the host's root control group, or give its group real-time runtime \
              (cgroup v1: cpu.rt_runtime_us; Docker: --cpu-rt-runtime on the daemon and the \
              container)",
-        )
-    } else {
-        (
-            ": it needs root or CAP_SYS_NICE",
+        ),
+        RealtimeRefusal::NoCapability => (
+            ": it needs root or CAP_SYS_NICE".to_string(),
             "Grant the capability (sudo setcap cap_sys_nice,cap_sys_ptrace+ep {exe}; in a \
              container --cap-add SYS_NICE)",
-        )
+        ),
     };
     // The binary itself, as the permission errors name it: setcap on a link or a wrapper does
     // nothing.
@@ -127,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_refusal_says_what_is_missing() {
-        let without = realtime_refused_warning(false, false);
+        let without = realtime_refused_warning(false, &RealtimeRefusal::NoCapability);
         assert!(
             without.contains("refused: it needs root or CAP_SYS_NICE"),
             "{without}"
@@ -135,7 +161,7 @@ mod tests {
         assert!(without.contains("setcap"), "{without}");
         assert!(without.contains("--cpus LIST"), "{without}");
         // Root refused: the capability is there, the real-time runtime is not.
-        let capable = realtime_refused_warning(false, true);
+        let capable = realtime_refused_warning(false, &RealtimeRefusal::NoRuntime);
         assert!(!capable.contains("needs root"), "{capable}");
         assert!(
             capable.contains("refused although gilsample has CAP_SYS_NICE"),
@@ -144,10 +170,19 @@ mod tests {
         assert!(capable.contains("cpu.rt_runtime_us"), "{capable}");
         assert!(capable.contains("root control group"), "{capable}");
         assert!(capable.contains("--cpus LIST"), "{capable}");
-        let pinned = realtime_refused_warning(true, true);
+        let pinned = realtime_refused_warning(true, &RealtimeRefusal::NoRuntime);
         assert!(
             pinned.contains("meanwhile --cpus keeps the sampler"),
             "{pinned}"
         );
+        // A rootless container: the capability counts only in its own namespace.
+        let rootless =
+            realtime_refused_warning(false, &RealtimeRefusal::UserNamespace("0 1000 1".into()));
+        assert!(
+            rootless.contains("only inside a user namespace (uid_map 0 1000 1")
+                && rootless.contains("Run gilsample from the host"),
+            "{rootless}"
+        );
+        assert!(!rootless.contains("control group"), "{rootless}");
     }
 }

@@ -30,7 +30,7 @@ pub enum Span {
 
 /// One process as recorded so far.
 struct LiveProcess {
-    rank: u32,
+    rank: Option<u32>,
     /// `MAX_SLICES_KEPT`, smaller in tests.
     max_slices: usize,
     /// Closed slices in the order written, names and labels, as `report` holds a file's.
@@ -52,8 +52,8 @@ struct LiveProcess {
 pub struct Described {
     /// The process's pid in gilsample's PID namespace.
     pub pid: u32,
-    /// Its rank in a distributed job (0 without).
-    pub rank: u32,
+    /// Its rank in a distributed job, where it has one.
+    pub rank: Option<u32>,
     /// Its interpreter's version, once attached.
     pub python: Option<String>,
     /// Its command line.
@@ -77,14 +77,14 @@ impl Live {
     }
 
     /// The tap for the trace of process `pid`: what its writer writes comes here.
-    pub fn tap(self: &Arc<Live>, pid: u32, rank: u32) -> Box<dyn TraceTap> {
+    pub fn tap(self: &Arc<Live>, pid: u32, rank: Option<u32>) -> Box<dyn TraceTap> {
         let command_line = crate::process::tasks::read_cmdline(pid)
             .map(|line| crate::process::tasks::one_line(&line))
             .unwrap_or_default();
         let mut processes = self.lock();
         let process = processes.entry(pid).or_default();
         process.trace.pid = pid;
-        process.trace.facts.rank = Some(rank);
+        process.trace.facts.rank = rank;
         process.trace.facts.host = crate::record::host_name();
         process.rank = rank;
         process.command_line = command_line;
@@ -141,7 +141,7 @@ impl Live {
 impl Default for LiveProcess {
     fn default() -> LiveProcess {
         LiveProcess {
-            rank: 0,
+            rank: None,
             max_slices: MAX_SLICES_KEPT,
             trace: ProcessTrace::default(),
             open: Vec::new(),

@@ -137,7 +137,7 @@ fn the_tap_gets_the_slices_report_reads_from_the_finished_file() {
     let path = dir.path().join("GIL_9_rank_0.json");
     let live = Arc::new(Live::default());
     let mut writer = ChromeWriter::create(&path, false, 9, 1_500_000_000_000).unwrap();
-    writer.set_tap(live.tap(9, 0));
+    writer.set_tap(live.tap(9, Some(0)));
     let interval = |tid, state, start_ns, end_ns| Interval {
         tid,
         state,

@@ -525,7 +525,10 @@ fn next_table_end(from: i128, step: i128, now: i128, finished: bool, once: bool)
 fn plain_tables(live: &Live, view: &View, interval: Duration, lines: Option<usize>) -> String {
     let mut text = String::new();
     for (p, answer) in answers(live, view, interval) {
-        text += &format!("process {} (rank {})", p.pid, p.rank);
+        text += &format!("process {}", p.pid);
+        if let Some(rank) = p.rank {
+            text += &format!(" (rank {rank})");
+        }
         if let Some(python) = &p.python {
             text += &format!(" Python {python}");
         }

@@ -115,7 +115,10 @@ fn process_text(picture: &Picture<'_>, area: Rect) -> Vec<Line<'static>> {
 
 fn process_words(line: &ProcessLine, count: usize, index: usize) -> String {
     let p = &line.described;
-    let mut words = format!("pid {} rank {}", p.pid, p.rank);
+    let mut words = format!("pid {}", p.pid);
+    if let Some(rank) = p.rank {
+        words += &format!(" rank {rank}");
+    }
     if count > 1 {
         words = format!("[{}/{count}] {words}", index + 1);
     }

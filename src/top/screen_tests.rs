@@ -23,7 +23,7 @@ fn process(pid: u32) -> ProcessLine {
     ProcessLine {
         described: Described {
             pid,
-            rank: 0,
+            rank: Some(0),
             python: Some("3.12.3".into()),
             command_line: "python3 gil_workload.py contention --threads 3".into(),
             started_ns: Some(0),

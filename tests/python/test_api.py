@@ -440,6 +440,22 @@ class BinaryPath(TempDirTest):
         self.assertFalse(os.path.exists(marker), "the gilsample found through PATH was run")
         self.assertEqual(len(recording.files), 1)
 
+    def test_a_binary_installed_with_pip_target_is_found_in_its_bin(self):
+        # `pip install --target DIR` puts the binary in DIR/bin, where RECORD's path (made for
+        # site-packages) does not lead.
+        package = os.path.dirname(os.path.abspath(gilsample.__file__))
+        site = os.path.join(self.dir, "site")
+        shutil.copytree(package, os.path.join(site, "gilsample"))
+        info = [e for e in os.listdir(os.path.dirname(package))
+                if e.startswith("gilsample-") and e.endswith(".dist-info")]
+        shutil.copytree(os.path.join(os.path.dirname(package), info[0]), os.path.join(site, info[0]))
+        os.mkdir(os.path.join(site, "bin"))
+        shutil.copy2(gilsample.binary_path(), os.path.join(site, "bin", "gilsample"))
+        out = subprocess.run([sys.executable, "-c", "import gilsample; print(gilsample.binary_path())"],
+                             env=dict(os.environ, PYTHONPATH=site), cwd=self.dir,
+                             stdout=subprocess.PIPE, check=True)
+        self.assertEqual(out.stdout.decode().strip(), os.path.join(site, "bin", "gilsample"))
+
     def test_a_relative_binary_is_refused(self):
         with self.assertRaises(gilsample.GilsampleError) as caught:
             gilsample.start(binary="gilsample")
@@ -464,6 +480,18 @@ class ReferenceNames(TempDirTest):
             files = gilsample.gil_trace_record_stop()
         self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
         self.assertTrue(set(spinners.tids) & tids_holding(load(files[0])))
+
+    def test_pid_list_takes_one_pid_or_a_comma_separated_string_as_the_reference_does(self):
+        for given in (os.getpid(), str(os.getpid()), "%d," % os.getpid()):
+            with Spinners(2):
+                gilsample.gil_trace_record_start(pid_list=given, duration=-1)
+                files = gilsample.gil_trace_record_stop()
+            self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
+            os.remove(files[0])
+        for bad in ("12a", [], [True], 1.5, "-3"):
+            with self.assertRaises(gilsample.UsageError) as caught:
+                gilsample.gil_trace_record_start(pid_list=bad, duration=-1)
+            self.assertIn("process ids %r" % (bad,), str(caught.exception))
 
     def test_gil_trace_record_start_takes_a_duration_with_a_unit(self):
         recording = gilsample.gil_trace_record_start(pid_list=[os.getpid()], duration="300ms")

@@ -15,7 +15,10 @@ use crate::sampler::report::EndReason;
 
 /// The answer for each recorded target, as its trace's analysis gave it when the file was finished.
 pub fn answers(report: &RecordReport) -> Vec<Option<ProcessAnswer>> {
-    report.targets.iter().map(|t| t.answer.clone()).collect()
+    let mut answers: Vec<Option<ProcessAnswer>> =
+        report.targets.iter().map(|t| t.answer.clone()).collect();
+    crate::report::analyze::note_children(answers.iter_mut().flatten());
+    answers
 }
 
 fn end_in_words(end: &EndReason) -> String {

@@ -330,8 +330,17 @@ fn subprocesses_records_every_python_child_including_later_ones() {
         .map(str::to_string)
         .collect();
     assert_eq!(lines.len(), 3, "launcher and two children: {lines:?}");
+    let launcher = ready_pid(&lines[0]);
+    // The answers tell the children from the process that started them (same command line).
+    let report = gilsample().arg("report").arg(dir.path()).output().unwrap();
+    let said = String::from_utf8_lossy(&report.stdout);
     for line in &lines[1..] {
         let child = ready_pid(line);
+        assert!(
+            said.contains(&format!("process {child} (host "))
+                && said.contains(&format!("child of {launcher})")),
+            "{said}"
+        );
         let trace = Trace::load(&dir.path().join(format!("GIL_{child}_rank_0.json")));
         assert!(
             trace.events().iter().any(|e| e.name == "take_gil"),

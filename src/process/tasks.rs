@@ -68,6 +68,13 @@ pub fn read_rank(pid: u32) -> Option<u32> {
     })
 }
 
+/// The process that started `pid` (its parent now: a process whose parent exits is given to init
+/// or a subreaper); `None` where it cannot be read.
+pub fn read_parent_pid(pid: u32) -> Option<u32> {
+    let ppid = Process::new(pid as i32).ok()?.stat().ok()?.ppid;
+    u32::try_from(ppid).ok().filter(|&p| p > 0)
+}
+
 /// The target's command line, joined with spaces (empty for kernel threads and zombies).
 pub fn read_cmdline(pid: u32) -> Result<String> {
     let process = Process::new(pid as i32)

@@ -26,6 +26,7 @@ pub(crate) fn trace_metadata(
         "pid": process.pid,
         "namespace_pid": process.namespace_pid,
         "rank": process.rank,
+        "parent_pid": process.parent_pid,
         "host": process.host,
         "command_line": process.command_line,
         "python_version": process.python_version,

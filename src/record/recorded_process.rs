@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::tasks::{read_cmdline, read_namespace_pid};
+use crate::process::tasks::{read_cmdline, read_namespace_pid, read_parent_pid};
 use crate::python::target::Target;
 use crate::record::RecordOptions;
 use crate::sampler::clock::monotonic_to_wall_offset_ns;
@@ -31,6 +31,9 @@ pub struct RecordedProcess {
     /// Its rank in a distributed job (`RANK`, `SLURM_PROCID`, ... at exec time); `None` without,
     /// where its files say rank 0 (`file_rank`).
     pub rank: Option<u32>,
+    /// Its parent process when recording began: what tells a DataLoader or pool worker from the
+    /// process that started it, which has the same command line.
+    pub parent_pid: Option<u32>,
     /// This machine's host name, which tells the nodes of a multi-node job apart.
     pub host: Option<String>,
     /// The target's command line, read before sampling began.
@@ -81,6 +84,7 @@ impl RecordedProcess {
             pid: target.pid,
             namespace_pid: read_namespace_pid(target.pid),
             rank,
+            parent_pid: read_parent_pid(target.pid),
             host: host_name(),
             // Read before sampling: a target that exits first (a launched command) has none at the end.
             command_line: read_cmdline(target.pid).unwrap_or_default(),

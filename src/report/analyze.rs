@@ -331,6 +331,22 @@ fn thread_answer(process: &ProcessTrace, tid: u32, acc: ThreadAcc) -> ThreadAnsw
     }
 }
 
+/// Marks each answer whose parent process is another of `answers` on the same host
+/// (`RecordingFacts::parent_among_answers`): the worker processes of a job that was recorded whole.
+pub fn note_children<'a>(answers: impl IntoIterator<Item = &'a mut ProcessAnswer>) {
+    let mut answers: Vec<&mut ProcessAnswer> = answers.into_iter().collect();
+    let here: std::collections::HashSet<(Option<String>, u32)> = answers
+        .iter()
+        .map(|a| (a.facts.host.clone(), a.pid))
+        .collect();
+    for answer in &mut answers {
+        answer.facts.parent_among_answers = answer
+            .facts
+            .parent_pid
+            .is_some_and(|parent| here.contains(&(answer.facts.host.clone(), parent)));
+    }
+}
+
 /// The answer for one process of a trace: per thread its waits and holds, whom it waited for and
 /// where the GIL was held.
 pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {

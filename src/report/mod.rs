@@ -185,6 +185,7 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
         return Err(e);
     }
     processes.sort_by(|a, b| text::total_wait_s(b).total_cmp(&text::total_wait_s(a)));
+    analyze::note_children(&mut processes);
     Ok(Report {
         processes,
         skipped,

@@ -22,6 +22,13 @@ pub struct RecordingFacts {
     pub rank: Option<u32>,
     /// The host it ran on, where the trace says it.
     pub host: Option<String>,
+    /// Its parent process when its recording began, where the trace says it.
+    pub parent_pid: Option<u32>,
+    /// Its parent is another process of the same report or summary, on the same host
+    /// (`analyze::note_children`): a worker (a DataLoader's, a pool's) of that process. Found among
+    /// the answers, not in the trace.
+    #[serde(skip)]
+    pub parent_among_answers: bool,
     /// Written by the gilsample versions that judge each hold: a hold whose args do not say is
     /// Python code.
     #[serde(skip)]
@@ -131,6 +138,11 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
                 .and_then(Value::as_u64)
                 .and_then(|r| u32::try_from(r).ok()),
             host: host.clone(),
+            parent_pid: other
+                .get("parent_pid")
+                .and_then(Value::as_u64)
+                .and_then(|p| u32::try_from(p).ok()),
+            parent_among_answers: false,
             // Null where the layout has no interval: the holds were judged against the default.
             holds_judged: other.contains_key("switch_interval_us"),
             switch_interval_us: other

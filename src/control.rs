@@ -5,7 +5,8 @@
 //! is on), then writes one JSON object per line as things happen: `started` (a target's first sample
 //! was taken), `skipped`, `ready` (every target found at the start is being sampled), `failed`,
 //! `finished` (files complete, with their paths) or `error`; also `thread_of_process`, `launcher`,
-//! `command_stopped` and `waiting` (`event_for`). Any later byte from the caller, or the
+//! `command_stopped`, `waiting`, and `stopped`/`continued` (a target found stopped, running again)
+//! (`event_for`). Any later byte from the caller, or the
 //! caller's end closing (the caller exited), stops the recording as Ctrl+C does.
 
 use std::fs::File;
@@ -96,7 +97,9 @@ pub fn event_for(update: &Update<'_>) -> Option<Value> {
         }),
         Update::Skipped { pid, why, .. } => json!({"event": "skipped", "pid": pid, "why": why}),
         Update::Ready => json!({"event": "ready"}),
-        Update::TargetStopped { pid } => json!({"event": "stopped", "pid": pid}),
+        Update::TargetStopped { pid, by_debugger } => {
+            json!({"event": "stopped", "pid": pid, "by_debugger": by_debugger})
+        }
         Update::TargetContinued { pid } => json!({"event": "continued", "pid": pid}),
         Update::ThreadOfProcess { tid, pid } => {
             json!({"event": "thread_of_process", "tid": tid, "pid": pid})

@@ -121,9 +121,10 @@ fn line_for(update: Update<'_>, quiet: bool, verbose: bool) -> Option<String> {
             Some(format!("gilsample: skipping process {pid}: {why}"))
         }
         Update::Skipped { .. } | Update::Ready => None,
-        Update::TargetStopped { pid } if !quiet => {
-            Some(format!("gilsample: {}", waiting::stopped(pid)))
-        }
+        Update::TargetStopped { pid, by_debugger } if !quiet => Some(format!(
+            "gilsample: {}",
+            waiting::stopped(pid, by_debugger, true)
+        )),
         Update::TargetContinued { pid } if !quiet => {
             Some(format!("gilsample: {}", waiting::continued(pid)))
         }

@@ -98,7 +98,7 @@ pub fn format_summary(
     }
     if report.targets.len() > 1 {
         let known: Vec<ProcessAnswer> = answers.iter().flatten().cloned().collect();
-        text::format_ranking(&mut out, &known);
+        text::format_ranking(&mut out, &known, false);
     }
     for (pid, error) in &report.failures {
         let _ = writeln!(out, "process {pid}: not recorded: {error}");

@@ -312,10 +312,14 @@ fn a_stop_and_continue_while_recorded_is_said_and_left_out_of_the_answer() {
         .into_iter()
         .filter(|e| e.name == "take_gil")
         .collect();
-    let outside_us: f64 = waits
-        .iter()
-        .map(|e| e.dur - ((e.ts + e.dur).min(to) - e.ts.max(from)).max(0.0))
-        .sum();
+    let inside = |e: &Event| ((e.ts + e.dur).min(to) - e.ts.max(from)).max(0.0);
+    let outside_us: f64 = waits.iter().map(|e| e.dur - inside(e)).sum();
+    // Two spinners: while one held the GIL through the stop, the other waited through it.
+    let inside_us: f64 = waits.iter().map(inside).sum();
+    assert!(
+        inside_us > waits.len() as f64,
+        "{inside_us} µs of waiting inside the stop"
+    );
     let (report, _) = common::report_json(&[dir.path()]);
     let process = &report["processes"][0];
     let counted_s: f64 = process["threads"]

@@ -29,10 +29,11 @@ def _installed_by_wheel():
             path = line.split(",", 1)[0]
             if os.path.basename(path) != "gilsample":
                 continue
-            # Where RECORD says (the environment's bin/, beside site-packages), or, for
-            # `pip install --target DIR`, which puts scripts in DIR/bin, there.
-            for candidate in (os.path.normpath(os.path.join(site_dir, path)),
-                              os.path.join(site_dir, "bin", "gilsample")):
+            # `pip install --target DIR` puts scripts in DIR/bin, where RECORD's path (made for
+            # site-packages) does not lead: that first, else where RECORD says (the environment's
+            # bin/, beside site-packages).
+            for candidate in (os.path.join(site_dir, "bin", "gilsample"),
+                              os.path.normpath(os.path.join(site_dir, path))):
                 if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
                     return candidate
     return None

@@ -9,6 +9,7 @@ this process exiting, stops the recording; `stop()` returns once the files are c
 import atexit
 import ctypes
 import json
+import operator
 import os
 import socket
 import subprocess
@@ -114,11 +115,15 @@ def _pid_list(pids):
     for item in items or []:
         if isinstance(item, bool):
             break
-        if isinstance(item, int):
-            parsed.append(item)
-        elif isinstance(item, str) and item.strip().isascii() and item.strip().isdigit():
+        if isinstance(item, str):
+            if not (item.strip().isascii() and item.strip().isdigit()):
+                break
             parsed.append(int(item))
-        else:
+            continue
+        try:
+            # Any integer type (numpy's too), never a float.
+            parsed.append(operator.index(item))
+        except TypeError:
             break
     if items is None or not items or len(parsed) != len(items) or min(parsed) <= 0:
         raise UsageError(
@@ -321,13 +326,18 @@ class Recording(object):
 
     def _failure(self, fallback):
         if self._error is not None:
-            return error_for(_for_python(self._error.get("message", fallback)),
-                             self._error.get("exit_code", 1))
-        # Refused before the channel was open (a bad argument): its message is on stderr.
-        lines = self.output.strip().splitlines()
-        errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
-        message = errors[0] if errors else (lines[-1] if lines else fallback)
-        return error_for(_for_python(message), self.exit_code or 1)
+            message, code = self._error.get("message", fallback), self._error.get("exit_code", 1)
+        else:
+            # Refused before the channel was open (a bad argument): its message is on stderr.
+            lines = self.output.strip().splitlines()
+            errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
+            message = errors[0] if errors else (lines[-1] if lines else fallback)
+            code = self.exit_code or 1
+        # Every pid refused: the binary said why each, as it happened, which came here as events.
+        if self.skipped and "(why each, above)" in message:
+            message = message.split(" (why each, above)")[0] + ": " + "; ".join(
+                "process {}: {}".format(e.get("pid"), e.get("why")) for e in self.skipped)
+        return error_for(_for_python(message), code)
 
     def _end(self, timeout):
         try:

@@ -117,8 +117,8 @@ struct Running {
     layout: String,
     live: Arc<LiveCounters>,
     announced: bool,
-    /// Whether it was last said to be stopped (`Update::TargetStopped`).
-    said_stopped: bool,
+    /// How it was last said to be stopped (`Update::TargetStopped`): `T`, `t`, or 0 running.
+    said_stopped: u8,
     /// Where the outcome comes once the trace is finished, then the outcome.
     finished: mpsc::Receiver<Result<TargetReport>>,
     outcome: Option<Result<TargetReport>>,
@@ -426,7 +426,7 @@ impl Session<'_> {
                 layout: target.layout_source.to_string(),
                 live: live.clone(),
                 announced: false,
-                said_stopped: false,
+                said_stopped: 0,
                 finished,
                 outcome: None,
             });
@@ -488,10 +488,12 @@ impl Session<'_> {
             let stopped = r.live.stopped.load(Ordering::Relaxed);
             if stopped != r.said_stopped {
                 r.said_stopped = stopped;
-                progress(if stopped {
-                    Update::TargetStopped { pid: r.pid }
-                } else {
-                    Update::TargetContinued { pid: r.pid }
+                progress(match stopped {
+                    0 => Update::TargetContinued { pid: r.pid },
+                    letter => Update::TargetStopped {
+                        pid: r.pid,
+                        by_debugger: letter == b't',
+                    },
                 });
             }
         }

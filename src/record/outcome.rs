@@ -115,6 +115,8 @@ pub enum Update<'a> {
     TargetStopped {
         /// The target's pid.
         pid: u32,
+        /// Stopped by a debugger (state `t`), not by a signal (`T`).
+        by_debugger: bool,
     },
     /// A target found stopped runs again.
     TargetContinued {

@@ -18,6 +18,7 @@ use crate::record::recorded_process::RecordedProcess;
 use crate::record::save::{Saving, samples_path, save_samples_to};
 use crate::record::{RecordOptions, TargetReport};
 use crate::report::analyze::{ProcessAnswer, analyze};
+use crate::report::stopped;
 use crate::sampler::config::{LiveCounters, SampleLog, SamplerConfig};
 use crate::sampler::report::SamplerReport;
 use crate::sampler::shared_thread::{Lane, LaneOutput, drive};
@@ -438,6 +439,13 @@ fn unfinished(
         }
         trace.facts.rank = process.rank;
         trace.facts.host = process.host.clone();
+        // Its stops, as the finished file's otherData would have given them.
+        let to_trace = i128::from(process.monotonic_to_trace_offset_ns);
+        trace.facts.stops_ns = stopped::read(Some(&json!(sampler.stopped_spans)), to_trace);
+        if !trace.facts.stops_ns.is_empty() {
+            stopped::cut_out(&mut trace.slices, &trace.facts.stops_ns);
+            trace.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
+        }
         let mut answer = analyze(&trace);
         answer.file = partial.display().to_string();
         Some(answer)

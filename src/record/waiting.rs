@@ -9,12 +9,26 @@ use std::time::Duration;
 use crate::discover::DeviceKind;
 use crate::launch::LAUNCH_TIMEOUT;
 
-/// Process `pid` was found stopped (sampler/stop_watch.rs).
-pub fn stopped(pid: u32) -> String {
+/// Process `pid` was found stopped (sampler/stop_watch.rs), by a debugger or by a signal;
+/// `answered`: an answer at the end will leave the stop out (`record`, `top -o`; `top`'s live
+/// tables count it).
+pub fn stopped(pid: u32, by_debugger: bool, answered: bool) -> String {
+    let (how, go_on) = if by_debugger {
+        (
+            "by a debugger or tracer",
+            "continue it in the debugger".to_string(),
+        )
+    } else {
+        ("SIGSTOP or Ctrl+Z", format!("kill -CONT {pid} lets it run"))
+    };
+    let left_out = if answered {
+        ", left out of the answer"
+    } else {
+        ""
+    };
     format!(
-        "process {pid} is stopped (SIGSTOP, Ctrl+Z or a debugger): none of its threads runs, and \
-         the one holding the GIL keeps it. Its waits until it runs again are the stop's, left out \
-         of the answer (kill -CONT {pid} lets it run)"
+        "process {pid} is stopped ({how}): none of its threads runs, and the one holding the GIL \
+         keeps it. Its waits until it runs again are the stop's{left_out} ({go_on})"
     )
 }
 

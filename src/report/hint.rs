@@ -26,13 +26,21 @@ const LEAD_RATIO: f64 = 1.5;
 pub fn hint(p: &ProcessAnswer) -> Option<String> {
     match p.facts.stopped.as_deref() {
         None => gil_hint(p),
-        Some("at the start") if !p.facts.stops_ns.is_empty() => gil_hint(p),
+        Some("at the start") if stop_at_the_start_left_out(p) => gil_hint(p),
         Some("at the start") => Some(match gil_hint(p) {
             Some(rest) => format!("{} Then: {rest}", stopped_at_the_start()),
             None => stopped_at_the_start(),
         }),
         Some(when) => Some(stopped(when, p)),
     }
+}
+
+/// Whether the stop found when the recording began is one of the spans the figures leave out.
+fn stop_at_the_start_left_out(p: &ProcessAnswer) -> bool {
+    p.facts.window_ns.is_some_and(|(start, _)| {
+        let rate = p.facts.rate_requested_hz.unwrap_or(0.0);
+        crate::report::stopped::began_with_the_recording(&p.facts.stops_ns, start, rate)
+    })
 }
 
 /// What the GIL's waits and holds say (`hint`, the process not stopped at the end).

@@ -212,8 +212,16 @@ fn a_stopped_process_is_said_instead_of_the_code_that_held() {
     );
     assert!(!said.contains("kill -CONT"), "{said}");
     // Its span left out of the figures (a trace that has the spans): only what the GIL shows.
+    stopped.facts.window_ns = Some((0, 10_000_000_000));
     stopped.facts.stops_ns = vec![(0, 1)];
     assert!(hint(&stopped).unwrap().starts_with("MainThread spends 60%"));
+    // A span of a later stop is not the one at the start, whose waits are still counted.
+    stopped.facts.stops_ns = vec![(5_000_000_000, 6_000_000_000)];
+    assert!(
+        hint(&stopped)
+            .unwrap()
+            .starts_with("the process was stopped when the recording began")
+    );
 }
 
 #[test]

@@ -270,7 +270,7 @@ impl Report {
             ));
         }
         if self.processes.len() > 1 {
-            text::format_ranking(&mut out, &self.processes);
+            text::format_ranking(&mut out, &self.processes, true);
         }
         out
     }

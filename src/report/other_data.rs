@@ -29,6 +29,10 @@ pub struct RecordingFacts {
     /// the answers, not in the trace.
     #[serde(skip)]
     pub parent_among_answers: bool,
+    /// Its trace is on the recording host's monotonic clock (`--clock monotonic`), which does not
+    /// compare with another host's.
+    #[serde(skip)]
+    pub monotonic_clock: bool,
     /// Written by the gilsample versions that judge each hold: a hold whose args do not say is
     /// Python code.
     #[serde(skip)]
@@ -143,6 +147,7 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
                 .and_then(Value::as_u64)
                 .and_then(|p| u32::try_from(p).ok()),
             parent_among_answers: false,
+            monotonic_clock: text("clock").as_deref() == Some("CLOCK_MONOTONIC"),
             // Null where the layout has no interval: the holds were judged against the default.
             holds_judged: other.contains_key("switch_interval_us"),
             switch_interval_us: other

@@ -75,6 +75,24 @@ pub fn cut_out<S: Span>(slices: &mut Vec<S>, stops: &[(i128, i128)]) {
     *slices = kept;
 }
 
+/// The sampler's first check of the process's state comes at its first tick, and a check every
+/// 10 ms (sampler/stop_watch.rs): a stop found then begins within this of the recording's start
+/// (at 100 Hz or faster; slower rates add their period).
+const FIRST_CHECK_WITHIN_NS: i128 = 20_000_000;
+
+/// Whether the first of `stops` is the one found when the recording began (window `start`), at
+/// `rate_hz`: the stop that `process_stopped` calls "at the start", left out already.
+pub fn began_with_the_recording(stops: &[(i128, i128)], start: i128, rate_hz: f64) -> bool {
+    let period = if rate_hz > 0.0 {
+        (1e9 / rate_hz) as i128
+    } else {
+        0
+    };
+    stops
+        .first()
+        .is_some_and(|&(from, _)| from - start <= FIRST_CHECK_WITHIN_NS + 2 * period)
+}
+
 /// How long `stops` cover of the window `(start, end)`, nanoseconds.
 pub fn within(stops: &[(i128, i128)], (start, end): (i128, i128)) -> i128 {
     stops
@@ -137,6 +155,29 @@ mod tests {
                 (5, 40, 60)
             ]
         );
+    }
+
+    #[test]
+    fn a_stop_found_at_the_first_checks_began_with_the_recording() {
+        let ms = 1_000_000;
+        assert!(began_with_the_recording(
+            &[(1000 + 3 * ms, 1000 + 900 * ms)],
+            1000,
+            10_000.0
+        ));
+        // A stop that came later is another: the one at the start was not a span.
+        assert!(!began_with_the_recording(
+            &[(1000 + 400 * ms, 1000 + 900 * ms)],
+            1000,
+            10_000.0
+        ));
+        assert!(!began_with_the_recording(&[], 1000, 10_000.0));
+        // At 1 Hz the first check may come a second in.
+        assert!(began_with_the_recording(
+            &[(1000 + 1500 * ms, 1000 + 9000 * ms)],
+            1000,
+            1.0
+        ));
     }
 
     #[test]

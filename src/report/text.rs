@@ -232,8 +232,14 @@ pub fn total_wait_s(p: &ProcessAnswer) -> f64 {
 }
 
 /// Into how many spans of time that do not overlap the recordings' windows fall (1 where not every
-/// process has a window: another tool's traces).
+/// process has a window, another tool's traces, or where monotonic clocks of several hosts do not
+/// compare).
 fn separate_spans(processes: &[&ProcessAnswer]) -> usize {
+    let hosts: std::collections::HashSet<&Option<String>> =
+        processes.iter().map(|p| &p.facts.host).collect();
+    if hosts.len() > 1 && processes.iter().any(|p| p.facts.monotonic_clock) {
+        return 1;
+    }
     let Some(mut windows) = processes
         .iter()
         .map(|p| p.facts.window_ns)
@@ -256,8 +262,9 @@ fn separate_spans(processes: &[&ProcessAnswer]) -> usize {
     spans.max(1)
 }
 
-/// Across processes: which waited most, sorted.
-pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
+/// Across processes: which waited most, sorted; `files`: they were read from files, which may be
+/// of several runs (`report`), not recorded together (a session's summary).
+pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer], files: bool) {
     let mut ranked: Vec<&ProcessAnswer> = processes.iter().collect();
     ranked.sort_by(|a, b| total_wait_s(b).total_cmp(&total_wait_s(a)));
     let _ = writeln!(
@@ -265,7 +272,7 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer]) {
         "across {} processes, most waiting first:",
         ranked.len()
     );
-    let runs = separate_spans(&ranked);
+    let runs = if files { separate_spans(&ranked) } else { 1 };
     if runs > 1 {
         // `gil_traces/` collects every run recorded from one directory: files never replace.
         let _ = writeln!(

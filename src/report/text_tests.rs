@@ -279,7 +279,7 @@ fn recordings_that_do_not_overlap_in_time_are_said_to_be_different_runs() {
     };
     let ranked = |processes: &[ProcessAnswer]| {
         let mut out = String::new();
-        format_ranking(&mut out, processes);
+        format_ranking(&mut out, processes, true);
         out
     };
     // One job's ranks, side by side (started a little apart): no word.
@@ -295,4 +295,14 @@ fn recordings_that_do_not_overlap_in_time_are_said_to_be_different_runs() {
     let mut other = at(800, 810);
     other.facts.window_ns = None;
     assert!(!ranked(&[at(0, 10), other]).contains("spans of time"));
+    // Two hosts' monotonic clocks do not compare.
+    let (mut a, mut b) = (at(0, 10), at(800, 810));
+    a.facts.host = Some("node-a".into());
+    b.facts.host = Some("node-b".into());
+    b.facts.monotonic_clock = true;
+    assert!(!ranked(&[a.clone(), b]).contains("spans of time"));
+    // A session's own summary: its targets were recorded together, one after another or not.
+    let mut out = String::new();
+    format_ranking(&mut out, &[at(0, 10), at(800, 810)], false);
+    assert!(!out.contains("spans of time"), "{out}");
 }

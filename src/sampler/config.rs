@@ -2,7 +2,7 @@
 //! threads read, and where samples go besides inference. Plain data, so that the session, the saver
 //! and replay need not import the loop.
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
 
 use crate::infer::findings::Finding;
 use crate::infer::sample::Sample;
@@ -62,8 +62,9 @@ pub struct LiveCounters {
     pub threads: AtomicU64,
     /// The sampler has finished.
     pub done: AtomicBool,
-    /// The target is stopped now (SIGSTOP, Ctrl+Z, a debugger: sampler/stop_watch.rs).
-    pub stopped: AtomicBool,
+    /// How the target is stopped now: `T` (SIGSTOP, Ctrl+Z) or `t` (a debugger), 0 when it runs
+    /// (sampler/stop_watch.rs).
+    pub stopped: AtomicU8,
 }
 
 /// Where the samples and the stacks read go besides inference (`--save-samples`, stream/).

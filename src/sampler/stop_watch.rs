@@ -12,8 +12,13 @@ use std::os::unix::fs::FileExt;
 
 use crate::process::syscalls::{Syscall, count};
 
-/// How often the target's state is read: a stop is placed to within this.
+/// How often the target's state is read (at the first tick after): a stop is placed to within
+/// this or a sampling period, whichever is longer.
 pub const CHECK_EVERY_NS: u64 = 10_000_000;
+
+/// Spans kept, at most: a recording with more is a debugger's stepping session, and report reads
+/// no more (report/stopped.rs).
+pub const MAX_SPANS: usize = 100_000;
 
 /// A debugger's stop (`t`) must be seen at this many reads in a row to count: a process under
 /// strace passes through `t` at every syscall it makes, for microseconds each. A stop by a signal
@@ -27,8 +32,9 @@ pub struct StopWatch {
     /// that `/proc/PID/stat` makes. `None` where it could not be opened: nothing is told then.
     stat: Option<File>,
     next_check_ns: u64,
-    /// The first read that found it stopped, and how many reads in a row have.
-    stopped_since: Option<(u64, u32)>,
+    /// The first read that found it stopped, how many reads in a row have, and the last state
+    /// letter read (`T` or `t`).
+    stopped_since: Option<(u64, u32, u8)>,
     spans: Vec<(u64, u64)>,
 }
 
@@ -61,21 +67,22 @@ impl StopWatch {
             self.close(now_ns);
             return;
         }
-        let (since, reads) = self.stopped_since.unwrap_or((now_ns, 0));
+        let (since, reads, _) = self.stopped_since.unwrap_or((now_ns, 0, state));
         // A signal's stop counts from its first read; a debugger's once it has lasted.
         let reads = if state == b'T' {
             reads.max(TRACE_STOP_READS)
         } else {
             reads.saturating_add(1)
         };
-        self.stopped_since = Some((since, reads));
+        self.stopped_since = Some((since, reads, state));
     }
 
     /// The stop seen since `stopped_since` is over at `end_ns`: kept where it lasted.
     fn close(&mut self, end_ns: u64) {
-        if let Some((since, reads)) = self.stopped_since.take()
+        if let Some((since, reads, _)) = self.stopped_since.take()
             && reads >= TRACE_STOP_READS
             && end_ns > since
+            && self.spans.len() < MAX_SPANS
         {
             self.spans.push((since, end_ns));
         }
@@ -92,10 +99,13 @@ impl StopWatch {
         state_letter(&buf[..n])
     }
 
-    /// Whether the last read found it stopped, for long enough to count.
-    pub fn stopped_now(&self) -> bool {
-        self.stopped_since
-            .is_some_and(|(_, reads)| reads >= TRACE_STOP_READS)
+    /// How the last read found it stopped, for long enough to count: `T` (a signal) or `t` (a
+    /// debugger); 0 when it runs.
+    pub fn stopped_now(&self) -> u8 {
+        match self.stopped_since {
+            Some((_, reads, letter)) if reads >= TRACE_STOP_READS => letter,
+            _ => 0,
+        }
     }
 
     /// The spans found, the one still open ending at `end_ns` (the recording's end).

@@ -235,7 +235,10 @@ pub fn run(
             console.say(format!("watching process {pid} (Python {python})"));
         }
         Update::Skipped { pid, why, .. } => console.say(format!("skipping process {pid}: {why}")),
-        Update::TargetStopped { pid } => console.say(waiting::stopped(pid)),
+        Update::TargetStopped { pid, by_debugger } => {
+            // Its live tables count the stop; the summary of `top -o` leaves it out.
+            console.say(waiting::stopped(pid, by_debugger, plan.saves()))
+        }
         Update::TargetContinued { pid } => console.say(waiting::continued(pid)),
         Update::ThreadOfProcess { tid, pid } => console.say(format!(
             "{tid} is a thread of process {pid}; watching process {pid}"

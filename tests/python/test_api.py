@@ -187,6 +187,14 @@ class Errors(TempDirTest):
         self.assertIn(str(NO_SUCH_PID), str(caught.exception))
         self.assertIsInstance(caught.exception, ProcessLookupError)
 
+    def test_every_pid_refused_raises_the_first_ones_error_with_each_reason(self):
+        with self.assertRaises(gilsample.ProcessNotFound) as caught:
+            gilsample.start(pids=[NO_SUCH_PID, NO_SUCH_PID + 1], output_dir=self.dir)
+        message = str(caught.exception)
+        self.assertIn("none of the 2 processes given could be recorded: ", message)
+        for pid in (NO_SUCH_PID, NO_SUCH_PID + 1):
+            self.assertIn("process %d: process %d does not exist" % (pid, pid), message)
+
     def test_a_bad_rate_raises_usage_error_with_the_binarys_message(self):
         with self.assertRaises(gilsample.UsageError) as caught:
             gilsample.start(rate="fast", output_dir=self.dir)

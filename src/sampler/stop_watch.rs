@@ -3,9 +3,10 @@
 //! other thread "waits" for it until the process is continued. Without this, a stop of 1.5 s was
 //! blamed on the code the holder happened to run (report/stopped.rs leaves those spans out).
 //!
-//! The main thread's state is read from /proc every `CHECK_EVERY_NS` (about 3 µs a read: at 100
-//! reads a second, a thousandth of what the ticks cost), not at every tick: a stop is told to
-//! within that, not to a period.
+//! The main thread's state is read from /proc every `CHECK_EVERY_NS`, not at every tick: about
+//! 5 µs a read here (a schedstat read is 2 µs, a syscall-file read 3.4), so 0.5 ms a second, a
+//! thousandth of what the ticks cost (0.2-0.6 CPU-s/s, docs/cost.md); a stop is told to within
+//! that, not to a period.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -237,6 +237,22 @@ pub fn fit(text: &str, width: usize) -> String {
     cut
 }
 
+/// Shortens a cell of the plain table to `width` characters by cutting its middle (`~` marks the
+/// cut): a thread's name ends in what tells it from its siblings (`QueueFeederThread [13665]`,
+/// `worker-3`), and a place in code in its file and line.
+pub fn fit_middle(text: &str, width: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= width || width < 3 {
+        return fit(text, width);
+    }
+    let tail = (width - 1) / 2;
+    let head = width - 1 - tail;
+    let mut cut: String = chars[..head].iter().collect();
+    cut.push('~');
+    cut.extend(&chars[chars.len() - tail..]);
+    cut
+}
+
 /// Widths of the plain table's name, holder and code columns: wide enough for what they hold, up to
 /// a limit, so a table stays a table in a log.
 const PLAIN_WIDTHS: [usize; 3] = [24, 24, 40];
@@ -258,7 +274,7 @@ pub fn plain_table(out: &mut String, rows: &[ThreadRow], max_rows: Option<usize>
     let line = |out: &mut String, row: &[String]| {
         let mut text = String::new();
         for (i, cell) in row.iter().enumerate() {
-            let cell = fit(cell, widths[i]);
+            let cell = fit_middle(cell, widths[i]);
             if i > 0 {
                 text.push_str("  ");
             }
@@ -479,7 +495,12 @@ mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 4, "{out}");
         assert!(lines[0].starts_with("THREAD "), "{out}");
-        assert!(lines[1].starts_with("a-thread-with-a-name-lo~  "), "{out}");
+        // Cut in the middle: the end of a name tells threads apart.
+        assert!(lines[1].starts_with("a-thread-wit~-the-column  "), "{out}");
+        assert_eq!(
+            fit_middle("QueueFeederThread [13665]", 20),
+            "QueueFeede~d [13665]"
+        );
         assert_eq!(lines[3], "(and 1 more thread)");
         // The figures line up under their titles' right edges.
         let edge = lines[0].find("WAIT%").unwrap() + "WAIT%".len();

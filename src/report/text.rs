@@ -269,7 +269,8 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer], files: bool
     ranked.sort_by(|a, b| total_wait_s(b).total_cmp(&total_wait_s(a)));
     let _ = writeln!(
         out,
-        "across {} processes, most waiting first:",
+        "across {} processes, most waiting first (thread-s: seconds of waiting, summed over its \
+         threads):",
         ranked.len()
     );
     let runs = if files { separate_spans(&ranked) } else { 1 };

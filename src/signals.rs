@@ -106,8 +106,11 @@ pub fn watch_signals(state: SessionState, on_step: impl Fn(SignalStep) + Send + 
                     let _ = kill(Pid::from_raw(command as i32), Signal::SIGTERM);
                     SignalStep::StopWaiting { command }
                 } else if sender.is_some() {
+                    // Said before it is done: the command may die of it, and the session exit
+                    // with its status, before this thread would print the line.
+                    on_step(SignalStep::PassedOn { signal, command });
                     let _ = kill(Pid::from_raw(command as i32), signal);
-                    SignalStep::PassedOn { signal, command }
+                    continue;
                 } else {
                     SignalStep::ReachedTheCommand { signal, command }
                 }

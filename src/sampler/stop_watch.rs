@@ -50,16 +50,16 @@ impl StopWatch {
         }
     }
 
-    /// At a tick at `now_ns`: reads the state where a check is due.
-    pub fn tick(&mut self, now_ns: u64) {
-        if now_ns < self.next_check_ns {
-            return;
+    /// At a tick at `now_ns`: reads the state where a check is due. Returns how it is stopped now
+    /// (`stopped_now`).
+    pub fn tick(&mut self, now_ns: u64) -> u8 {
+        if now_ns >= self.next_check_ns {
+            self.next_check_ns = now_ns + CHECK_EVERY_NS;
+            if let Some(state) = self.read_state() {
+                self.saw(state, now_ns);
+            }
         }
-        self.next_check_ns = now_ns + CHECK_EVERY_NS;
-        let Some(state) = self.read_state() else {
-            return;
-        };
-        self.saw(state, now_ns);
+        self.stopped_now()
     }
 
     /// One read's `state` (the letter /proc gives) at `now_ns`.

@@ -229,9 +229,7 @@ impl<'a> Sampler<'a> {
             self.report.stalled_reads += 1;
             self.report.longest_stall_ns = self.report.longest_stall_ns.max(t0 - woke);
         }
-        self.stops.tick(t0);
-        live.stopped
-            .store(self.stops.stopped_now(), Ordering::Relaxed);
+        live.stopped.store(self.stops.tick(t0), Ordering::Relaxed);
         if let Err(end) = self.walk_if_due(t0, &reading, live) {
             return end;
         }

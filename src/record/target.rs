@@ -441,7 +441,9 @@ fn unfinished(
         trace.facts.host = process.host.clone();
         // Its stops, as the finished file's otherData would have given them.
         let to_trace = i128::from(process.monotonic_to_trace_offset_ns);
-        trace.facts.stops_ns = stopped::read(Some(&json!(sampler.stopped_spans)), to_trace);
+        let spans = sampler.stopped_spans.iter();
+        let monotonic = spans.map(|&(from, to)| (i128::from(from), i128::from(to)));
+        trace.facts.stops_ns = stopped::on_trace_clock(monotonic, to_trace);
         if !trace.facts.stops_ns.is_empty() {
             stopped::cut_out(&mut trace.slices, &trace.facts.stops_ns);
             trace.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));

@@ -14,15 +14,25 @@ const MAX_STOPS: usize = 100_000;
 /// are passed over.
 pub fn read(value: Option<&Value>, to_trace: i128) -> Vec<(i128, i128)> {
     let pairs = value.and_then(Value::as_array).into_iter().flatten();
-    let mut spans: Vec<(i128, i128)> = pairs
+    let monotonic = pairs.filter_map(|pair| {
+        let [from, to] = pair.as_array()?.as_slice() else {
+            return None;
+        };
+        Some((i128::from(from.as_i64()?), i128::from(to.as_i64()?)))
+    });
+    on_trace_clock(monotonic, to_trace)
+}
+
+/// `monotonic` spans (the sampler's, or as a trace keeps them) moved onto the trace's clock by
+/// `to_trace`, as `read` gives them.
+pub fn on_trace_clock(
+    monotonic: impl Iterator<Item = (i128, i128)>,
+    to_trace: i128,
+) -> Vec<(i128, i128)> {
+    let mut spans: Vec<(i128, i128)> = monotonic
         .take(MAX_STOPS)
-        .filter_map(|pair| {
-            let [from, to] = pair.as_array()?.as_slice() else {
-                return None;
-            };
-            let (from, to) = (i128::from(from.as_i64()?), i128::from(to.as_i64()?));
-            (to > from).then_some((from + to_trace, to + to_trace))
-        })
+        .filter(|&(from, to)| to > from)
+        .map(|(from, to)| (from + to_trace, to + to_trace))
         .collect();
     spans.sort_unstable();
     let mut joined: Vec<(i128, i128)> = Vec::with_capacity(spans.len());

@@ -7,6 +7,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
 use nix::sys::signal::{Signal, kill};
@@ -124,6 +125,60 @@ fn second_ctrl_c_exits_at_once_without_a_corrupt_file() {
             "{stderr}"
         );
     }
+}
+
+/// gilsample killed outright (SIGKILL: the OOM killer, a job scheduler's end) cannot finish its
+/// file. The names go to disk as the sampler learns them, so the `.partial` file it leaves still says
+/// whose process it was and names its threads, and `report` over it says who waited in words.
+#[test]
+fn a_recording_killed_outright_leaves_a_file_that_names_its_process_and_threads() {
+    let workload = Workload::start(&interpreter("3.11"), &["bench", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let recording = start_recording(workload.pid, dir.path(), &[]);
+    let [partial] = partial_files(dir.path()).try_into().unwrap();
+    // The names and the first slices reach the disk on the writer's own thread, after the sampling
+    // began: wait for them there (each check a read of the file), then kill.
+    let on_disk = |text: &str| {
+        text.contains("\"spinner-0\"")
+            && text.contains("\"spinner-1\"")
+            && text.contains("take_gil")
+    };
+    let seen = (0..3000).find_map(|_| {
+        let text = std::fs::read_to_string(&partial).unwrap_or_default();
+        if on_disk(&text) {
+            return Some(text);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        None
+    });
+    recording.signal(Signal::SIGKILL);
+    let (status, _) = recording.finish();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let text = seen.expect("the partial file never named both spinners beside its slices");
+    assert!(
+        text.contains("\"name\":\"Python 3.11.")
+            && text.contains(&format!(" pid {}", workload.pid)),
+        "the process is not named: {}",
+        &text[..text.len().min(2000)]
+    );
+    let out = common::gilsample()
+        .arg("report")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("without thread names"), "{stderr}");
+    assert!(
+        stdout.contains("an interrupted recording")
+            && ["spinner-0 waited", "spinner-1 waited"]
+                .iter()
+                .any(|w| stdout.contains(w)),
+        "{stdout}"
+    );
 }
 
 /// GNU `timeout` sends its signal to gilsample and then to its process group: the same signal from

@@ -81,6 +81,14 @@ pub enum Finding {
         /// Ticks per second from then on.
         hz: u32,
     },
+    /// Threads named since the last such finding (sampler/thread_naming.rs): the trace writes their
+    /// names at once, so that a file cut short still has them.
+    ThreadNames {
+        /// When they were named, monotonic nanoseconds.
+        t_ns: u64,
+        /// Each thread's id in gilsample's PID namespace and its name.
+        names: Vec<(u32, String)>,
+    },
     /// Only for a live view that asked for it (`SamplerConfig::live_every_ns`): what is known at a
     /// sample beyond the findings closed so far. The trace writer hands it to its tap, if any
     /// (trace/tap.rs), and writes nothing of it.
@@ -114,7 +122,8 @@ impl Finding {
             Finding::WaitingThreads { t_ns, .. } | Finding::Rate { t_ns, .. } => *t_ns,
             Finding::Stack { t_ns, .. }
             | Finding::HoldFrames { t_ns, .. }
-            | Finding::SwitchInterval { t_ns, .. } => *t_ns,
+            | Finding::SwitchInterval { t_ns, .. }
+            | Finding::ThreadNames { t_ns, .. } => *t_ns,
             Finding::Live(snapshot) => snapshot.t_ns,
         }
     }

@@ -63,7 +63,8 @@ impl ThreadNamer {
     }
 
     /// Names the threads of `threads` not named yet (and not given up on): what the sampler calls
-    /// after each walk of the thread list. Reads nothing when there are none.
+    /// after each walk of the thread list. Reads nothing when there are none. Returns the tids it
+    /// named.
     pub fn name_new_threads(
         &mut self,
         mem: &dyn MemorySource,
@@ -71,10 +72,11 @@ impl ThreadNamer {
         runtime: RemoteAddr,
         threads: &[ThreadRef],
         names: &mut BTreeMap<u32, String>,
-    ) {
+    ) -> Vec<u32> {
         if self.objects.is_err() {
-            return;
+            return Vec::new();
         }
+        let mut named = Vec::new();
         let mut pending = std::mem::take(&mut self.pending);
         pending.clear();
         pending.extend(threads.iter().filter(|t| {
@@ -93,9 +95,11 @@ impl ThreadNamer {
                     attempts.saturating_add(1)
                 };
             }
+            named.extend(found.keys());
             names.extend(found);
         }
         self.pending = pending;
+        named
     }
 
     /// Why names cannot be read in this target at all, if they cannot.

@@ -242,8 +242,13 @@ impl TraceWriting {
                 (Sender::Bounded(tx), rx)
             }
         };
+        let process_name = process_name(process);
         let writer_thread = thread::spawn(move || -> (Result<ChromeWriter>, Totals) {
             let mut totals = Totals::default();
+            // First, so that a file cut short still says whose it is.
+            if let Err(error) = writer.write_process_name(&process_name) {
+                return (Err(error), totals);
+            }
             let mut write =
                 |record| write_finding(&mut writer, &mut totals, record, handoff_arrows);
             // The first failure ends the thread, which drops the channel's end: the batch's next
@@ -393,6 +398,7 @@ fn write_finding(
             writer.note_switch_interval(us);
             Ok(())
         }
+        Finding::ThreadNames { names, .. } => writer.write_thread_names(&names),
     }
 }
 
@@ -498,10 +504,11 @@ impl Batch {
         if self.findings.is_empty() {
             self.first_ns = at;
         }
-        // A live view's snapshot is sent at once: it is what that view is waiting for.
-        let live = matches!(finding, Finding::Live(_));
+        // A live view's snapshot is sent at once: it is what that view is waiting for. So are new
+        // threads' names, which the writer puts on disk at once.
+        let at_once = matches!(finding, Finding::Live(_) | Finding::ThreadNames { .. });
         self.findings.push(finding);
-        if live
+        if at_once
             || self.findings.len() >= Self::MAX_FINDINGS
             || at.saturating_sub(self.first_ns) >= Self::MAX_AGE_NS
         {

@@ -233,7 +233,8 @@ pub fn load(path: &Path) -> Result<Vec<ProcessTrace>> {
 
 /// Reads a trace that may have been cut off while it was written (a `.partial` file of an
 /// interrupted recording): its events up to the cut, and what the cut was, if there was one. A cut
-/// file has no thread names and no `otherData`; its window is that of its slices.
+/// file has no `otherData` (its window is that of its slices), and the thread names written before
+/// the cut.
 pub fn load_to_cut(path: &Path) -> Result<(Vec<ProcessTrace>, Option<String>)> {
     load_events(path, true)
 }

@@ -136,9 +136,16 @@ fn read_trace(path: &Path) -> Result<(Vec<ProcessAnswer>, Option<String>)> {
     let (processes, cut) = load::load_to_cut(path)?;
     let how = match cut {
         None => "an interrupted recording's temporary file, complete: read whole".to_string(),
+        // Names are written as threads are named: a file cut before that, or written by an
+        // older gilsample (names only at the end), has none.
         Some(cut) => format!(
             "an interrupted recording's temporary file, cut off ({cut}): read up to its last \
-             complete event, without thread names"
+             complete event{}",
+            if processes.iter().all(|p| !p.names.is_empty()) {
+                ""
+            } else {
+                ", without thread names"
+            }
         ),
     };
     Ok((processes.iter().map(analyze).collect(), Some(how)))

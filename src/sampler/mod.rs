@@ -13,5 +13,6 @@ pub mod report;
 pub mod shared_thread;
 pub mod stack_watch;
 pub mod stop_watch;
+mod thread_naming;
 pub mod thread_reads;
 pub mod tick_loop;

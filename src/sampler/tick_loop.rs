@@ -25,7 +25,6 @@ use crate::process::memory::ReadError;
 use crate::process::syscalls::SyscallCounts;
 use crate::process::tasks::{TidMap, is_stopped};
 use crate::python::gil_span::{GilReading, WaiterCountAddrs};
-use crate::python::names::ThreadNamer;
 use crate::python::runtime::{ThreadRef, WalkError};
 use crate::python::target::Target;
 use crate::python::thread_list::ThreadWalker;
@@ -38,6 +37,7 @@ use crate::sampler::priority::Scheduling;
 use crate::sampler::report::{EndReason, SamplerReport};
 use crate::sampler::stack_watch::StackWatch;
 use crate::sampler::stop_watch::StopWatch;
+use crate::sampler::thread_naming::ThreadNaming;
 use crate::sampler::thread_reads::{
     CHECK_COUNTED_OUT, CHECK_PROVEN_WAITING, FirstRead, ReadsSpared, ThreadTable,
 };
@@ -69,7 +69,7 @@ pub struct Sampler<'a> {
     table: ThreadTable,
     refs: Vec<ThreadRef>,
     walker: ThreadWalker,
-    namer: ThreadNamer,
+    naming: ThreadNaming,
     stacks: Option<StackWatch>,
     gil_flags: Option<GilFlagReader>,
     engine: Engine,
@@ -128,7 +128,7 @@ impl<'a> Sampler<'a> {
             table: ThreadTable::default(),
             refs: Vec::with_capacity(64),
             walker: ThreadWalker::default(),
-            namer: ThreadNamer::new(target.object_reader()),
+            naming: ThreadNaming::new(target),
             stacks: None,
             gil_flags: GilFlagReader::new(&target.layout),
             engine,
@@ -233,6 +233,9 @@ impl<'a> Sampler<'a> {
         if let Err(end) = self.walk_if_due(t0, &reading, live) {
             return end;
         }
+        if let Some(names) = self.naming.take_unsent(t0, &self.report.thread_names) {
+            sink(names);
+        }
         self.pace.faulting_since = None;
         let mut sample = std::mem::take(&mut self.sample);
         self.fill_sample(&mut sample, &reading, (woke, t0));
@@ -263,11 +266,8 @@ impl<'a> Sampler<'a> {
         sink: &mut dyn FnMut(Finding),
         log: &mut Option<&mut dyn SampleLog>,
     ) -> SamplerReport {
-        let target = self.target;
         let (refs, names) = (&self.refs, &mut self.report.thread_names);
-        self.namer
-            .name_threads(&target.memory, &target.layout, target.runtime, refs, names);
-        self.report.name_reads = self.namer.stats;
+        self.report.name_reads = self.naming.rename_all(self.target, refs, names);
         if let Some(watch) = self.stacks.as_mut() {
             watch.finish(&mut |finding| log_and_send(log, sink, finding));
             watch.report_into(&mut self.report.stacks);
@@ -284,7 +284,7 @@ impl<'a> Sampler<'a> {
         self.engine.finish(sink);
         self.report.inference = self.engine.counts();
         self.report.end = end;
-        self.report.stopped_at_end = is_stopped(target.pid);
+        self.report.stopped_at_end = is_stopped(self.target.pid);
         self.report.stopped_spans = self.stops.finish(self.report.end_ns);
         (self.report.cpu_ns, self.report.syscalls) = cost;
         live.done.store(true, Ordering::Release);
@@ -556,18 +556,14 @@ impl<'a> Sampler<'a> {
             Some(_) => {}
             None => self.refs.clear(),
         }
-        let refs = &self.refs;
+        let (refs, naming) = (&self.refs, &mut self.naming);
         let names = &mut self.report.thread_names;
         let unbound = self.table.follow(refs, |r| {
             let files = ThreadFiles::open(target.pid, r.tid).ok()?;
-            names
-                .entry(r.tid)
-                .or_insert_with(|| thread_name(target.pid, r.tid));
+            naming.found(target.pid, r.tid, names);
             Some(files)
         });
-        let names = &mut self.report.thread_names;
-        self.namer
-            .name_new_threads(&target.memory, &target.layout, target.runtime, refs, names);
+        naming.name_new(target, refs, names);
         if let Some(watch) = self.stacks.as_mut() {
             watch.retain(|tid| self.table.index_of(tid).is_some());
         }
@@ -585,15 +581,4 @@ struct TickReads<'a> {
     check_gil_flags: bool,
     check_counted_out: bool,
     check_proven_waiting: bool,
-}
-
-/// The OS thread name (`comm`), or the main thread's label.
-fn thread_name(pid: u32, tid: u32) -> String {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
-    let comm = comm.trim();
-    if tid == pid {
-        format!("MainThread ({comm})")
-    } else {
-        comm.to_string()
-    }
 }

@@ -8,6 +8,7 @@
 //! and PyTorch/Kineto traces use, so they line up when opened together); `otherData` records the
 //! clock and `trace_to_monotonic_offset_ns` (monotonic_ns = ts_us * 1000 + offset).
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -53,6 +54,10 @@ pub struct ChromeWriter {
     tap: Option<Box<dyn TraceTap>>,
     /// What decides each hold's kind (trace/native_call.rs).
     holds: HoldKinds,
+    /// The process's and threads' names written so far (`write_process_name`,
+    /// `write_thread_names`): the end writes only what changed.
+    process_named: Option<String>,
+    threads_named: BTreeMap<u32, String>,
 }
 
 /// Nanoseconds as exact decimal microseconds (`123.456`).
@@ -83,6 +88,8 @@ impl ChromeWriter {
             stacks: PendingStacks::default(),
             tap: None,
             holds: HoldKinds::default(),
+            process_named: None,
+            threads_named: BTreeMap::new(),
         };
         writer.put("{\"traceEvents\":[\n")?;
         Ok(writer)
@@ -281,6 +288,44 @@ impl ChromeWriter {
         .map_err(|e| self.output_error(e))
     }
 
+    /// Names the process, written and flushed at once: a recording killed before its end leaves a
+    /// file that still says whose it is (`finish` names it again only if the name changed).
+    pub fn write_process_name(&mut self, name: &str) -> Result<()> {
+        self.name_process(name)?;
+        self.out.flush().map_err(|e| self.output_error(e))
+    }
+
+    fn name_process(&mut self, name: &str) -> Result<()> {
+        if self.process_named.as_deref() == Some(name) {
+            return Ok(());
+        }
+        let pid = self.pid;
+        self.write_value(
+            &json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}),
+        )?;
+        self.process_named = Some(name.to_string());
+        Ok(())
+    }
+
+    /// Names threads as the sampler learns them, written and flushed at once: a recording killed
+    /// before its end (SIGKILL, the machine going down) leaves a file whose threads are named.
+    pub fn write_thread_names(&mut self, names: &[(u32, String)]) -> Result<()> {
+        for (tid, name) in names {
+            self.name_thread(*tid, name)?;
+        }
+        self.out.flush().map_err(|e| self.output_error(e))
+    }
+
+    fn name_thread(&mut self, tid: u32, name: &str) -> Result<()> {
+        if self.threads_named.get(&tid).map(String::as_str) == Some(name) {
+            return Ok(());
+        }
+        let pid = self.pid;
+        self.write_value(&json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}))?;
+        self.threads_named.insert(tid, name.to_string());
+        Ok(())
+    }
+
     /// Writes a metadata or other pre-built event.
     pub fn write_value(&mut self, event: &Value) -> Result<()> {
         self.separator()?;
@@ -288,10 +333,10 @@ impl ChromeWriter {
         self.put(&text)
     }
 
-    /// Appends process/thread names and `otherData`, syncs, and renames into place. Before the
-    /// rename, `amend` may read the complete file (still at its temporary name) and return a key
-    /// to add to `otherData` (what the analysis of the file says): the file's end is then written
-    /// again with it.
+    /// Appends the process/thread names not written yet (or changed), the threads' order and
+    /// `otherData`, syncs, and renames into place. Before the rename, `amend` may read the complete
+    /// file (still at its temporary name) and return a key to add to `otherData` (what the analysis
+    /// of the file says): the file's end is then written again with it.
     pub fn finish(
         mut self,
         process_name: &str,
@@ -306,12 +351,10 @@ impl ChromeWriter {
             "switch_interval_us".into(),
             json!(self.holds.switch_interval_us()),
         );
-        self.write_value(
-            &json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": process_name}}),
-        )?;
+        self.name_process(process_name)?;
         self.write_value(&json!({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": 0}}))?;
         for (index, (tid, name)) in threads.iter().enumerate() {
-            self.write_value(&json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}))?;
+            self.name_thread(*tid, name)?;
             self.write_value(&json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": index}}))?;
         }
         self.out.flush().map_err(|e| self.output_error(e))?;

@@ -485,3 +485,46 @@ fn report_names_the_trace_of_each_process() {
         "{stdout}"
     );
 }
+
+/// A recording that saw only the program starting (its main thread inside an import the whole time,
+/// as a job's `import torch` is to a short recording) says so in its headline, and its hint says how
+/// to record the work instead.
+#[test]
+fn a_recording_of_imports_says_it_shows_the_start_and_how_to_record_the_work() {
+    let python = interpreter("3.12");
+    let modules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        modules.path().join("slow_to_import.py"),
+        "import json, os, sys\n\
+         sys.stdout.write('READY ' + json.dumps({'pid': os.getpid(), 'threads': {}}) + '\\n')\n\
+         sys.stdout.flush()\n\
+         n = 0\n\
+         while True:\n    n += 1\n",
+    )
+    .unwrap();
+    let mut command = Command::new(&python.command[0]);
+    command.args(&python.command[1..]).arg("-c").arg(format!(
+        "import sys; sys.path.insert(0, {:?}); import slow_to_import",
+        modules.path().display().to_string()
+    ));
+    let workload = Workload::from_command(command);
+    let recorded = tempfile::tempdir().unwrap();
+    let stderr = record_for(workload.pid, recorded.path(), "0.3", &[]);
+    assert!(stderr.contains("% importing modules)"), "{stderr}");
+    assert!(
+        stderr.contains("hint: imports held the GIL")
+            && stderr.contains(&format!("gilsample --pid {}", workload.pid)),
+        "{stderr}"
+    );
+    let (answer, _) = report_json(&[recorded.path()]);
+    let share = answer["processes"][0]["importing_share"].as_f64();
+    assert!(share.is_some_and(|s| s > 0.5), "{answer}");
+    // A recording of the same program's threads at work says nothing of imports.
+    let workers = Workload::start(&python, &["contention", "--threads", "2"]);
+    let recorded = tempfile::tempdir().unwrap();
+    let stderr = record_for(workers.pid, recorded.path(), "0.3", &[]);
+    assert!(
+        !stderr.contains("importing") && !stderr.contains("imports held"),
+        "{stderr}"
+    );
+}

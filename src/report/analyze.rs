@@ -36,6 +36,10 @@ pub struct ProcessAnswer {
     pub switch_interval_ms: f64,
     /// Share of the window during which some thread held the GIL.
     pub gil_busy_share: f64,
+    /// Share of the window during which the GIL was held by code importing a module (a stack through
+    /// `importlib._bootstrap`): the program starting, not yet at its work. `None` where no hold has
+    /// a stack (the trace cannot say).
+    pub importing_share: Option<f64>,
     /// Threads waiting for the GIL, on average over the window.
     pub mean_waiters: f64,
     /// Of the threads the samples found waiting, the share found while the GIL was free: woken to
@@ -136,12 +140,8 @@ fn durations(mut ns: Vec<i128>) -> Durations {
 }
 
 /// Total length of the union of the slices of `kind`.
-fn union_ns(slices: &[Slice], kind: SliceKind) -> i128 {
-    let mut spans: Vec<(i128, i128)> = slices
-        .iter()
-        .filter(|s| s.kind == kind)
-        .map(|s| (s.start_ns, s.end_ns))
-        .collect();
+fn union_ns<'a>(slices: impl Iterator<Item = &'a Slice>) -> i128 {
+    let mut spans: Vec<(i128, i128)> = slices.map(|s| (s.start_ns, s.end_ns)).collect();
     spans.sort_unstable();
     let mut total = 0;
     let mut current: Option<(i128, i128)> = None;
@@ -373,6 +373,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         .filter(|s| s.kind == SliceKind::Take)
         .map(|s| s.end_ns - s.start_ns)
         .sum();
+    let holds = || slices.iter().filter(|s| s.kind == SliceKind::Hold);
     let ratio = |ns: i128| {
         if window > 0 {
             ns as f64 / window as f64
@@ -392,7 +393,10 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
             .unwrap_or(crate::infer::native_call::DEFAULT_SWITCH_INTERVAL_US)
             as f64
             / 1000.0,
-        gil_busy_share: ratio(union_ns(slices, SliceKind::Hold)).min(1.0),
+        gil_busy_share: ratio(union_ns(holds())).min(1.0),
+        importing_share: holds()
+            .any(|s| s.label.is_some())
+            .then(|| ratio(union_ns(holds().filter(|s| s.importing))).min(1.0)),
         mean_waiters: ratio(total_wait),
         waiting_with_gil_free_share: process
             .facts
@@ -415,6 +419,7 @@ mod tests {
             end_ns: end_ms * 1_000_000,
             label: None,
             held: Default::default(),
+            importing: false,
         }
     }
 
@@ -464,6 +469,35 @@ mod tests {
             "held 0-50 and 60-100 of 100 ms"
         );
         assert!((answer.mean_waiters - 0.5).abs() < 1e-9);
+        assert_eq!(
+            answer.importing_share,
+            Some(0.0),
+            "a hold with a stack, none importing"
+        );
+    }
+
+    #[test]
+    fn the_share_of_the_window_held_by_imports() {
+        let mut process = ProcessTrace::default();
+        process.pid = 1;
+        process.facts.window_ns = Some((0, 100_000_000));
+        process.labels.push("<module> (torch/__init__.py:3)".into());
+        let mut importing = slice(SliceKind::Hold, 1, 0, 60);
+        (importing.label, importing.importing) = (Some(0), true);
+        // Two threads importing at once count once.
+        let mut beside = slice(SliceKind::Hold, 2, 20, 70);
+        beside.importing = true;
+        process.slices = vec![importing, beside, slice(SliceKind::Hold, 1, 80, 100)];
+        let share = analyze(&process).importing_share.unwrap();
+        assert!((share - 0.7).abs() < 1e-9, "{share}");
+        for slice in &mut process.slices {
+            slice.label = None;
+        }
+        assert_eq!(
+            analyze(&process).importing_share,
+            None,
+            "no stack: cannot say"
+        );
     }
 
     #[test]

@@ -13,6 +13,10 @@ use crate::report::phrases::{ms, pct, place};
 /// most of the time for each other.
 const BLOCKED_HINT_SHARE: f64 = 0.01;
 
+/// From this share of the recording held by imports, the recording is said to show the program's
+/// start rather than its work, and the hint says how to record the work instead.
+pub const IMPORTING_HINT_SHARE: f64 = 0.5;
+
 /// A thread that waited under this share of the recording gets no hint.
 const HINTED_WAIT_SHARE: f64 = 0.1;
 
@@ -45,6 +49,17 @@ fn stop_at_the_start_left_out(p: &ProcessAnswer) -> bool {
 
 /// What the GIL's waits and holds say (`hint`, the process not stopped at the end).
 fn gil_hint(p: &ProcessAnswer) -> Option<String> {
+    // A recording of imports shows the program starting: what it holds or waits for there (a
+    // library loading) says nothing of its work.
+    if let Some(share) = p.importing_share.filter(|&s| s >= IMPORTING_HINT_SHARE) {
+        return Some(format!(
+            "imports held the GIL {:.0}% of the recording: the program was still starting, and \
+             this shows its start, not its work. Record once it runs: attach then \
+             (gilsample --pid {}), or give --duration enough to cover the start.",
+            100.0 * share,
+            p.pid
+        ));
+    }
     if let Some((t, b)) = p
         .threads
         .iter()

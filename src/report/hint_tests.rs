@@ -48,6 +48,7 @@ fn waiting_for(shares: &[f64], code: &[HeldIn]) -> ProcessAnswer {
         stopped_s: 0.0,
         switch_interval_ms: 5.0,
         gil_busy_share: 1.0,
+        importing_share: None,
         mean_waiters: 0.8,
         waiting_with_gil_free_share: None,
         threads: vec![ThreadAnswer {
@@ -293,4 +294,29 @@ fn a_thread_that_waited_little_gets_no_hint() {
     let mut p = waiting_for(&[0.9], &[held_in("f (a.py:1)", 1.0, false)]);
     p.threads[0].wait_s = 0.9;
     assert_eq!(hint(&p), None);
+}
+
+#[test]
+fn a_recording_held_mostly_by_imports_says_how_to_record_the_work_instead() {
+    let code = [held_in("loader (torch_train.py:22)", 1.0, true)];
+    let mut p = waiting_for(&[0.9], &code);
+    p.importing_share = Some(0.8);
+    let said = hint(&p).unwrap();
+    assert!(
+        said.starts_with(
+            "imports held the GIL 80% of the recording: the program was still starting"
+        ) && said.contains("gilsample --pid 1")
+            && said.contains("--duration"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("native code"),
+        "its start's holds are not the advice: {said}"
+    );
+    // Under half: the waiting is the hint, as without imports; and with no waiting either.
+    p.importing_share = Some(0.4);
+    assert!(hint(&p).unwrap().starts_with("MainThread spends 60%"));
+    p.importing_share = Some(0.9);
+    p.threads[0].wait_s = 0.0;
+    assert!(hint(&p).unwrap().starts_with("imports held the GIL 90%"));
 }

@@ -280,6 +280,7 @@ mod tests {
             end_ns: end_ms * 1_000_000,
             label: None,
             held: Held::Unsaid,
+            importing: false,
         };
         let mut process = ProcessTrace::default();
         process.slices = vec![

@@ -58,6 +58,9 @@ pub struct Slice {
     /// A hold's kind as the trace says it (`args.native_call`), with the call's index into
     /// `ProcessTrace::calls`.
     pub held: Held,
+    /// A hold whose stack passes through the import system (`importlib._bootstrap`): the program
+    /// was importing a module.
+    pub importing: bool,
 }
 
 impl stopped::Span for Slice {
@@ -166,6 +169,10 @@ impl ProcessTrace {
             Some(None) => Held::PythonCode,
             None => Held::Unsaid,
         };
+        let importing = kind == SliceKind::Hold
+            && args
+                .and_then(hold_stack)
+                .is_some_and(|frames| frames.iter().any(is_import_frame));
         self.slices.push(Slice {
             kind,
             tid,
@@ -173,6 +180,7 @@ impl ProcessTrace {
             end_ns,
             label,
             held,
+            importing,
         });
     }
 
@@ -369,17 +377,34 @@ fn thread_label(text: &str) -> String {
 fn slice_label(kind: SliceKind, args: &Map<String, Value>) -> Option<String> {
     match kind {
         SliceKind::HeldWhileBlocked => args.get("syscall")?.as_str().map(str::to_string),
-        SliceKind::Hold => {
-            let stack = match args.get("stacks").and_then(Value::as_array) {
-                Some(stacks) => stacks
-                    .iter()
-                    .max_by_key(|s| s.get("samples").and_then(Value::as_u64).unwrap_or(0))?
-                    .get("stack")?,
-                None => args.get("stack")?,
-            };
-            frame_text(stack.as_array()?.first()?)
-        }
+        SliceKind::Hold => frame_text(hold_stack(args)?.first()?),
         _ => None,
+    }
+}
+
+/// A hold's stack, innermost frame first: `stack`, or the one of `stacks` seen in most samples.
+fn hold_stack(args: &Map<String, Value>) -> Option<&Vec<Value>> {
+    let stack = match args.get("stacks").and_then(Value::as_array) {
+        Some(stacks) => stacks
+            .iter()
+            .max_by_key(|s| s.get("samples").and_then(Value::as_u64).unwrap_or(0))?
+            .get("stack")?,
+        None => args.get("stack")?,
+    };
+    stack.as_array()
+}
+
+/// A frame of CPython's import system (`<frozen importlib._bootstrap>` and
+/// `..._bootstrap_external>`, frozen in every version this reads): a stack through one is importing.
+fn is_import_frame(frame: &Value) -> bool {
+    const IMPORTLIB: &str = "<frozen importlib._bootstrap";
+    match frame {
+        Value::String(text) => text.contains(IMPORTLIB),
+        Value::Object(f) => f
+            .get("file")
+            .and_then(Value::as_str)
+            .is_some_and(|file| file.starts_with(IMPORTLIB)),
+        _ => false,
     }
 }
 
@@ -459,6 +484,7 @@ fn infer_holds(process: &mut ProcessTrace) {
                             end_ns: slice.start_ns,
                             label: None,
                             held: Held::Unsaid,
+                            importing: false,
                         });
                     }
                 }
@@ -532,5 +558,36 @@ mod tests {
             slice_label(SliceKind::HeldWhileBlocked, blocked.as_object().unwrap()),
             Some("read".into())
         );
+    }
+
+    #[test]
+    fn a_hold_whose_stack_passes_through_the_import_system_is_importing() {
+        let mut process = ProcessTrace::default();
+        let hold = |process: &mut ProcessTrace, args: Value| {
+            process.add_slice(SliceKind::Hold, 1, (0, 10), args.as_object());
+            process.slices.last().unwrap().importing
+        };
+        let importing = json!({"stack": [
+            "<module> (/srv/heavy.py:3)",
+            "_call_with_frames_removed (<frozen importlib._bootstrap>:241)",
+            "<module> (/srv/train.py:1)",
+        ]});
+        assert!(hold(&mut process, importing));
+        let as_objects = json!({"stacks": [{"samples": 1, "stack": [
+            {"function": "exec_module", "file": "<frozen importlib._bootstrap_external>", "line": 940},
+        ]}]});
+        assert!(hold(&mut process, as_objects));
+        // At work, or without a stack: not importing.
+        assert!(!hold(
+            &mut process,
+            json!({"stack": ["step (/srv/train.py:9)"]})
+        ));
+        assert!(!hold(&mut process, json!({})));
+        process.add_slice(SliceKind::Take, 2, (0, 10), importing_args().as_object());
+        assert!(!process.slices.last().unwrap().importing, "only holds");
+    }
+
+    fn importing_args() -> Value {
+        json!({"stack": ["f (<frozen importlib._bootstrap>:1)"]})
     }
 }

@@ -83,6 +83,7 @@ mod tests {
             end_ns,
             label: None,
             held: Default::default(),
+            importing: false,
         }
     }
 

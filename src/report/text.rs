@@ -16,6 +16,10 @@ const MAX_FUNCTIONS_SHOWN: usize = 2;
 /// A thread whose waits are under this share of the window is not worth a line.
 const NOTABLE_WAIT_SHARE: f64 = 0.01;
 
+/// From this share of the recording held by imports the headline says it: a tenth of a recording
+/// spent starting changes what its figures mean.
+const IMPORTING_SAID_SHARE: f64 = 0.1;
+
 /// `1,267`
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -59,8 +63,16 @@ pub fn headline(p: &ProcessAnswer) -> String {
     } else {
         format!("{:.1} s", p.window_s)
     };
+    // Imports are the program starting: said beside the share they make up (the hint says more).
+    let importing = match p.importing_share {
+        Some(share) if share >= IMPORTING_SAID_SHARE => {
+            format!(" ({:.0}% importing modules)", 100.0 * share)
+        }
+        _ => String::new(),
+    };
     format!(
-        "{whose} — {length}; the GIL was held {:.0}% of the time, {:.1} threads waiting on average",
+        "{whose} — {length}; the GIL was held {:.0}% of the time{importing}, {:.1} threads waiting \
+         on average",
         100.0 * p.gil_busy_share,
         p.mean_waiters
     )

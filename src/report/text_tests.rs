@@ -41,6 +41,7 @@ fn process(blocked_others_waited_s: f64) -> ProcessAnswer {
         stopped_s: 0.0,
         switch_interval_ms: 5.0,
         gil_busy_share: 1.0,
+        importing_share: None,
         mean_waiters: 2.0,
         waiting_with_gil_free_share: None,
         threads: vec![
@@ -305,4 +306,23 @@ fn recordings_that_do_not_overlap_in_time_are_said_to_be_different_runs() {
     let mut out = String::new();
     format_ranking(&mut out, &[at(0, 10), at(800, 810)], false);
     assert!(!out.contains("spans of time"), "{out}");
+}
+
+#[test]
+fn the_headline_says_how_much_of_the_recording_imports_held() {
+    let mut p = process(0.0);
+    p.importing_share = Some(0.62);
+    let mut out = String::new();
+    format_process(&mut out, &p);
+    assert!(
+        out.contains("the GIL was held 100% of the time (62% importing modules), 2.0 threads"),
+        "{out}"
+    );
+    // A little at the start is not worth the words; a trace without stacks cannot say.
+    for share in [Some(0.05), None] {
+        p.importing_share = share;
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert!(!out.contains("importing"), "{out}");
+    }
 }

@@ -342,6 +342,7 @@ mod tests {
             stopped_s: 0.0,
             switch_interval_ms: 5.0,
             gil_busy_share: 0.987,
+            importing_share: None,
             mean_waiters: 2.04,
             waiting_with_gil_free_share: None,
             threads,

@@ -1,11 +1,12 @@
 //! What the session says and does at each signal (signals.rs decides what a signal means): the
-//! lines on stderr, and the exits that leave unfinished traces at their temporary names, never
+//! lines on stderr (after `top`'s full-screen view, where it is up: top/terminal.rs), and the exits that leave unfinished traces at their temporary names, never
 //! half-written at the final name.
 
 use std::sync::atomic::Ordering;
 
 use gilsample::error::exit;
 use gilsample::signals::{SessionState, SignalStep, watch_signals};
+use gilsample::top::say;
 use gilsample::trace::output::OutputSpec;
 
 /// Takes SIGINT, SIGTERM and SIGHUP (signals.rs) and says what each did; the ones that end the wait
@@ -27,48 +28,48 @@ pub(crate) fn install_signal_thread(
         | SignalStep::ReachedTheCommand { .. }
         | SignalStep::Repeated { .. }
             if quiet => {}
-        SignalStep::Stopping(signal) if !keeps_trace => {
-            eprintln!("\ngilsample: {signal:?} received, stopping (again to abort)")
-        }
-        SignalStep::Stopping(signal) if searching.load(Ordering::SeqCst) => eprintln!(
+        SignalStep::Stopping(signal) if !keeps_trace => say(&format!(
+            "\ngilsample: {signal:?} received, stopping (again to abort)"
+        )),
+        SignalStep::Stopping(signal) if searching.load(Ordering::SeqCst) => say(&format!(
             "\ngilsample: {signal:?} received, stopping the search: no process found to record yet"
-        ),
-        SignalStep::Stopping(signal) => {
-            eprintln!("\ngilsample: {signal:?} received, finishing the trace (again to abort)")
-        }
+        )),
+        SignalStep::Stopping(signal) => say(&format!(
+            "\ngilsample: {signal:?} received, finishing the trace (again to abort)"
+        )),
         // top's own temporary directory: exiting skips the drop that removes it.
         SignalStep::Abort if !keeps_trace => {
             let _ = std::fs::remove_dir_all(&partial_dir);
-            eprintln!("gilsample: aborted");
+            say("gilsample: aborted");
             std::process::exit(exit::INTERRUPTED);
         }
         SignalStep::Abort => {
             let dir = partial_dir.display();
-            eprintln!(
+            say(&format!(
                 "gilsample: aborted; what was recorded so far is in hidden .*.partial files in \
                  {dir} (`ls -a {dir}`): `gilsample report {dir}` reads them"
-            );
+            ));
             std::process::exit(exit::INTERRUPTED);
         }
-        SignalStep::PassedOn { signal, command } => eprintln!(
+        SignalStep::PassedOn { signal, command } => say(&format!(
             "gilsample: {signal:?} passed on to the command (pid {command}); waiting for it to exit \
              (again to stop waiting: it then gets SIGTERM)"
-        ),
-        SignalStep::ReachedTheCommand { signal, command } => eprintln!(
+        )),
+        SignalStep::ReachedTheCommand { signal, command } => say(&format!(
             "gilsample: waiting for the command (pid {command}), which got the {signal:?} too, to \
              exit (again to stop waiting: it then gets SIGTERM)"
-        ),
-        SignalStep::Repeated { signal, sender } => eprintln!(
+        )),
+        SignalStep::Repeated { signal, sender } => say(&format!(
             "gilsample: {signal:?} again from process {sender} at once (as `timeout` sends it): \
              taken as the same request (another must come a second later, or from Ctrl+C)"
-        ),
+        )),
         SignalStep::StopWaiting { command } => {
             if !keeps_trace {
                 let _ = std::fs::remove_dir_all(&partial_dir);
             }
-            eprintln!(
+            say(&format!(
                 "gilsample: not waiting for the command (pid {command}) any longer; it gets SIGTERM"
-            );
+            ));
             std::process::exit(exit::INTERRUPTED);
         }
     });

@@ -270,7 +270,8 @@ fn launched_pid(screen: &str) -> u32 {
 }
 
 /// A launched command in a large terminal: the code is shown whole; SIGTERM ends top (exit 0), the
-/// terminal restored, and the command it launched stopped.
+/// terminal restored, what the signal did said where it stays (after the view, not on its alternate
+/// screen), and the command it launched stopped.
 #[test]
 fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
     let tmux = top_launching_spinners(200, 50);
@@ -289,6 +290,8 @@ fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
     .unwrap();
     assert_eq!(tmux.exit_status(), 0);
     tmux.assert_restored();
+    let screen = tmux.screen();
+    assert!(screen.contains("gilsample: SIGTERM "), "{screen}");
     assert!(!running(launched), "the launched command was left running");
 }
 

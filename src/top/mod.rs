@@ -13,6 +13,7 @@ pub mod live;
 mod screen;
 pub mod table;
 mod terminal;
+pub use terminal::say;
 mod view;
 
 use std::io::{IsTerminal, Write};

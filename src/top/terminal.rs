@@ -2,9 +2,10 @@
 //! terminal as it was afterwards however the view ends: quitting, a signal (the stop flag ends the
 //! view's loop), a panic (the panic hook), or `process::exit` (a second Ctrl+C or SIGTERM: an
 //! `atexit` handler, which writes and resets the terminal with plain system calls, since another
-//! thread may hold stdout's lock at that moment).
+//! thread may hold stdout's lock at that moment). A line said on stderr while the view is up (a
+//! signal's, `say`) would go with the alternate screen: it is kept and said once the view is left.
 
-use std::io::{self, Stdout, stdout};
+use std::io::{self, Stdout, Write, stdout};
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,6 +24,10 @@ static UP: AtomicBool = AtomicBool::new(false);
 static HOOKS: Once = Once::new();
 /// The terminal's settings before raw mode, for the `atexit` path.
 static SAVED: std::sync::Mutex<Option<libc::termios>> = std::sync::Mutex::new(None);
+
+/// Lines said while the view was up, to say once it is left. Its lock also keeps `say` and
+/// `restore` apart, so that no line goes to the alternate screen as it is being left.
+static HELD_LINES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// Leaves the alternate screen and shows the cursor (what `LeaveAlternateScreen` and `Show` write).
 const LEAVE: &[u8] = b"\x1b[?1049l\x1b[?25h";
@@ -68,12 +73,28 @@ impl Drop for Screen {
     }
 }
 
-/// Puts the terminal back as it was, once; errors (a terminal that hung up) are ignored: there is
-/// nothing left to show them on.
+/// Says `line` on stderr: at once, or, while the full-screen view is up, once the view is left
+/// (the alternate screen would take it away with it).
+pub fn say(line: &str) {
+    let mut held = HELD_LINES.lock().unwrap_or_else(|e| e.into_inner());
+    if UP.load(Ordering::SeqCst) {
+        held.push(line.to_string());
+    } else {
+        // Not eprintln: a panic here, with the lock held, would wait for it in the panic hook.
+        let _ = writeln!(io::stderr(), "{line}");
+    }
+}
+
+/// Puts the terminal back as it was, once, then says the lines held meanwhile; errors (a terminal
+/// that hung up) are ignored: there is nothing left to show them on.
 pub fn restore() {
+    let mut held = HELD_LINES.lock().unwrap_or_else(|e| e.into_inner());
     if UP.swap(false, Ordering::SeqCst) {
         let _ = execute!(stdout(), LeaveAlternateScreen, Show);
         let _ = disable_raw_mode();
+    }
+    for line in held.drain(..) {
+        let _ = writeln!(io::stderr(), "{line}");
     }
 }
 
@@ -87,6 +108,13 @@ extern "C" fn restore_at_exit() {
                 && let Some(saved) = saved.as_ref()
             {
                 libc::tcsetattr(libc::STDOUT_FILENO, libc::TCSANOW, saved);
+            }
+            // The exit's own line (`aborted`) among them; skipped if a `say` is under way.
+            if let Ok(held) = HELD_LINES.try_lock() {
+                for line in held.iter() {
+                    libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), line.len());
+                    libc::write(libc::STDERR_FILENO, b"\n".as_ptr().cast(), 1);
+                }
             }
         }
     }

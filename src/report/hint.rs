@@ -47,18 +47,23 @@ fn stop_at_the_start_left_out(p: &ProcessAnswer) -> bool {
     })
 }
 
+/// A recording held mostly by imports shows the program starting: what it holds or waits for
+/// there (a library loading) says nothing of its work, so the hint says how to record the work.
+fn importing_hint(p: &ProcessAnswer) -> Option<String> {
+    let share = p.importing_share.filter(|&s| s >= IMPORTING_HINT_SHARE)?;
+    Some(format!(
+        "imports held the GIL {:.0}% of the recording: the program was still starting, and this \
+         shows its start, not its work. Record once it runs: attach later (gilsample --pid {}), \
+         or launch it with a --duration that covers the start.",
+        100.0 * share,
+        p.pid
+    ))
+}
+
 /// What the GIL's waits and holds say (`hint`, the process not stopped at the end).
 fn gil_hint(p: &ProcessAnswer) -> Option<String> {
-    // A recording of imports shows the program starting: what it holds or waits for there (a
-    // library loading) says nothing of its work.
-    if let Some(share) = p.importing_share.filter(|&s| s >= IMPORTING_HINT_SHARE) {
-        return Some(format!(
-            "imports held the GIL {:.0}% of the recording: the program was still starting, and \
-             this shows its start, not its work. Record once it runs: attach then \
-             (gilsample --pid {}), or give --duration enough to cover the start.",
-            100.0 * share,
-            p.pid
-        ));
+    if let Some(hint) = importing_hint(p) {
+        return Some(hint);
     }
     if let Some((t, b)) = p
         .threads

@@ -1,6 +1,6 @@
 //! Naming the target's threads as the sampler finds them: the OS name (`comm`) at once, the Python
 //! name (`threading.Thread.name`) where it can be read, and each new name passed on at the next tick
-//! (`Finding::ThreadNames`), so that a trace cut short (gilsample killed, the machine going down)
+//! (`Finding::ThreadNames`), so that a trace cut short (gilsample killed: SIGKILL, the OOM killer)
 //! still names the threads its slices are on. The end reads every name again (threads renamed since).
 
 use std::collections::BTreeMap;

@@ -42,7 +42,7 @@ impl Screen {
         HOOKS.call_once(|| {
             let previous = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
-                restore();
+                restore_after_panic();
                 previous(info)
             }));
             // SAFETY: registers a function with no arguments that only makes system calls.
@@ -88,12 +88,24 @@ pub fn say(line: &str) {
 /// Puts the terminal back as it was, once, then says the lines held meanwhile; errors (a terminal
 /// that hung up) are ignored: there is nothing left to show them on.
 pub fn restore() {
-    let mut held = HELD_LINES.lock().unwrap_or_else(|e| e.into_inner());
+    leave_and_say(Some(HELD_LINES.lock().unwrap_or_else(|e| e.into_inner())));
+}
+
+/// `restore` from the panic hook: another thread may hold the held lines' lock while it waits for
+/// stdout, which the panicking thread may hold, so the lines are said only if the lock is free.
+fn restore_after_panic() {
+    leave_and_say(HELD_LINES.try_lock().ok());
+}
+
+fn leave_and_say(held: Option<std::sync::MutexGuard<'_, Vec<String>>>) {
     if UP.swap(false, Ordering::SeqCst) {
         let _ = execute!(stdout(), LeaveAlternateScreen, Show);
         let _ = disable_raw_mode();
     }
-    for line in held.drain(..) {
+    for line in held
+        .into_iter()
+        .flat_map(|mut held| std::mem::take(&mut *held))
+    {
         let _ = writeln!(io::stderr(), "{line}");
     }
 }
@@ -109,11 +121,12 @@ extern "C" fn restore_at_exit() {
             {
                 libc::tcsetattr(libc::STDOUT_FILENO, libc::TCSANOW, saved);
             }
-            // The exit's own line (`aborted`) among them; skipped if a `say` is under way.
-            if let Ok(held) = HELD_LINES.try_lock() {
-                for line in held.iter() {
+            // The exit's own line (`aborted`) among them, said once; skipped if a `say` or a
+            // `restore` is under way. `\r\n`: the terminal may still be raw.
+            if let Ok(mut held) = HELD_LINES.try_lock() {
+                for line in held.drain(..) {
                     libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), line.len());
-                    libc::write(libc::STDERR_FILENO, b"\n".as_ptr().cast(), 1);
+                    libc::write(libc::STDERR_FILENO, b"\r\n".as_ptr().cast(), 2);
                 }
             }
         }

@@ -307,8 +307,9 @@ impl ChromeWriter {
         Ok(())
     }
 
-    /// Names threads as the sampler learns them, written and flushed at once: a recording killed
-    /// before its end (SIGKILL, the machine going down) leaves a file whose threads are named.
+    /// Names threads as the sampler learns them, written and flushed to the file at once: a
+    /// recording killed before its end (SIGKILL, the OOM killer) leaves a file whose threads are
+    /// named.
     pub fn write_thread_names(&mut self, names: &[(u32, String)]) -> Result<()> {
         for (tid, name) in names {
             self.name_thread(*tid, name)?;
@@ -446,5 +447,50 @@ mod tests {
             "an existing trace is not overwritten"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn names_written_early_are_not_written_again_at_the_end_unless_they_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("GIL_1_rank_0.json");
+        let mut w = ChromeWriter::create(&path, false, 1, 0).unwrap();
+        w.write_process_name("Python 3.12.1 pid 1").unwrap();
+        w.write_thread_names(&[(1, "MainThread (python3)".into()), (2, "python3".into())])
+            .unwrap();
+        // On the file already, before any end: what a killed recording leaves.
+        let early = std::fs::read_to_string(w.partial_path()).unwrap();
+        assert!(early.contains("\"MainThread (python3)\"") && early.contains("\"python3\""));
+        assert!(early.contains("\"Python 3.12.1 pid 1\""));
+        // Thread 2's Python name, read later; thread 1 unchanged; thread 3 named only at the end.
+        w.write_thread_names(&[(2, "loader-0".into())]).unwrap();
+        let threads = [
+            (1, "MainThread (python3)".to_string()),
+            (2, "loader-0".to_string()),
+            (3, "writer".to_string()),
+        ];
+        let done = w
+            .finish(
+                "Python 3.12.1 pid 1",
+                &threads,
+                Map::new(),
+                false,
+                &mut |_| None,
+            )
+            .unwrap();
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&done).unwrap()).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        let names_of = |name: &str, tid: Option<u32>| -> Vec<&str> {
+            events
+                .iter()
+                .filter(|e| e["name"] == name && tid.is_none_or(|t| e["tid"] == t))
+                .map(|e| e["args"]["name"].as_str().unwrap())
+                .collect()
+        };
+        assert_eq!(names_of("process_name", None), ["Python 3.12.1 pid 1"]);
+        assert_eq!(names_of("thread_name", Some(1)), ["MainThread (python3)"]);
+        assert_eq!(names_of("thread_name", Some(2)), ["python3", "loader-0"]);
+        assert_eq!(names_of("thread_name", Some(3)), ["writer"]);
+        let sorted = events.iter().filter(|e| e["name"] == "thread_sort_index");
+        assert_eq!(sorted.count(), 3, "every thread's order, at the end");
     }
 }

@@ -82,6 +82,20 @@ impl Control {
     }
 }
 
+/// The line a driving program gets when the session fails: the message and exit status, and for
+/// every process of a list refused (`Error::NoneRecordable`) how many were given, so that the
+/// program words the refusals it got as `skipped` events itself instead of finding them in the
+/// message ("why each, above" points at lines it never saw).
+pub fn error_event(error: &Error) -> Value {
+    let mut event = json!({
+        "event": "error", "message": error.to_string(), "exit_code": error.exit_code(),
+    });
+    if let Error::NoneRecordable { given, .. } = error {
+        event["none_recordable"] = json!({ "given": given });
+    }
+    event
+}
+
 /// The line a driving program gets for an update (progress ticks are not sent).
 pub fn event_for(update: &Update<'_>) -> Option<Value> {
     Some(match update {
@@ -144,6 +158,19 @@ mod tests {
         drop(theirs);
         watcher.join().unwrap();
         assert!(stop.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn an_error_says_its_status_and_whether_every_process_was_refused() {
+        let usage = error_event(&Error::Usage("bad".into()));
+        assert_eq!(usage["exit_code"], 2);
+        assert!(usage.get("none_recordable").is_none());
+        let none = error_event(&Error::NoneRecordable {
+            given: 3,
+            first: Box::new(Error::Usage("bad".into())),
+        });
+        assert_eq!(none["exit_code"], 2, "the first refusal's");
+        assert_eq!(none["none_recordable"], json!({"given": 3}));
     }
 
     #[test]

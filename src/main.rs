@@ -14,7 +14,7 @@ use serde_json::json;
 
 use gilsample::cli::suggest::{option_suggestion, suggestion_for_stray};
 use gilsample::cli::{COMMON_COMMANDS, Cli, Command, LayoutArgs, RecordArgs, ReportArgs, TopArgs};
-use gilsample::control::{Control, event_for};
+use gilsample::control::{Control, error_event, event_for};
 use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
@@ -131,9 +131,7 @@ fn record_command(args: RecordArgs) -> Result<i32> {
     if let Some(control) = &control {
         match &result {
             Ok(_) => {}
-            Err(e) => control.send(&json!({
-                "event": "error", "message": e.to_string(), "exit_code": e.exit_code(),
-            })),
+            Err(e) => control.send(&error_event(e)),
         }
     }
     result

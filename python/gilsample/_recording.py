@@ -333,10 +333,13 @@ class Recording(object):
             errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
             message = errors[0] if errors else (lines[-1] if lines else fallback)
             code = self.exit_code or 1
-        # Every pid refused: the binary said why each, as it happened, which came here as events.
-        if self.skipped and "(why each, above)" in message:
-            message = message.split(" (why each, above)")[0] + ": " + "; ".join(
-                "process {}: {}".format(e.get("pid"), e.get("why")) for e in self.skipped)
+        # Every pid refused: the binary said why each as it happened, which came here as events,
+        # and its error says so (`none_recordable`): the reasons are worded here.
+        refused = (self._error or {}).get("none_recordable")
+        if refused and self.skipped:
+            message = "none of the {} processes given could be recorded: {}".format(
+                refused.get("given", len(self.skipped)),
+                "; ".join("process {}: {}".format(e.get("pid"), e.get("why")) for e in self.skipped))
         return error_for(_for_python(message), code)
 
     def _end(self, timeout):

@@ -194,6 +194,7 @@ class Errors(TempDirTest):
         self.assertIn("none of the 2 processes given could be recorded: ", message)
         for pid in (NO_SUCH_PID, NO_SUCH_PID + 1):
             self.assertIn("process %d: process %d does not exist" % (pid, pid), message)
+        self.assertNotIn("above", message)  # the lines "above" are the binary's stderr, unseen here
 
     def test_a_bad_rate_raises_usage_error_with_the_binarys_message(self):
         with self.assertRaises(gilsample.UsageError) as caught:

@@ -505,7 +505,7 @@ impl Batch {
             self.first_ns = at;
         }
         // A live view's snapshot is sent at once: it is what that view is waiting for. So are new
-        // threads' names, which the writer puts on disk at once.
+        // threads' names, which the writer puts on the file at once.
         let at_once = matches!(finding, Finding::Live(_) | Finding::ThreadNames { .. });
         self.findings.push(finding);
         if at_once

@@ -1,6 +1,6 @@
 //! What the session says and does at each signal (signals.rs decides what a signal means): the
-//! lines on stderr (after `top`'s full-screen view, where it is up: top/terminal.rs), and the exits that leave unfinished traces at their temporary names, never
-//! half-written at the final name.
+//! lines on stderr (after `top`'s full-screen view, where it is up: top/terminal.rs), and the exits
+//! that leave unfinished traces at their temporary names, never half-written at the final name.
 
 use std::sync::atomic::Ordering;
 

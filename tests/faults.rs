@@ -161,16 +161,8 @@ fn a_recording_killed_outright_leaves_a_file_that_names_its_process_and_threads(
         "the process is not named: {}",
         &text[..text.len().min(2000)]
     );
-    let out = common::gilsample()
-        .arg("report")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stderr}");
+    let (code, stdout, stderr) = common::report_text(dir.path());
+    assert_eq!(code, Some(OK), "{stderr}");
     assert!(!stderr.contains("without thread names"), "{stderr}");
     assert!(
         stdout.contains("an interrupted recording")

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Trace, Workload, gilsample, interpreter, report_json};
+use common::{Trace, Workload, gilsample, interpreter, report_json, report_text};
 use gilsample::error::exit::{INPUT, OK};
 use serde_json::Value;
 
@@ -409,16 +409,6 @@ fn a_waits_top_entry_names_the_holder_and_its_function() {
             && stderr.contains("in keep_gil_in_usleep (gil_workload.py:"),
         "{stderr}"
     );
-}
-
-/// `report` on `dir` as text: its status, stdout and stderr.
-fn report_text(dir: &Path) -> (Option<i32>, String, String) {
-    let out = gilsample().arg("report").arg(dir).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

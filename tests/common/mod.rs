@@ -297,6 +297,16 @@ pub fn report_json(inputs: &[&Path]) -> (Value, String) {
     (serde_json::from_slice(&out.stdout).unwrap(), stderr)
 }
 
+/// `gilsample report` on `dir`: its exit status, stdout and stderr.
+pub fn report_text(dir: &Path) -> (Option<i32>, String, String) {
+    let out = gilsample().arg("report").arg(dir).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A complete event of a trace.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event {

@@ -202,6 +202,8 @@ impl Explainer {
                 // glibc's waiter counts (take, drop), before and after the kernel readings.
                 "waiters": sample.waiters.map(|w| [w.take, w.drop]),
                 "waiters_again": sample.waiters_again.map(|w| [w.take, w.drop]),
+                // The holder let the GIL go between the reads (infer/held_blocked.rs).
+                "let_go_during_reads": sample.holder_let_go_during_reads(),
                 "owns_gil_mutex": sample.mutex_owner.map(|o| o == thread.their_tid),
                 "schedstat": thread.schedstat.map(|s| [s.cpu_ns, s.run_queue_ns, s.timeslices]),
                 "state": why.state.to_string(),

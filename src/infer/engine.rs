@@ -206,6 +206,19 @@ impl Engine {
         self.holder_tid
     }
 
+    /// Whether the GIL's words should be read again after the kernel readings of `sample`: where
+    /// the holder they name was seen asleep in a syscall other than the GIL's own waits. It may
+    /// have let the GIL go between the reads and then slept (`time.sleep` does), which the second
+    /// read tells apart from a holder asleep with the GIL (infer/held_blocked.rs). Rare: a holder
+    /// runs.
+    pub fn wants_word_again(&self, sample: &Sample) -> bool {
+        let ranges = &self.ctx.ranges;
+        sample.threads.iter().any(|seen| {
+            sample.holds(seen)
+                && blocking_syscall(seen.kernel, |addr| ranges.contains(addr)).is_some()
+        })
+    }
+
     /// Whether the waiter counts should be read again after the kernel readings of `sample` (before
     /// it is stepped): only when the census they confirm would decide something. It is computed from
     /// the first counts alone, so where that census is `Unknown` a second read cannot change it; a
@@ -324,7 +337,8 @@ impl Engine {
         if let Some(explained) = self.explained.as_mut() {
             explained.push((index, Explained { state, basis }));
         }
-        let asleep_in = blocking_syscall(seen.kernel, |addr| ranges.contains(addr));
+        let asleep_in = blocking_syscall(seen.kernel, |addr| ranges.contains(addr))
+            .filter(|_| !(sample.holds(seen) && sample.holder_let_go_during_reads()));
         thread.blocked.observe(
             thread.tid,
             t,
@@ -539,3 +553,7 @@ impl StacksFirst {
         self.settled.drain(..).for_each(sink);
     }
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

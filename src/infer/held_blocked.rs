@@ -5,10 +5,14 @@
 //!
 //! One read-order artifact is left out. The sampler reads the GIL's words before the threads'
 //! kernel states, so a holder that lets the GIL go and then sleeps in a syscall between the two
-//! reads (`time.sleep` does exactly that) is, at that one sample, a holder asleep with the GIL. At
-//! the next sample it is still asleep in that call and no longer holds the GIL: a stretch seen at
-//! one sample and followed by that is not reported. A real short stretch has left the call by the
-//! next sample (or still holds the GIL in it), and is kept.
+//! reads (`time.sleep` does exactly that) is, at that one sample, a holder asleep with the GIL.
+//! Where it sees a holder asleep so, the sampler reads the GIL's words again after the kernel
+//! states (`Sample::word_again`); if they changed, the holder let go between the reads and the
+//! engine does not take it for asleep with the GIL. Streams older than format 4 lack that read: for
+//! them a stretch seen at one sample and followed by the thread still asleep in that call without
+//! the GIL is not reported (a real short stretch has left the call by the next sample, or still
+//! holds the GIL in it). That second rule alone fails at low rates, where the next sample comes
+//! long after the sleep ended.
 
 use crate::infer::intervals::TimelineParams;
 use crate::observed::{KernelState, SYS_FUTEX};

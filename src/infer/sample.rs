@@ -29,6 +29,11 @@ pub struct Sample {
     /// The same counts read again after the kernel readings, where `Engine::wants_recount` asked for
     /// them.
     pub waiters_again: Option<Waiters>,
+    /// The GIL's words read again after the kernel readings, kept only where they differ from
+    /// `word`: asked for where a holder was seen asleep in a syscall (`Engine::wants_word_again`),
+    /// so that one which let the GIL go between the reads (and then slept) is not taken for one
+    /// asleep with it (infer/held_blocked.rs).
+    pub word_again: Option<GilWord>,
     /// The tid (the target's namespace) that owns the GIL's mutex, where the layout places it.
     pub mutex_owner: Option<u32>,
     /// No thread's kernel state was carried over from an earlier tick that could have changed since
@@ -120,5 +125,19 @@ impl Sample {
     /// The GIL's holder at this tick: locked, by this thread state.
     pub fn holds(&self, thread: &ThreadSample) -> bool {
         self.word.locked && thread.tstate == self.word.last_holder
+    }
+
+    /// Whether the GIL changed hands (or was let go) between the read of its words and the kernel
+    /// readings' end, as far as the sampler read it again (`word_again`): the holder's kernel state
+    /// may then be from after it let go.
+    pub fn holder_let_go_during_reads(&self) -> bool {
+        self.word_again.is_some_and(|again| {
+            (again.locked, again.last_holder, again.switch_number)
+                != (
+                    self.word.locked,
+                    self.word.last_holder,
+                    self.word.switch_number,
+                )
+        })
     }
 }

@@ -68,6 +68,8 @@ pub(crate) fn trace_metadata(
         "counted_out_refuted": report.counted_out_refuted,
         "counted_out_read_instead": report.counted_out_read_instead,
         "counted_out_on_retry": report.counted_out_on_retry,
+        "gil_read_again": report.gil_read_again,
+        "gil_let_go_between_reads": report.gil_let_go_between_reads,
         "kernel_reads_proven_waiting": report.kernel_reads_proven_waiting,
         "proven_waiting_check": (report.proven_waiting_checked > 0).then(|| json!({
             "judged": report.proven_waiting_checked,

@@ -82,6 +82,12 @@ pub struct SamplerReport {
     /// Ticks whose counts ruled the idle threads out only once the other threads and the counts
     /// were read again (`ThreadTable::count_out`).
     pub counted_out_on_retry: u64,
+    /// Ticks at which the GIL's words were read again after the kernel readings (a holder was seen
+    /// asleep in a syscall: `Engine::wants_word_again`), and those at which the second read found
+    /// the GIL let go or handed on: a holder that slept only after letting go.
+    pub gil_read_again: u64,
+    /// See `gil_read_again`.
+    pub gil_let_go_between_reads: u64,
     /// The Python names of the threads seen, by tid (our PID namespace).
     pub thread_names: BTreeMap<u32, String>,
     /// How reading the threads' Python names went (python/names.rs).
@@ -149,6 +155,8 @@ impl SamplerReport {
             counted_out_refuted: 0,
             counted_out_read_instead: 0,
             counted_out_on_retry: 0,
+            gil_read_again: 0,
+            gil_let_go_between_reads: 0,
             kernel_reads_unchanged: 0,
             thread_names: BTreeMap::new(),
             name_reads: NameStats::default(),

@@ -409,6 +409,17 @@ impl<'a> Sampler<'a> {
             Some(at) if check_counted_out => self.target.read_waiters(at).ok(),
             _ => None,
         };
+        sample.word_again = None;
+        if self.engine.wants_word_again(sample) {
+            self.report.gil_read_again += 1;
+            sample.word_again = self.target.read_gil_word().ok();
+            if sample.holder_let_go_during_reads() {
+                self.report.gil_let_go_between_reads += 1;
+            } else {
+                // Kept only where it tells something: the stream saves it.
+                sample.word_again = None;
+            }
+        }
         let t1 = monotonic_ns();
         sample.t_ns = t0 + (t1 - t0) / 2;
         self.read_wanted(sample);

@@ -317,6 +317,7 @@ pub fn copy_sample(dst: &mut Sample, src: &Sample) {
         word,
         waiters,
         waiters_again,
+        word_again,
         mutex_owner,
         all_kernel_read,
         skipped_periods,
@@ -328,6 +329,7 @@ pub fn copy_sample(dst: &mut Sample, src: &Sample) {
     dst.word = *word;
     dst.waiters = *waiters;
     dst.waiters_again = *waiters_again;
+    dst.word_again = *word_again;
     dst.mutex_owner = *mutex_owner;
     dst.all_kernel_read = *all_kernel_read;
     dst.skipped_periods = *skipped_periods;

@@ -14,6 +14,7 @@ mod hold_frames;
 mod reader;
 mod saver;
 mod wire;
+mod word_again;
 mod writer;
 
 #[cfg(test)]
@@ -41,8 +42,10 @@ pub const MAGIC: [u8; 8] = *b"GILSMPL\n";
 /// Format 2 added pace records (the sampler's rate while the target was quiet); format 1 streams
 /// have none and read as samples at the full rate. Format 3 added hold-frames records (what the
 /// sampler saw of a holder's innermost frame, for the hold's kind); older streams have none, and
-/// their holds are judged without them.
-pub const FORMAT_VERSION: u16 = 3;
+/// their holds are judged without them. Format 4 added word-again records (the GIL's words read again
+/// after a tick's kernel readings, where they had changed); older streams have none, and a holder
+/// asleep in a syscall at one of their samples is judged from the first read alone.
+pub const FORMAT_VERSION: u16 = 4;
 
 /// The largest record payload written or read: far above any real record (a sample of 65536 threads
 /// all changed is under 3 MiB), so a corrupt length is refused before it is allocated or waited for.
@@ -253,6 +256,8 @@ mod kind {
     pub const PACE: u8 = 5;
     /// What the sampler saw of a holder's innermost frame over a hold (format 3).
     pub const HOLD_FRAMES: u8 = 6;
+    /// The GIL's words read again after the next sample's kernel readings (format 4).
+    pub const WORD_AGAIN: u8 = 7;
 
     /// The record's name in messages.
     pub fn name(kind: u8) -> &'static str {
@@ -263,6 +268,7 @@ mod kind {
             END => "end",
             PACE => "pace",
             HOLD_FRAMES => "hold-frames",
+            WORD_AGAIN => "word-again",
             _ => "unknown",
         }
     }

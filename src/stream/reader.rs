@@ -12,6 +12,7 @@ use super::{
     kind,
 };
 use crate::infer::sample::Sample;
+use crate::observed::GilWord;
 
 /// Reads a sample stream (docs/sample-stream.md) one record at a time: the header first, then each
 /// `Item` in the order it was saved.
@@ -23,6 +24,8 @@ pub struct StreamReader<R: Read> {
     ended: bool,
     /// Periods skipped before each sample, as the last pace record said (0 before any).
     skipped_periods: u32,
+    /// The word-again record read since the last sample: the next sample's.
+    word_again: Option<GilWord>,
     /// The error already returned: returned again rather than reading on from a broken place.
     failed: Option<StreamError>,
 }
@@ -174,6 +177,7 @@ impl<R: Read> StreamReader<R> {
             frame_names: FrameNamesRead::default(),
             ended: false,
             skipped_periods: 0,
+            word_again: None,
             failed: None,
         })
     }
@@ -209,8 +213,8 @@ impl<R: Read> StreamReader<R> {
     }
 
     fn next_item(&mut self) -> Result<Option<Item>, StreamError> {
-        // A pace record is no item: it changes the samples after it. A loop, not recursion, so a
-        // file of nothing but pace records cannot exhaust the stack.
+        // A pace or word-again record is no item: it changes the sample(s) after it. A loop, not
+        // recursion, so a file of nothing but such records cannot exhaust the stack.
         loop {
             if let Some(read) = self.next_record()? {
                 return Ok(read);
@@ -218,7 +222,8 @@ impl<R: Read> StreamReader<R> {
         }
     }
 
-    /// The next item (`Some(None)` at the end of the file), or `None` after a pace record.
+    /// The next item (`Some(None)` at the end of the file), or `None` after a pace or word-again
+    /// record.
     fn next_record(&mut self) -> Result<Option<Option<Item>>, StreamError> {
         let start = self.records.offset;
         let Some(k) = self.records.record()? else {
@@ -236,13 +241,14 @@ impl<R: Read> StreamReader<R> {
             opened: true,
         };
         let mut input = Input::new(&records.payload);
-        // `None`: a pace record, which is no item.
+        // `None`: a pace or word-again record, which is no item.
         let item = match k {
             kind::SAMPLE => {
                 let mut cur = Sample::default();
                 let period = self.header.context.period_ns;
                 decode_sample(&self.prev, period, &mut input, &mut cur).map_err(bad)?;
                 cur.skipped_periods = self.skipped_periods;
+                cur.word_again = self.word_again.take();
                 copy_sample(&mut self.prev, &cur);
                 Some(Item::Sample(cur))
             }
@@ -280,6 +286,11 @@ impl<R: Read> StreamReader<R> {
                     }));
                 }
                 self.skipped_periods = skipped as u32;
+                None
+            }
+            kind::WORD_AGAIN => {
+                let word = super::word_again::decode(&mut input).map_err(bad)?;
+                self.word_again = Some(word);
                 None
             }
             kind::HEADER => {
@@ -325,7 +336,7 @@ impl<R: Read> Records<R> {
             return Ok(None);
         }
         let k = k[0];
-        if !(kind::HEADER..=kind::HOLD_FRAMES).contains(&k) {
+        if !(kind::HEADER..=kind::WORD_AGAIN).contains(&k) {
             return Err(self.error(
                 start,
                 format!("unknown record kind {k} (garbage, or a damaged file)"),

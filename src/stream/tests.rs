@@ -98,6 +98,7 @@ fn hand_made_sequences_round_trip() {
         },
         waiters: Some(Waiters { take: 1, drop: 0 }),
         waiters_again: None,
+        word_again: None,
         mutex_owner: Some(1001),
         all_kernel_read: true,
         skipped_periods: 0,
@@ -115,6 +116,11 @@ fn hand_made_sequences_round_trip() {
     s2.t_ns = s2.read_ns; // t_ns equal to read_ns
     s2.word.switch_number = 1; // wrapped
     s2.word.last_holder = b.tstate;
+    // b let the GIL go between the reads: a word-again record before it, none before s3.
+    s2.word_again = Some(GilWord {
+        locked: false,
+        ..s2.word
+    });
     s2.threads = vec![
         ThreadSample {
             kernel: futex(0x1008),
@@ -148,6 +154,7 @@ fn hand_made_sequences_round_trip() {
         interval_us: None,
     };
     s3.waiters = None;
+    s3.word_again = None;
     s3.waiters_again = Some(Waiters {
         take: u32::MAX,
         drop: u32::MAX,

@@ -62,6 +62,11 @@ impl StreamWriter {
                     record(out, kind::PACE, &self.payload);
                     self.payload.clear();
                 }
+                if let Some(word) = &s.word_again {
+                    super::word_again::encode(word, &mut self.payload);
+                    record(out, kind::WORD_AGAIN, &self.payload);
+                    self.payload.clear();
+                }
                 encode_sample(
                     &self.prev,
                     s,

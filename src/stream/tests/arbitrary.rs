@@ -53,6 +53,12 @@ fn sample() -> impl Strategy<Value = Sample> {
         proptest::option::of(any::<u32>()),
         proptest::collection::vec(thread_sample(), 0..8),
         any::<prop::sample::Index>(),
+        proptest::option::of((
+            any::<bool>(),
+            any::<u64>(),
+            any::<u64>(),
+            proptest::option::of(any::<u64>()),
+        )),
     )
         .prop_map(
             |(
@@ -63,6 +69,7 @@ fn sample() -> impl Strategy<Value = Sample> {
                 owner,
                 threads,
                 i,
+                again,
             )| {
                 // The holder is often one of the threads, as in a real sample.
                 let last_holder = match threads.len() {
@@ -84,6 +91,12 @@ fn sample() -> impl Strategy<Value = Sample> {
                     },
                     waiters: waiters(w),
                     waiters_again: waiters(wa),
+                    word_again: again.map(|(locked, holder, switch_number, interval_us)| GilWord {
+                        locked,
+                        last_holder: RemoteAddr(holder),
+                        switch_number,
+                        interval_us,
+                    }),
                     mutex_owner: owner,
                     all_kernel_read: all,
                     // Mostly the full rate, sometimes the quiet one, now and then anything.

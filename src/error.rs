@@ -155,6 +155,15 @@ impl Error {
     }
 }
 
+/// gilsample's own binary, as the fixes that name it for `setcap` write it: the file itself, since
+/// setcap on a link or a wrapper does nothing.
+pub fn own_binary() -> String {
+    std::env::current_exe().map_or_else(
+        |_| "\"$(command -v gilsample)\"".into(),
+        |p| p.display().to_string(),
+    )
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -179,9 +188,10 @@ impl fmt::Display for Error {
                      debugger does. Why: this user may not open them (a directory on the way is \
                      closed to it, or the file is not readable). To fix: run gilsample as root or \
                      as the files' owner, give it CAP_DAC_READ_SEARCH as well (sudo setcap \
-                     cap_sys_ptrace,cap_dac_read_search,cap_sys_nice+ep \
-                     \"$(command -v gilsample)\"), or make the files readable",
-                    first.as_deref().unwrap_or("its files")
+                     cap_sys_ptrace,cap_dac_read_search,cap_sys_nice+ep {}), or make the files \
+                     readable",
+                    first.as_deref().unwrap_or("its files"),
+                    own_binary()
                 )
             }
             Error::ProcessGone { pid } => write!(f, "process {pid} does not exist (or has exited)"),

@@ -67,6 +67,8 @@ impl Stopped {
 pub struct Launched {
     child: Child,
     status: Option<i32>,
+    /// How `stop` ended it, where it was still running then.
+    stopped: Option<Stopped>,
 }
 
 impl Launched {
@@ -108,6 +110,7 @@ impl Launched {
         Ok(Launched {
             child,
             status: None,
+            stopped: None,
         })
     }
 
@@ -146,6 +149,19 @@ impl Launched {
         if self.try_status().is_some() {
             return Stopped::AlreadyExited;
         }
+        let how = self.stop_running();
+        self.stopped = Some(how);
+        how
+    }
+
+    /// How `stop` ended it, where it was still running when stopped: `None` where it was not
+    /// stopped, or had exited first.
+    pub fn stopped(&self) -> Option<Stopped> {
+        self.stopped
+    }
+
+    /// `stop` of a command still running.
+    fn stop_running(&mut self) -> Stopped {
         // Collected first: once the command is gone its children are reparented and untraceable.
         let mut started = descendants(&[self.pid()]);
         let signal_all = |signal: Signal, pids: &[u32]| {

@@ -437,6 +437,16 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
     let mut code = exit_status(&report);
     // A command top launched was stopped with it (`stop_command_when_stopped`), or ended first.
     if let Some(command) = report.command.as_mut() {
+        if let Some(how) = command.stopped()
+            && !args.record.quiet
+        {
+            eprintln!(
+                "gilsample: top ended, and with it the command it launched (pid {}): {}. To let a \
+                 command run to its end, record it (gilsample record -o DIR -- COMMAND)",
+                command.pid(),
+                how.describe()
+            );
+        }
         let status = command.wait()?;
         if code == exit::OK && !outcome.quit {
             code = status;

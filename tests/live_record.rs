@@ -282,6 +282,26 @@ fn every_layout_source_records(label: &str) {
             );
         }
     }
+    // A source this build lacks, asked for by name, is refused with the one that fits.
+    if !layout_sources(label).contains(&"debug-offsets") {
+        let dir = tempfile::tempdir().unwrap();
+        let pid = workload.pid.to_string();
+        let args = [
+            "--pid",
+            &pid,
+            "-d",
+            "0.1",
+            "--layout-source",
+            "debug-offsets",
+        ];
+        let (status, stderr) = run(&args, dir.path());
+        assert!(!status.success(), "{stderr}");
+        assert!(
+            stderr.contains("has no _Py_DebugOffsets")
+                && stderr.contains("fits it: leave --layout-source out (auto)"),
+            "{label}: {stderr}"
+        );
+    }
 }
 
 /// The GIL's waiter counts are found at the place this interpreter's own glibc keeps them (the release

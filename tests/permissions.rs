@@ -20,7 +20,7 @@ fn stderr(out: &Output) -> String {
 /// where this kernel has it and its scope is the reason.
 fn assert_truthful(message: &str) {
     assert!(
-        !message.contains("/proc/PID"),
+        !message.contains("/proc/PID") && !message.contains("$(command -v"),
         "a placeholder path: {message}"
     );
     let yama_refuses = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
@@ -119,22 +119,60 @@ fn another_unprivileged_user_is_told_whose_process_it_is() {
     assert!(message.contains("Why: "), "{message}");
 }
 
-#[test]
-fn root_with_cap_sys_ptrace_dropped_is_not_told_to_run_as_root() {
-    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+/// gilsample's refusal of `pid`, run as root with CAP_SYS_PTRACE dropped from its bounding set
+/// (capsh --drop), as a container's default set leaves it out.
+fn refused_without_cap_sys_ptrace(pid: u32) -> String {
     let out = Command::new("capsh")
         .args(["--drop=cap_sys_ptrace", "--", "-c"])
-        .arg(format!("exec {}", gilsample_for(workload.pid).join(" ")))
+        .arg(format!("exec {}", gilsample_for(pid).join(" ")))
         .output()
         .unwrap();
     let message = stderr(&out);
     assert_eq!(out.status.code(), Some(PERMISSION), "{message}");
+    message
+}
+
+#[test]
+fn root_with_cap_sys_ptrace_dropped_is_not_told_to_run_as_root() {
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    let message = refused_without_cap_sys_ptrace(workload.pid);
     assert!(
         message.contains("capabilities that gilsample lacks"),
         "{message}"
     );
     assert!(message.contains("CAP_SYS_PTRACE kept"), "{message}");
     assert!(!message.to_lowercase().contains("as root"), "{message}");
+    assert_truthful(&message);
+}
+
+/// Root whose bounding set lacks CAP_SYS_PTRACE (a container's default), reading another user's
+/// process: neither root again nor setcap can give the capability, so the fix is the container's.
+#[test]
+fn root_without_cap_sys_ptrace_in_its_bounding_set_is_given_the_containers_fix() {
+    let user = unprivileged_user();
+    let id = |flag: &str| {
+        let out = Command::new("id").args([flag, user]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // setpriv execs the Python itself (runuser would stay its parent), and Debian's Python is
+    // where any user may run it.
+    let mut python = Command::new("setpriv");
+    python
+        .arg(format!("--reuid={}", id("-u")))
+        .arg(format!("--regid={}", id("-g")))
+        .args(["--clear-groups", "--", "/usr/bin/python3.11"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/workloads/gil_workload.py"))
+        .arg("sleeper");
+    let workload = Workload::from_command(python);
+    let message = refused_without_cap_sys_ptrace(workload.pid);
+    assert!(
+        message.contains("root's capabilities were limited"),
+        "{message}"
+    );
+    assert!(message.contains("--cap-add SYS_PTRACE"), "{message}");
+    assert!(!message.contains("sudo setcap"), "{message}");
+    assert!(!message.contains("as root (sudo)"), "{message}");
+    assert!(message.contains("run it as user "), "{message}");
     assert_truthful(&message);
 }
 

@@ -138,6 +138,12 @@ fn top_once_follows_subprocesses_and_stops_what_it_launched() {
         "the Python the shell started is left running"
     );
     assert!(!stdout.contains("outlived"), "{stdout}");
+    // Said, with how to let a command run to its end.
+    assert!(
+        stderr.contains("top ended, and with it the command it launched")
+            && stderr.contains("gilsample record -o DIR -- COMMAND"),
+        "{stderr}"
+    );
 }
 
 /// `--lines N`: a table every interval, each with at most N threads and a count of the rest, until

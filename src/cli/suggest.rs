@@ -15,7 +15,34 @@ pub fn suggestion_for_stray(args: &[String], stray: &str) -> Option<String> {
     unit_suggestion(args, stray)
         .or_else(|| pid_suggestion(args, stray))
         .or_else(|| subcommand_suggestion(args, stray))
+        .or_else(|| misplaced_subcommand_suggestion(args, stray))
         .or_else(|| launch_suggestion(args, stray))
+}
+
+/// `gilsample top -o out/ --pid 1` for `gilsample -o out/ top --pid 1`: one of gilsample's commands
+/// after options, which clap reads as the start of a program to launch. The options go after the
+/// command.
+fn misplaced_subcommand_suggestion(args: &[String], stray: &str) -> Option<String> {
+    let at = position_before_dashes(args, stray)?;
+    let cli = Cli::command();
+    let named = cli
+        .get_subcommands()
+        .any(|c| !c.is_hide_set() && c.get_name() == stray);
+    if at == 1 || !named || subcommand(args, at).is_some() {
+        return None;
+    }
+    let mut words = vec![stray.to_string()];
+    words.extend(args[1..at].iter().cloned());
+    words.extend(args[at + 1..].iter().cloned());
+    let mut launch = args[1..at].to_vec();
+    launch.push("--".into());
+    launch.extend(args[at..].iter().cloned());
+    Some(format!(
+        "{stray} is a gilsample command, and its options go after it: {} (to launch a program \
+         of that name instead, put it after --: {})",
+        command_line(&words),
+        command_line(&launch)
+    ))
 }
 
 /// `gilsample record --pid 1` for `gilsample recrod --pid 1`: the first word, a typing slip or two
@@ -386,6 +413,22 @@ mod tests {
                 "{line}: {got:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_command_after_options_is_told_to_come_first() {
+        let got = tip("gilsample -o out/ top --pid 22021 --once", "top").unwrap();
+        assert!(
+            got.starts_with(
+                "top is a gilsample command, and its options go after it: gilsample top -o out/ \
+                 --pid 22021 --once"
+            ),
+            "{got}"
+        );
+        assert!(got.contains("gilsample -o out/ -- top --pid"), "{got}");
+        // The command first, a program of that name after options: launched, as before.
+        let got = tip("gilsample record -d 1 top", "top").unwrap();
+        assert!(got.starts_with("to launch a command"), "{got}");
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct Credentials {
     pub permitted: u64,
     /// `CapEff:`, the effective capability set.
     pub effective: u64,
+    /// `CapBnd:`, the bounding set: what the process (and what it runs, setcap or not) may ever
+    /// have. A container's default set leaves CAP_SYS_PTRACE out.
+    pub bounding: u64,
     /// `Seccomp:` 0 none, 1 strict, 2 filter.
     pub seccomp: u32,
     /// `PPid:`, the parent's pid.
@@ -60,6 +63,7 @@ impl Credentials {
                 "Gid" => c.gids = ids(),
                 "CapPrm" => c.permitted = mask(),
                 "CapEff" => c.effective = mask(),
+                "CapBnd" => c.bounding = mask(),
                 "Seccomp" => c.seccomp = value.trim().parse().unwrap_or(0),
                 "PPid" => c.parent = value.trim().parse().unwrap_or(0),
                 _ => {}
@@ -81,6 +85,15 @@ impl Credentials {
 
     fn has_ptrace_capability(&self) -> bool {
         self.effective & (1 << CAP_SYS_PTRACE) != 0
+    }
+
+    /// Whether CAP_SYS_PTRACE is in the bounding set: running as root or a setcap binary gives it.
+    fn may_gain_ptrace(&self) -> bool {
+        self.bounding & (1 << CAP_SYS_PTRACE) != 0
+    }
+
+    fn is_root(&self) -> bool {
+        self.uids[0] == 0
     }
 
     /// Whether CAP_SYS_NICE is effective (root has it): real-time scheduling is not a question of
@@ -141,9 +154,7 @@ impl Facts {
                 .ok()
                 .map(|s| s.trim().to_string()),
             reader_label: own_label(),
-            binary: std::env::current_exe()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| "gilsample".into()),
+            binary: crate::error::own_binary(),
             reader,
             target,
             target_pid: pid,
@@ -197,13 +208,22 @@ fn user(uid: u32) -> String {
     }
 }
 
+/// The fix where the bounding set lacks CAP_SYS_PTRACE: neither root nor setcap can give it then.
+const CONTAINER_FIX: &str = "run gilsample where CAP_SYS_PTRACE may be had: its bounding set \
+     lacks it, so neither root nor setcap can give it (a container: --cap-add SYS_PTRACE for \
+     Docker, securityContext.capabilities.add: [\"SYS_PTRACE\"] for Kubernetes)";
+
 /// Why the read was refused and what to do, in sentences: the checks that fail on this machine,
 /// first the ones the kernel makes first.
 pub fn explain(facts: &Facts) -> String {
-    let setcap = format!(
-        "give gilsample the capability (sudo setcap cap_sys_ptrace,cap_sys_nice+ep {})",
-        facts.binary
-    );
+    let setcap = if facts.reader.may_gain_ptrace() {
+        format!(
+            "give gilsample the capability (sudo setcap cap_sys_ptrace,cap_sys_nice+ep {})",
+            facts.binary
+        )
+    } else {
+        CONTAINER_FIX.to_string()
+    };
     let mut reasons = Reasons::default();
     if let Some(target) = &facts.target {
         explain_ids_and_capabilities(facts, target, &setcap, &mut reasons);
@@ -241,14 +261,23 @@ fn explain_ids_and_capabilities(
     let capable = me.has_ptrace_capability();
     let same_ids = target.uids[..3].iter().all(|&u| u == me.uids[0])
         && target.gids[..3].iter().all(|&g| g == me.gids[0]);
+    // Root without the capability had it taken away: running as root again gives nothing back.
+    let as_root =
+        (!me.is_root() && me.may_gain_ptrace()).then(|| "run gilsample as root (sudo)".to_string());
     if !same_ids && !capable {
         reasons.why.push(format!(
-            "process {pid} runs as {}, gilsample as {} without CAP_SYS_PTRACE: another user's \
+            "process {pid} runs as {}, gilsample as {} without CAP_SYS_PTRACE{}: another user's \
              (or group's) process needs that capability",
             user(target.uids[1]),
-            user(me.uids[0])
+            user(me.uids[0]),
+            if me.is_root() {
+                " (root's capabilities were limited: a container's default set, capsh --drop, \
+                 setpriv)"
+            } else {
+                ""
+            }
         ));
-        reasons.fixes.push("run gilsample as root (sudo)".into());
+        reasons.fixes.extend(as_root.clone());
         if target.uids[1] != 0 {
             reasons
                 .fixes
@@ -261,7 +290,7 @@ fn explain_ids_and_capabilities(
                 "process {pid} is not dumpable (a setuid or setgid program, or one that called \
                  prctl(PR_SET_DUMPABLE, 0)): only a reader with CAP_SYS_PTRACE may read it"
             ));
-            reasons.fixes.push("run gilsample as root (sudo)".into());
+            reasons.fixes.extend(as_root.clone());
             reasons.fixes.push(setcap.to_string());
         }
         let lacking = target.permitted & !me.permitted;
@@ -430,6 +459,7 @@ mod tests {
         Credentials {
             permitted: ALL_CAPS,
             effective: ALL_CAPS,
+            bounding: ALL_CAPS,
             ..Credentials::default()
         }
     }
@@ -449,6 +479,7 @@ mod tests {
         Credentials {
             uids: [uid; 4],
             gids: [uid; 4],
+            bounding: ALL_CAPS,
             ..Credentials::default()
         }
     }
@@ -462,6 +493,7 @@ mod tests {
         assert_eq!(c.uids, [1000, 1001, 1002, 1003]);
         assert_eq!(c.gids, [5; 4]);
         assert_eq!(c.permitted, 0x1fffeffffff);
+        assert_eq!(c.bounding, 0);
         assert!(c.has_ptrace_capability());
         assert!(!c.has_nice_capability());
         assert_eq!((c.seccomp, c.parent), (2, 7));
@@ -498,9 +530,18 @@ mod tests {
         let mut dropped = root();
         dropped.permitted &= !(1 << CAP_SYS_PTRACE);
         dropped.effective = dropped.permitted;
-        let text = explain(&facts(dropped, root()));
+        let text = explain(&facts(dropped.clone(), root()));
         assert!(text.contains("capabilities that gilsample lacks"), "{text}");
         assert!(!text.contains("run gilsample as root"), "{text}");
+        // Another user's process, read by a root whose bounding set lacks it (a container's
+        // default): not root again, nor setcap, which the bounding set caps.
+        dropped.bounding = dropped.permitted;
+        let text = explain(&facts(dropped, user_creds(65534)));
+        assert!(text.contains("root's capabilities were limited"), "{text}");
+        assert!(!text.contains("run gilsample as root"), "{text}");
+        assert!(!text.contains("sudo setcap"), "{text}");
+        assert!(text.contains("--cap-add SYS_PTRACE"), "{text}");
+        assert!(text.contains("run it as user 65534"), "{text}");
     }
 
     #[test]

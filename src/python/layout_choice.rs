@@ -249,6 +249,28 @@ pub(crate) fn choose_layout(
             request.arch
         ));
     }
+    // A source asked for by name that this build lacks, where a shipped file fits: that is the fix.
+    let shipped = match choice {
+        LayoutChoice::DebugOffsets | LayoutChoice::Dwarf => request
+            .same_build_file()?
+            .or(request.shipped_file()?)
+            .map(|layout| layout.key()),
+        LayoutChoice::Auto | LayoutChoice::File => None,
+    };
+    if let Some(key) = shipped {
+        let named = clap::ValueEnum::to_possible_value(&choice)
+            .map_or_else(|| format!("{choice:?}"), |v| v.get_name().to_string());
+        return Err(Error::Unsupported {
+            pid: request.pid,
+            why: format!(
+                "no layout from --layout-source {named} for Python {} ({}): {}. The shipped layout {key} \
+                 fits it: leave --layout-source out (auto), or give --layout-source file.",
+                request.version,
+                request.arch,
+                tried.join("; "),
+            ),
+        });
+    }
     let version = request.version;
     Err(Error::Unsupported {
         pid: request.pid,

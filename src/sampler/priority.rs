@@ -136,10 +136,7 @@ pub fn realtime_refused_warning(cpus_given: bool, why: &RealtimeRefusal) -> Stri
     };
     // The binary itself, as the permission errors name it: setcap on a link or a wrapper does
     // nothing.
-    let exe = std::env::current_exe().map_or("$(command -v gilsample)".into(), |p| {
-        p.display().to_string()
-    });
-    let fix = fix.replace("{exe}", &exe);
+    let fix = fix.replace("{exe}", &crate::error::own_binary());
     format!(
         "warning: real-time scheduling (SCHED_FIFO) was refused{why}. The sampler runs \
          without it, so while the target's threads keep every CPU busy it waits behind them and \

@@ -51,6 +51,8 @@ fn a_holder_blocked_in_a_syscall_is_named_with_the_time_others_waited() {
         .cloned()
         .collect();
     assert!(!blocked.is_empty(), "no held_while_blocked slice");
+    // Each stretch's samples were confirmed by a second read of the GIL after the kernel states.
+    assert!(trace.other("gil_read_again").as_u64().unwrap() > 0);
     let events = trace.value["traceEvents"].as_array().unwrap();
     for e in &blocked {
         assert_eq!(e["tid"], blocker, "{e}");

@@ -8,11 +8,12 @@
 //! reads (`time.sleep` does exactly that) is, at that one sample, a holder asleep with the GIL.
 //! Where it sees a holder asleep so, the sampler reads the GIL's words again after the kernel
 //! states (`Sample::word_again`); if they changed, the holder let go between the reads and the
-//! engine does not take it for asleep with the GIL. Streams older than format 4 lack that read: for
-//! them a stretch seen at one sample and followed by the thread still asleep in that call without
-//! the GIL is not reported (a real short stretch has left the call by the next sample, or still
-//! holds the GIL in it). That second rule alone fails at low rates, where the next sample comes
-//! long after the sleep ended.
+//! engine does not take it for asleep with the GIL (one that really slept with it and let go in the
+//! microseconds between the reads loses that one sample: its stretch ends a sample early, and none
+//! begins wrongly). Streams older than format 4 lack that read: for them a stretch seen at one
+//! sample and followed by the thread still asleep in that call without the GIL is not reported (a
+//! real short stretch has left the call by the next sample, or still holds the GIL in it). That
+//! rule alone fails at low rates, where the next sample comes long after the sleep ended.
 
 use crate::infer::intervals::TimelineParams;
 use crate::observed::{KernelState, SYS_FUTEX};

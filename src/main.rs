@@ -36,18 +36,19 @@ use gilsample::trace::output::{DIR_ENV, OutputSpec};
 mod merge_lines;
 mod record_progress;
 mod signal_lines;
+mod stdout_text;
 
 use merge_lines::run_merge;
 use record_progress::ProgressDisplay;
 use signal_lines::install_signal_thread;
+use stdout_text::print_text;
 
 fn main() -> ExitCode {
     let cli = parse_command_line();
     let result = match cli.command {
-        Some(Command::Info(args)) => describe(args.pid, args.layout_source).map(|text| {
-            print!("{text}");
-            exit::OK
-        }),
+        Some(Command::Info(args)) => describe(args.pid, args.layout_source)
+            .and_then(|text| print_text(&text))
+            .map(|()| exit::OK),
         Some(Command::Layout(args)) => run_layout(&args).map(|()| exit::OK),
         Some(Command::Convert(args)) => {
             convert(&args.input, &args.output, args.force).map(|(path, report)| {
@@ -531,14 +532,12 @@ fn run_report(args: &ReportArgs) -> Result<()> {
         eprintln!("gilsample: note: {}: {how}", path.display());
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report.to_json()).expect("a JSON value serializes")
-        );
+        let json =
+            serde_json::to_string_pretty(&report.to_json()).expect("a JSON value serializes");
+        print_text(&(json + "\n"))
     } else {
-        print!("{}", report.to_text());
+        print_text(&report.to_text())
     }
-    Ok(())
 }
 
 fn run_layout(args: &LayoutArgs) -> Result<()> {
@@ -578,7 +577,7 @@ fn run_layout(args: &LayoutArgs) -> Result<()> {
             })?;
             eprintln!("wrote {}", Path::new(&path).display());
         }
-        None => print!("{}", layout.to_json()),
+        None => print_text(&layout.to_json())?,
     }
     Ok(())
 }

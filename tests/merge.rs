@@ -139,6 +139,9 @@ fn a_real_pytorch_trace_lands_inside_the_gil_recording_of_the_same_run() {
     );
     // Its rank, from the recording's otherData that the merged file keeps.
     assert!(said.contains(&format!("process {pid} (rank 0)")), "{said}");
+    // The profiler's process (thread names, no GIL slice, no recording of it) is not an answer.
+    assert!(!said.contains(&format!("process {moved_pid}")), "{said}");
+    assert!(!said.contains("-0.00"), "{said}");
     assert!(
         events(&merged).iter().any(|e| e["name"] == "process_name"
             && e["pid"] == json!(moved_pid)
@@ -267,6 +270,46 @@ fn a_merged_trace_given_beside_the_files_it_holds_is_left_out() {
     assert_eq!(code, 0, "{stderr}");
     assert!(!stderr.contains("left out"), "{stderr}");
     assert_eq!(events(&load(&alone)).len(), once);
+}
+
+#[test]
+fn a_file_given_twice_is_merged_once_and_a_directory_is_refused_with_the_files_to_give() {
+    // Overlapping globs (`GIL_*.json *.json`) give one file twice, here once by another path.
+    let dir = tempfile::tempdir().unwrap();
+    let gil = gil_fixture();
+    let once_path = dir.path().join("once.json");
+    let (code, stderr) = merge(&[&gil], &[], &once_path);
+    assert_eq!(code, 0, "{stderr}");
+    let once = events(&load(&once_path)).len();
+    let other_path = gil
+        .parent()
+        .unwrap()
+        .join(".")
+        .join(gil.file_name().unwrap());
+    let twice_path = dir.path().join("twice.json");
+    let (code, stderr) = merge(&[&gil, &other_path], &[], &twice_path);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: left out: the same file as {}",
+            other_path.display(),
+            gil.display()
+        )),
+        "{stderr}"
+    );
+    let trace = load(&twice_path);
+    assert_eq!(events(&trace).len(), once, "{stderr}");
+    let (_, renumbered) = fixture_pid();
+    assert!(events(&trace).iter().all(|e| e["pid"] != json!(renumbered)));
+    // A directory: the files in it are what to give.
+    let (code, stderr) = merge(&[&gil, dir.path()], &[], &dir.path().join("d.json"));
+    assert_eq!(code, INPUT, "{stderr}");
+    assert!(
+        stderr.contains("a directory: merge takes trace files, e.g. ")
+            && stderr.contains("GIL_*.json"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("d.json").exists());
 }
 
 #[test]

@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use common::{Trace, Workload, gilsample, interpreter, report_json, report_text};
 use gilsample::error::exit::{INPUT, OK};
@@ -151,6 +151,33 @@ fn the_summary_answers_first_and_keeps_the_internals_for_verbose() {
 /// Threads that queue for one core find the GIL free while they wait (woken to take it, with no CPU
 /// yet): the summary says the cores are busy, and `report --json` gives the share. A main thread that
 /// keeps the GIL in one C call never leaves it free, however loaded the machine: no such line there.
+/// A recording too short for its rate to take two samples (0.3 s at 1 Hz: one at most) says it
+/// cannot tell, not that nothing waited: two spinners contend all the while.
+#[test]
+fn a_recording_without_two_samples_says_it_cannot_tell() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let summary = record_for(workload.pid, dir.path(), "0.3", &["--rate", "1hz"]);
+    assert!(
+        summary.contains(&format!(
+            "process {} (host {}): too few samples to tell how its GIL was used",
+            workload.pid,
+            Trace::load_single(dir.path())
+                .other("host")
+                .as_str()
+                .unwrap()
+        )),
+        "{summary}"
+    );
+    assert!(!summary.contains("no thread waited"), "{summary}");
+    assert!(!summary.contains("the GIL was held"), "{summary}");
+    // `report` on the file says the same.
+    let (code, report, stderr) = report_text(dir.path());
+    assert_eq!(code, Some(OK), "{stderr}");
+    assert!(report.contains("too few samples to tell"), "{report}");
+}
+
 #[test]
 fn waiting_with_the_gil_free_says_the_cores_are_busy() {
     let python = interpreter("3.12");
@@ -250,6 +277,32 @@ fn report_reads_the_reference_format() {
         .map(|t| t["hold_s"].as_f64().unwrap())
         .sum();
     assert!(total_hold > 0.0, "{process}");
+}
+
+/// A reader that stops reading (`gilsample report dir/ | head`) ends the output quietly, as `cat`
+/// does: no panic, exit 0, nothing said about it.
+#[test]
+fn a_reader_that_stops_reading_ends_the_output_quietly() {
+    let input =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference/GIL_12345_rank_0.json");
+    for json in [false, true] {
+        // Nobody holds the read end: the first write fails with EPIPE.
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        drop(read_end);
+        let mut cmd = gilsample();
+        cmd.arg("report").arg(&input);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .stdout(Stdio::from(write_end))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(OK), "--json {json}: {stderr}");
+        assert!(stderr.is_empty(), "--json {json}: {stderr}");
+    }
 }
 
 fn refused(content: &[u8], message: &str) {

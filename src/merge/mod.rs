@@ -103,6 +103,15 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
         return Err(Error::Usage("give the traces to merge".into()));
     }
     for input in inputs {
+        if input.is_dir() {
+            return Err(Error::Input {
+                path: input.clone(),
+                why: format!(
+                    "a directory: merge takes trace files, e.g. {}",
+                    input.join("GIL_*.json").display()
+                ),
+            });
+        }
         if same_file(input, output) {
             return Err(Error::Usage(format!(
                 "{} is both an input and the output",
@@ -122,7 +131,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
     }
     check_file_output(output, opts.force, "merged.json")?;
     let probes: Vec<Probe> = inputs.iter().map(|p| probe(p)).collect::<Result<_>>()?;
-    let repeats = repeated_merges(inputs, &probes);
+    let repeats = repeated_inputs(inputs, &probes);
     let mut left_out = Vec::new();
     let (mut kept, mut kept_probes) = (Vec::new(), Vec::new());
     for ((input, probe), repeat) in inputs.iter().zip(probes).zip(repeats) {
@@ -204,16 +213,23 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
     })
 }
 
-/// Per input, why it is left out, if it is: a trace that `merge` or `record --merge` wrote, given
-/// beside a file it already holds (a `GIL_*.json` glob over a `--merge` directory matches
+/// Per input, why it is left out, if it is: a file given before it too, or a trace that `merge` or
+/// `record --merge` wrote, given beside a file it already holds (a `GIL_*.json` glob over a `--merge` directory matches
 /// `GIL_merged.json` too), would put that file's events on the timeline twice. Matched by file
 /// name against the inputs its `otherData.merge` lists.
-fn repeated_merges(inputs: &[PathBuf], probes: &[Probe]) -> Vec<Option<String>> {
+fn repeated_inputs(inputs: &[PathBuf], probes: &[Probe]) -> Vec<Option<String>> {
     let name = |path: &Path| path.file_name().map(|n| n.to_string_lossy().into_owned());
     probes
         .iter()
         .enumerate()
         .map(|(i, probe)| {
+            // One file given twice (overlapping globs: GIL_*.json *.json) is merged once.
+            if let Some(earlier) = inputs[..i].iter().find(|e| same_file(e, &inputs[i])) {
+                return Some(format!(
+                    "the same file as {}, given before it: its events would be there twice",
+                    earlier.display()
+                ));
+            }
             let listed = probe
                 .header
                 .keys

@@ -274,12 +274,19 @@ fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Opt
             why: "no take_gil, hold_gil or drop_gil events: not a GIL trace".into(),
         });
     }
+    let mut described = Vec::new();
     for ProcessFacts { pid, facts } in other.map(other_data::facts).unwrap_or_default() {
         // Another process's metadata says nothing about this file's.
         if let Some(process) = processes.get_mut(&pid) {
             process.take_facts(facts);
+            described.push(pid);
         }
     }
+    // A process with thread names but no GIL slice that no recording describes is another tool's
+    // (a profiler trace merged beside ours): not a GIL answer, where "0% held" would mislead.
+    processes.retain(|pid, process| {
+        !process.slices.is_empty() || Some(*pid) == recorded_pid || described.contains(pid)
+    });
     let mut out: Vec<ProcessTrace> = processes.into_values().collect();
     for process in &mut out {
         process.file = path.to_path_buf();

@@ -58,6 +58,9 @@ pub struct RecordingFacts {
     /// The sampling rate the recording asked for.
     #[serde(skip)]
     pub rate_requested_hz: Option<f64>,
+    /// How many samples the recording took of the process, where the trace says it.
+    #[serde(skip)]
+    pub samples: Option<u64>,
     /// When the process was found stopped (`process_stopped`: "at the start", ...).
     #[serde(skip)]
     pub stopped: Option<String>,
@@ -177,6 +180,7 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
                 .get("rate_requested_hz")
                 .and_then(Value::as_f64)
                 .filter(|&hz| hz > 0.0),
+            samples: other.get("samples").and_then(Value::as_u64),
             stopped: text("process_stopped"),
             stops_ns,
         },

@@ -35,20 +35,7 @@ fn thousands(n: u64) -> String {
 
 /// The headline of one process.
 pub fn headline(p: &ProcessAnswer) -> String {
-    let mut whose = format!("process {}", p.pid);
-    let mut facts = Vec::new();
-    if let Some(rank) = p.facts.rank {
-        facts.push(format!("rank {rank}"));
-    }
-    if let Some(host) = &p.facts.host {
-        facts.push(format!("host {host}"));
-    }
-    if let Some(parent) = p.facts.parent_pid.filter(|_| p.facts.parent_among_answers) {
-        facts.push(format!("child of {parent}"));
-    }
-    if !facts.is_empty() {
-        whose += &format!(" ({})", facts.join(", "));
-    }
+    let whose = whose(p);
     // Its waits while stopped were the stop's: left out of every figure (report/stopped.rs).
     let length = if p.stopped_s > 0.0 {
         format!(
@@ -76,6 +63,25 @@ pub fn headline(p: &ProcessAnswer) -> String {
         100.0 * p.gil_busy_share,
         p.mean_waiters
     )
+}
+
+/// Which process: its pid, with its rank, host and parent where known.
+fn whose(p: &ProcessAnswer) -> String {
+    let mut whose = format!("process {}", p.pid);
+    let mut facts = Vec::new();
+    if let Some(rank) = p.facts.rank {
+        facts.push(format!("rank {rank}"));
+    }
+    if let Some(host) = &p.facts.host {
+        facts.push(format!("host {host}"));
+    }
+    if let Some(parent) = p.facts.parent_pid.filter(|_| p.facts.parent_among_answers) {
+        facts.push(format!("child of {parent}"));
+    }
+    if !facts.is_empty() {
+        whose += &format!(" ({})", facts.join(", "));
+    }
+    whose
 }
 
 fn waiter_lines(out: &mut String, p: &ProcessAnswer, t: &ThreadAnswer) {
@@ -166,8 +172,21 @@ fn holder_line(out: &mut String, t: &ThreadAnswer, holder: &Holder) {
 /// waits for it costs no one anything.
 const BLOCKED_SHOWN_S: f64 = 0.005;
 
+/// Fewer samples than this and the recording cannot show a wait or a hold (each is seen between
+/// two samples): the answer says so instead of "held 0%, no thread waited".
+pub const SAMPLES_TO_TELL: u64 = 2;
+
 /// One process's answer, most important first.
 pub fn format_process(out: &mut String, p: &ProcessAnswer) {
+    if let Some(taken) = p.facts.samples.filter(|&n| n < SAMPLES_TO_TELL) {
+        let _ = writeln!(
+            out,
+            "{}: too few samples to tell how its GIL was used ({taken} taken; a wait or a hold is \
+             seen between two). Record longer (--duration) or at a higher --rate.",
+            whose(p)
+        );
+        return;
+    }
     let _ = writeln!(out, "{}", headline(p));
     let notable: Vec<&ThreadAnswer> = p
         .threads
@@ -240,7 +259,8 @@ fn quiet_why(p: &ProcessAnswer) -> String {
 
 /// Total wait of a process: what ranks processes against each other.
 pub fn total_wait_s(p: &ProcessAnswer) -> f64 {
-    p.threads.iter().map(|t| t.wait_s).sum()
+    // Folded from +0.0: an empty float sum is -0.0, printed "-0.00".
+    p.threads.iter().fold(0.0, |sum, t| sum + t.wait_s)
 }
 
 /// Into how many spans of time that do not overlap the recordings' windows fall (1 where not every

@@ -67,6 +67,32 @@ fn a_holder_blocked_for_a_moment_is_not_the_hint_over_threads_that_wait_most_of_
 }
 
 #[test]
+fn a_recording_with_fewer_than_two_samples_says_it_cannot_tell() {
+    let mut p = process(0.0);
+    for t in &mut p.threads {
+        t.wait_s = 0.0;
+    }
+    p.gil_busy_share = 0.0;
+    for taken in [0, 1] {
+        p.facts.samples = Some(taken);
+        let mut out = String::new();
+        format_process(&mut out, &p);
+        assert_eq!(
+            out,
+            format!(
+                "process 1: too few samples to tell how its GIL was used ({taken} taken; a wait or \
+                 a hold is seen between two). Record longer (--duration) or at a higher --rate.\n"
+            )
+        );
+    }
+    // Two samples show what happened between them: the usual answer.
+    p.facts.samples = Some(2);
+    let mut out = String::new();
+    format_process(&mut out, &p);
+    assert!(out.contains("no thread waited noticeably"), "{out}");
+}
+
+#[test]
 fn a_process_that_hardly_touches_the_gil_says_what_its_threads_did() {
     let mut p = process(0.0);
     for t in &mut p.threads {

@@ -54,8 +54,10 @@ def binary_path(binary=None):
     found = _installed_by_wheel()
     if found is None:
         raise GilsampleError(
-            "the gilsample binary installed with this package was not found; reinstall its wheel with "
-            "`pip install --force-reinstall gilsample-<version>-<platform>.whl`, or pass "
-            "binary='/absolute/path/to/gilsample'"
+            "the gilsample binary that this package's wheel installs was not found (this package was "
+            "not installed from the wheel, or its files were moved); install the wheel with "
+            "`pip install --force-reinstall gilsample-<version>-<platform>.whl`, or give the binary's "
+            "path: binary='/absolute/path/to/gilsample' to start(), Recording() or "
+            "gil_trace_record_start()"
         )
     return found

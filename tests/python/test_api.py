@@ -465,6 +465,23 @@ class BinaryPath(TempDirTest):
                              stdout=subprocess.PIPE, check=True)
         self.assertEqual(out.stdout.decode().strip(), os.path.join(site, "bin", "gilsample"))
 
+    def test_without_the_wheels_binary_the_error_names_every_call_that_takes_one(self):
+        # The package alone (a checkout's python/ on PYTHONPATH): no dist-info, no binary beside it.
+        package = os.path.dirname(os.path.abspath(gilsample.__file__))
+        site = os.path.join(self.dir, "bare")
+        shutil.copytree(package, os.path.join(site, "gilsample"))
+        code = ("import gilsample\n"
+                "try:\n"
+                "    gilsample.gil_trace_record_start(pid_list=[1])\n"
+                "except gilsample.GilsampleError as e:\n"
+                "    print(e)\n")
+        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=site),
+                             cwd=self.dir, stdout=subprocess.PIPE, check=True)
+        said = out.stdout.decode()
+        self.assertIn("binary='/absolute/path/to/gilsample' to start(), Recording() or "
+                      "gil_trace_record_start()", said)
+        self.assertNotIn("reinstall its wheel", said)
+
     def test_a_relative_binary_is_refused(self):
         with self.assertRaises(gilsample.GilsampleError) as caught:
             gilsample.start(binary="gilsample")
@@ -489,6 +506,16 @@ class ReferenceNames(TempDirTest):
             files = gilsample.gil_trace_record_stop()
         self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
         self.assertTrue(set(spinners.tids) & tids_holding(load(files[0])))
+
+    def test_gil_trace_record_start_takes_the_binary_where_no_wheel_brought_one(self):
+        with Spinners(2):
+            gilsample.gil_trace_record_start(pid_list=[os.getpid()], duration=-1,
+                                             binary=gilsample.binary_path())
+            files = gilsample.gil_trace_record_stop()
+        self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
+        with self.assertRaises(gilsample.GilsampleError) as caught:
+            gilsample.gil_trace_record_start(pid_list=[os.getpid()], binary="gilsample")
+        self.assertIn("absolute", str(caught.exception))
 
     def test_pid_list_takes_one_pid_or_a_comma_separated_string_as_the_reference_does(self):
         for given in (os.getpid(), str(os.getpid()), "%d," % os.getpid()):

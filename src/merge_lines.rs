@@ -32,6 +32,19 @@ pub(crate) fn run_merge(args: &MergeArgs) -> Result<()> {
             line += &format!(", pid {from} renumbered {to}");
         }
         eprintln!("{line}");
+        match &input.partial {
+            Some(Some(cut)) => eprintln!(
+                "gilsample: note: {}: an interrupted recording's temporary file, cut off ({cut}): \
+                 merged up to its last complete event",
+                input.path.display()
+            ),
+            Some(None) => eprintln!(
+                "gilsample: note: {}: an interrupted recording's temporary file, complete: merged \
+                 whole",
+                input.path.display()
+            ),
+            None => {}
+        }
         if input.overlaps_gil == Some(false) {
             eprintln!("gilsample: warning: {}", no_overlap_in_words(input));
         }

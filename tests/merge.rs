@@ -312,6 +312,41 @@ fn a_file_given_twice_is_merged_once_and_a_directory_is_refused_with_the_files_t
     assert!(!dir.path().join("d.json").exists());
 }
 
+/// A recording killed before its end leaves `.GIL_<pid>_rank_<rank>.json.<pid>.partial`, cut off
+/// mid-event: merge takes its complete events, as report does, and says so; another file cut off
+/// is still refused (`truncated_input`).
+#[test]
+fn an_interrupted_recordings_partial_file_is_merged_up_to_its_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let gil = gil_fixture();
+    let text = std::fs::read_to_string(&gil).unwrap();
+    let whole = events(&load(&gil)).iter().filter(|e| is_gil(e)).count();
+    // Cut in the middle of the file, inside an event.
+    let cut_at = text.len() / 2;
+    let name = format!(
+        ".{}.4242.partial",
+        gil.file_name().unwrap().to_string_lossy()
+    );
+    let partial = dir.path().join(name);
+    std::fs::write(&partial, &text[..cut_at]).unwrap();
+    let output = dir.path().join("merged.json");
+    let (code, stderr) = merge(
+        &[&partial, &fixture("torch_cpu.pt.trace.json")],
+        &[],
+        &output,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: an interrupted recording's temporary file, cut off (",
+            partial.display()
+        )) && stderr.contains("merged up to its last complete event"),
+        "{stderr}"
+    );
+    let kept = events(&load(&output)).iter().filter(|e| is_gil(e)).count();
+    assert!(kept > 0 && kept < whole, "{kept} of {whole}");
+}
+
 #[test]
 fn report_counts_a_process_once_when_its_file_and_a_merged_file_holding_it_are_both_given() {
     // `report sub/GIL_*.json` after `record --merge`: each process's own file and GIL_merged.json

@@ -11,6 +11,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::trace::output::is_partial;
 
 /// Top-level keys kept from an object trace; everything else beside `traceEvents` is skipped unread.
 const HEADER_KEYS: &[&str] = &[
@@ -50,6 +51,16 @@ where
     F: FnMut(u64, Value) -> std::result::Result<(), String>,
 {
     read_events(path, on_event, true)
+}
+
+/// `for_each_event`, or `for_each_event_to_cut` where `path` is an interrupted recording's
+/// temporary file (`.GIL_<pid>_rank_<rank>.json.<pid>.partial`): `report` reads those to their cut,
+/// and `merge` puts them beside a profiler's trace the same way.
+pub fn for_each_event_of_trace<F>(path: &Path, on_event: F) -> Result<(Header, Option<String>)>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    read_events(path, on_event, is_partial(path))
 }
 
 fn read_events<F>(

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
-use crate::merge::document::for_each_event;
+use crate::merge::document::for_each_event_of_trace;
 use crate::merge::probe::{Kind, Probe, alignment, check_event, probe};
 use crate::trace::chrome::micros;
 use crate::trace::output::{check_file_output, create_partial, end_trace, publish};
@@ -83,6 +83,9 @@ pub struct InputReport {
     /// Where it does not: how far it lies from them, nanoseconds, after them (positive: from their
     /// last end to its first event) or before them (negative: from its last end to their first).
     pub gil_gap_ns: Option<i128>,
+    /// An interrupted recording's temporary file, merged up to its last complete event: where it
+    /// was cut off, if it was.
+    pub partial: Option<Option<String>>,
 }
 
 /// What `merge` wrote: the output and how each input was placed on it.
@@ -172,7 +175,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
             .collect();
         let label = file_label(input);
         let mut io_error = None;
-        let copied = for_each_event(input, |i, event| {
+        let copied = for_each_event_of_trace(input, |i, event| {
             let checked = check_event(i, &event)?;
             let (event, ts) = rewrite(
                 event,
@@ -318,6 +321,7 @@ fn plan(inputs: &[PathBuf], probes: &[Probe], opts: &MergeOptions) -> Vec<InputR
                 last_ns: probe.last_ns.map(|t| t + shift_ns),
                 overlaps_gil: None,
                 gil_gap_ns: None,
+                partial: probe.partial.clone(),
             }
         })
         .collect();

@@ -8,7 +8,10 @@ use serde_json::Value;
 
 use crate::decimal::parse_micros;
 use crate::error::Result;
-use crate::merge::document::{Header, event_object, field_error, for_each_event, string_field};
+use crate::merge::document::{
+    Header, event_object, field_error, for_each_event_of_trace, string_field,
+};
+use crate::trace::output::is_partial;
 
 /// Process names that only Ascend msprof / torch_npu timelines use.
 const MSPROF_PROCESSES: &[&str] = &[
@@ -111,6 +114,9 @@ pub struct Probe {
     pub last_ns: Option<i128>,
     /// Every distinct `pid`, as its JSON text.
     pub pids: BTreeSet<String>,
+    /// An interrupted recording's temporary file: read to its last complete event; where it was
+    /// cut off, if it was.
+    pub partial: Option<Option<String>>,
 }
 
 /// The first pass over the trace at `path`: every event checked, its kind, time range and pids.
@@ -121,7 +127,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
     let mut pids = BTreeSet::new();
     let mut gil_events = false;
     let mut msprof_names = false;
-    let header = for_each_event(path, |index, event| {
+    let (header, cut) = for_each_event_of_trace(path, |index, event| {
         let checked = check_event(index, &event)?;
         events += 1;
         if let Some(pid) = event.get("pid") {
@@ -173,6 +179,7 @@ pub fn probe(path: &Path) -> Result<Probe> {
         first_ns,
         last_ns,
         pids,
+        partial: is_partial(path).then_some(cut),
     })
 }
 

@@ -21,6 +21,7 @@ use rayon::prelude::*;
 use serde_json::json;
 
 use crate::error::{Error, Result};
+pub use crate::trace::output::is_partial;
 use analyze::{ProcessAnswer, analyze};
 
 /// What `report` found: the answers, sorted by total wait (largest first), the inputs it passed
@@ -40,27 +41,6 @@ pub type Skipped = (PathBuf, String);
 /// Depth to which directories are searched: deep enough for `job/host/rank/` trees, bounded so a
 /// symlink loop or a huge tree cannot run away.
 const MAX_DEPTH: usize = 16;
-
-/// Whether `path` is a recording's temporary file (`.<final name>.<gilsample's pid>.partial`,
-/// trace/output.rs, for a final name ending in `.json`: `GIL_<pid>_rank_<rank>.json` in a directory,
-/// or the one file `-o` named): one left by an interrupted recording (a second Ctrl+C, a full disk),
-/// or one still being written.
-pub fn is_partial(path: &Path) -> bool {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
-    name.strip_prefix('.')
-        .and_then(|n| n.strip_suffix(".partial"))
-        .and_then(|n| n.rsplit_once('.'))
-        .is_some_and(|(final_name, pid)| {
-            final_name.len() > ".json".len()
-                && final_name.ends_with(".json")
-                // A merge being written, or cut off: it repeats the recordings' own files.
-                && final_name != crate::trace::output::MERGED_FILE_NAME
-                && !pid.is_empty()
-                && pid.bytes().all(|b| b.is_ascii_digit())
-        })
-}
 
 /// The trace files named by `inputs`: files as given, directories searched for `GIL_*.json`
 /// (not `GIL_merged.json`, which repeats the per-process files) and for interrupted recordings'

@@ -42,7 +42,10 @@ impl OutputSpec {
             return OutputSpec::Directory(env_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DIR)));
         };
         let trailing_slash = path.as_os_str().to_string_lossy().ends_with('/');
-        let json_name = path.extension().is_some_and(|e| e == "json");
+        // `run.JSON` is a file name as much as `run.json`.
+        let json_name = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
         if json_name && !trailing_slash {
             OutputSpec::File(path.to_path_buf())
         } else {
@@ -149,6 +152,27 @@ pub fn check_file_output(path: &Path, force: bool, example: &str) -> Result<()> 
     check_not_exists(path, force)
 }
 
+/// Whether `path` is a recording's temporary file (`.<final name>.<gilsample's pid>.partial`,
+/// `create_partial`, for a final name ending in `.json`: `GIL_<pid>_rank_<rank>.json` in a directory,
+/// or the one file `-o` named): one left by an interrupted recording (a second Ctrl+C, a full disk),
+/// or one still being written.
+pub fn is_partial(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    name.strip_prefix('.')
+        .and_then(|n| n.strip_suffix(".partial"))
+        .and_then(|n| n.rsplit_once('.'))
+        .is_some_and(|(final_name, pid)| {
+            final_name.len() > ".json".len()
+                && final_name.ends_with(".json")
+                // A merge being written, or cut off: it repeats the recordings' own files.
+                && final_name != MERGED_FILE_NAME
+                && !pid.is_empty()
+                && pid.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
 /// Whether `path` is written with a trailing `/`: it names a directory, there or not.
 pub fn ends_in_slash(path: &Path) -> bool {
     path.as_os_str().as_encoded_bytes().ends_with(b"/")
@@ -174,10 +198,19 @@ pub fn make_parent_dirs(file: &Path) -> Result<()> {
 pub fn publish(partial: &Path, final_path: &Path, force: bool) -> Result<()> {
     let kept = |why: String| Error::Output {
         path: final_path.to_path_buf(),
-        why: format!(
-            "{why}; the complete trace was left in {}",
-            partial.display()
-        ),
+        // The temporary file may be gone with its directory (removed while the trace was written).
+        why: if partial.exists() {
+            format!(
+                "{why}; the complete trace was left in {}",
+                partial.display()
+            )
+        } else {
+            format!(
+                "{why}; its temporary file {} is gone too (its directory removed or moved while \
+                 the trace was written): the trace is lost",
+                partial.display()
+            )
+        },
     };
     if !force {
         use nix::errno::Errno;
@@ -274,6 +307,26 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_whose_directory_was_removed_is_said_lost_not_left_somewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("gone");
+        let final_path = out.join("out.json");
+        fs::create_dir(&out).unwrap();
+        let (_, partial) = create_partial(&final_path).unwrap();
+        fs::remove_dir_all(&out).unwrap();
+        for force in [false, true] {
+            let said = publish(&partial, &final_path, force)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                said.contains("is gone too") && said.ends_with("the trace is lost"),
+                "{said}"
+            );
+            assert!(!said.contains("was left in"), "{said}");
+        }
+    }
+
+    #[test]
     fn names_files_like_the_reference() {
         assert_eq!(trace_file_name(12345, 0), "GIL_12345_rank_0.json");
     }
@@ -287,6 +340,8 @@ mod tests {
         );
         let file = OutputSpec::resolve(Some(Path::new("out/run.json")), None);
         assert_eq!(file.path_for(7, 2), PathBuf::from("out/run.json"));
+        let upper = OutputSpec::resolve(Some(Path::new("out/run.JSON")), None);
+        assert_eq!(upper, OutputSpec::File("out/run.JSON".into()));
         assert_eq!(
             OutputSpec::resolve(None, Some("/data".into())),
             OutputSpec::Directory("/data".into())

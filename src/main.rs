@@ -60,10 +60,11 @@ fn main() -> ExitCode {
                     );
                 }
                 eprintln!(
-                    "gilsample: {} events, {} hold_gil inserted, {} takes without a drop -> {}",
+                    "gilsample: {} events, {} hold_gil inserted, {} take{} without a drop -> {}",
                     report.events,
                     report.holds,
                     report.unpaired_takes,
+                    if report.unpaired_takes == 1 { "" } else { "s" },
                     path.display()
                 );
                 exit::OK

@@ -109,8 +109,9 @@ pub fn format_summary(
     if let Some(merged) = &report.merged {
         let _ = writeln!(
             out,
-            "merged trace of {} processes: {}",
+            "merged trace of {} process{}: {}",
             report.targets.len(),
+            if report.targets.len() == 1 { "" } else { "es" },
             merged.display()
         );
     }

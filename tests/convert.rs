@@ -56,7 +56,7 @@ fn converts_the_reference_format_with_holds_between_take_and_drop() {
         .filter_map(|e| e["name"].as_str())
         .collect();
     assert!(names.contains(&"process_name") && names.contains(&"thread_name"));
-    assert!(stderr.contains("1 takes without a drop"), "{stderr}");
+    assert!(stderr.contains("1 take without a drop"), "{stderr}");
 }
 
 #[test]

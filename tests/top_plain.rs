@@ -93,6 +93,27 @@ fn top_once_prints_one_plain_table(label: &str) {
     assert!(running(workload.pid), "the process keeps running");
 }
 
+/// A reader that stops reading (`top --lines 1 | head`) ends top quietly at its next table, exit 0,
+/// and the process it watched runs on.
+#[test]
+fn a_plain_tables_reader_that_left_ends_top_quietly() {
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    // Nobody holds the read end: the first table's write fails with EPIPE.
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    let out = gilsample()
+        .args(["top", "--lines", "1", "--interval", "200ms", "--pid"])
+        .arg(workload.pid.to_string())
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(OK), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+    assert!(running(workload.pid), "the process keeps running");
+}
+
 #[test]
 fn top_once_prints_one_plain_table_py312() {
     top_once_prints_one_plain_table("3.12")

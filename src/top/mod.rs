@@ -224,6 +224,9 @@ pub fn run(
                 // asked to end, and did.
                 match shown {
                     Err(_) if stop.load(Ordering::SeqCst) => Ok(()),
+                    // The plain table's reader left (`top --lines 1s | head`): the view ends
+                    // there, quietly, as a reader that stops asks.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
                     shown => shown,
                 }
             })

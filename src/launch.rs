@@ -308,8 +308,9 @@ pub fn wait_for_interpreter(
         let now = monotonic_ns();
         let elapsed = Duration::from_nanos(now - begin);
         if let Some(status) = launched.try_status() {
-            let mut why =
-                format!("the command exited (status {status}) before its interpreter started");
+            let mut why = format!(
+                "the command exited (status {status}) before a Python interpreter was found in it"
+            );
             if let Some(program) = &ran_instead {
                 why += &format!(
                     "; it ran {}, which is not Python: to record the Python programs it starts, add \

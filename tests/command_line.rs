@@ -245,6 +245,37 @@ fn an_option_with_two_letters_swapped_is_named_and_never_put_after_dashes() {
 }
 
 #[test]
+fn a_negative_number_is_said_to_be_one_not_put_after_dashes() {
+    let (_, stderr) = run_expecting(&["--pid", "-5"], USAGE);
+    assert!(
+        stderr.contains("tip: -5 is a negative number, which no option takes"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("-- COMMAND"), "{stderr}");
+}
+
+/// `-o run.json` naming an existing directory: refused before anything is recorded, with the
+/// spelling that means the directory. Any pid: the output is checked first.
+#[test]
+fn an_output_directory_named_like_a_file_is_refused_with_the_slash_that_means_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = dir.path().join("d.json");
+    std::fs::create_dir(&named).unwrap();
+    let out = gilsample()
+        .args(["--pid", &std::process::id().to_string(), "-o"])
+        .arg(&named)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(OUTPUT), "{stderr}");
+    assert!(
+        stderr.contains(&format!("end it with a slash: -o {}/", named.display())),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(&named).unwrap().count(), 0);
+}
+
+#[test]
 fn a_unit_apart_from_its_number_is_shown_joined_not_as_a_command() {
     let (_, stderr) = run_expecting(&["--pid", "1", "--rate", "10", "kHz"], USAGE);
     assert!(

@@ -447,7 +447,10 @@ fn a_command_without_python_is_said_to_be_waited_for_once() {
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     let status = recording.wait().unwrap();
     assert_eq!(status.code(), Some(UNSUPPORTED), "{seen}{rest}");
-    assert!(rest.contains("before its interpreter started"), "{rest}");
+    assert!(
+        rest.contains("before a Python interpreter was found in it"),
+        "{rest}"
+    );
     assert!(!rest.contains("which is not Python;"), "said twice: {rest}");
     assert!(!dir.path().join("out").exists());
 }

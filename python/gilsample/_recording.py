@@ -64,6 +64,11 @@ def _for_python(message):
     message = message.replace("(use --force to overwrite)",
                               "(start(..., force=True) replaces it; or give each recording its own "
                               "output_dir, or $GILSAMPLE_DIR for gil_trace_record_start)")
+    # This API writes into a directory only, and takes the binary's options as extra_args.
+    message = message.replace(" (for one process's trace in one file, give -o a name ending in .json)",
+                              ": output_dir names the directory the traces go into")
+    message = message.replace("add --subprocesses to record",
+                              "pass extra_args=['--subprocesses'] to start() to record")
     cli_advice = message.find("give --pid PID[,PID...]")
     if cli_advice >= 0:
         advice = message[cli_advice:]

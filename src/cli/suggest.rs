@@ -80,6 +80,16 @@ pub fn option_suggestion(args: &[String], stray: &str, clap_has_one: bool) -> Op
     if let Some(similar) = similar_option(args, stray) {
         return Some(similar);
     }
+    // `--pid -5`: clap takes a negative number for an option; none takes one.
+    if stray
+        .strip_prefix('-')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+    {
+        return Some(format!(
+            "{stray} is a negative number, which no option takes: process ids, rates and \
+             durations are positive (--pid 12345, --rate 10khz, --duration 30s)"
+        ));
+    }
     let at = option_position(args, stray)?;
     let command = subcommand(args, at);
     if command.is_some_and(|c| c == "info" || NO_TARGET_COMMANDS.contains(&c)) {
@@ -363,6 +373,22 @@ mod tests {
             assert!(
                 got.as_deref().is_some_and(|t| t.ends_with(want)),
                 "{line}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_negative_number_is_said_to_be_one() {
+        for (line, stray) in [
+            ("gilsample --pid -5", "-5"),
+            ("gilsample record --duration -1.5", "-1.5"),
+        ] {
+            let args: Vec<String> = line.split(' ').map(String::from).collect();
+            let got = option_suggestion(&args, stray, false).unwrap();
+            assert!(
+                got.starts_with(&format!("{stray} is a negative number"))
+                    && !got.contains("COMMAND"),
+                "{line}: {got}"
             );
         }
     }

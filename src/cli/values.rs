@@ -76,7 +76,13 @@ fn not_a_pid(part: &str) -> String {
 /// `MAX_RATE_HZ`.
 pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let lower = text.trim().to_ascii_lowercase();
-    let (number, scale) = if let Some(n) = lower.strip_suffix("khz") {
+    // `1mhz` is a rate, out of range: said so, not "not a rate"; `10k` is 10khz.
+    let (number, scale) = if let Some(n) = lower.strip_suffix("mhz") {
+        (n, 1e6)
+    } else if let Some(n) = lower
+        .strip_suffix("khz")
+        .or_else(|| lower.strip_suffix('k'))
+    {
         (n, 1000.0)
     } else if let Some(n) = lower.strip_suffix("hz") {
         (n, 1.0)
@@ -192,6 +198,13 @@ mod tests {
         assert_eq!(parse_rate("500hz"), Ok(Rate(500.0)));
         assert_eq!(parse_rate("2000"), Ok(Rate(2000.0)));
         assert_eq!(parse_rate("2.5kHz"), Ok(Rate(2500.0)));
+        assert_eq!(parse_rate("10k"), Ok(Rate(10_000.0)));
+    }
+
+    #[test]
+    fn a_rate_in_megahertz_is_said_out_of_range() {
+        let said = parse_rate("1mhz").unwrap_err();
+        assert!(said.starts_with("1mhz is out of range"), "{said}");
     }
 
     #[test]

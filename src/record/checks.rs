@@ -7,7 +7,10 @@ use crate::error::{Error, Result};
 use crate::process::tasks::thread_group_of;
 use crate::record::{RecordOptions, Update};
 use crate::sampler::affinity::check_usable;
-use crate::trace::output::{NOT_A_DIRECTORY, OutputSpec, check_file_output, check_not_exists};
+use crate::trace::output::{
+    NOT_A_DIRECTORY, OutputSpec, check_file_output, check_not_exists,
+    refuse_a_directory_named_as_a_file,
+};
 
 /// Refuses, before anything starts, what would fail later: an existing file named by `-o` or the
 /// merged trace (without `--force`), a directory that cannot be written, `--cpus` none of which
@@ -17,15 +20,8 @@ pub(super) fn check_outputs(opts: &RecordOptions) -> Result<()> {
     if let Some(cpus) = &opts.cpus {
         check_usable(cpus)?;
     }
-    if let OutputSpec::File(file) = &opts.output
-        && file.is_dir()
-    {
-        return Err(Error::Output {
-            path: file.clone(),
-            why: "it is a directory, but a file name ending in .json was given".into(),
-        });
-    }
     if let OutputSpec::File(path) = &opts.output {
+        refuse_a_directory_named_as_a_file(path)?;
         check_not_exists(path, opts.force)?;
     }
     if opts.merge {

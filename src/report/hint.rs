@@ -54,7 +54,8 @@ fn importing_hint(p: &ProcessAnswer) -> Option<String> {
     Some(format!(
         "imports held the GIL {:.0}% of the recording: the program was still starting, and this \
          shows its start, not its work. Record once it runs: attach later (gilsample --pid {}), \
-         or launch it with a --duration that covers the start.",
+         or launch it with a --duration that reaches past its start into its work (a program \
+         that ends after its imports has no other work to show).",
         100.0 * share,
         p.pid
     ))

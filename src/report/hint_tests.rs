@@ -306,7 +306,7 @@ fn a_recording_held_mostly_by_imports_says_how_to_record_the_work_instead() {
         said.starts_with(
             "imports held the GIL 80% of the recording: the program was still starting"
         ) && said.contains("gilsample --pid 1")
-            && said.contains("a --duration that covers the start"),
+            && said.contains("a --duration that reaches past its start into its work"),
         "{said}"
     );
     assert!(

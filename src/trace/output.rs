@@ -94,16 +94,27 @@ impl OutputSpec {
             path: dir.clone(),
             why: e.to_string(),
         })?;
-        if let OutputSpec::File(file) = self
-            && file.is_dir()
-        {
-            return Err(Error::Output {
-                path: file.clone(),
-                why: "it is a directory, but a file name ending in .json was given".into(),
-            });
+        if let OutputSpec::File(file) = self {
+            refuse_a_directory_named_as_a_file(file)?;
         }
         Ok(())
     }
+}
+
+/// `-o run.json` where `run.json` is a directory: a name ending in `.json` names one file, and a
+/// trailing `/` says the directory is meant.
+pub fn refuse_a_directory_named_as_a_file(file: &Path) -> Result<()> {
+    if !file.is_dir() {
+        return Ok(());
+    }
+    Err(Error::Output {
+        path: file.to_path_buf(),
+        why: format!(
+            "it is a directory, but its name ends in .json, which names one file; to put the \
+             traces in that directory, end it with a slash: -o {}/",
+            file.display()
+        ),
+    })
 }
 
 /// Ends a streamed trace file: closes its event array, appends `otherData`, and makes the file durable
@@ -267,8 +278,12 @@ pub fn create_partial(final_path: &Path) -> Result<(File, PathBuf)> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(&partial)
         .map_err(|e| Error::Output {
-            path: partial.clone(),
-            why: e.to_string(),
+            // The name the user gave: the temporary one beside it is gilsample's own.
+            path: final_path.to_path_buf(),
+            why: format!(
+                "cannot create the file it is written into first, {}: {e}",
+                partial.display()
+            ),
         })?;
     Ok((file, partial))
 }
@@ -324,6 +339,22 @@ mod tests {
             );
             assert!(!said.contains("was left in"), "{said}");
         }
+    }
+
+    #[test]
+    fn a_temporary_file_that_cannot_be_made_is_said_of_the_name_given() {
+        // /proc takes no new files, even from root.
+        let final_path = Path::new("/proc/gilsample-test.json");
+        let Err(Error::Output { path, why }) = create_partial(final_path) else {
+            panic!("made a file in /proc");
+        };
+        assert_eq!(path, final_path);
+        assert!(
+            why.starts_with(
+                "cannot create the file it is written into first, /proc/.gilsample-test.json."
+            ),
+            "{why}"
+        );
     }
 
     #[test]

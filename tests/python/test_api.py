@@ -210,6 +210,19 @@ class Errors(TempDirTest):
             gilsample.start(pids=[sleeper.pid], output_dir=self.dir)
         self.assertEqual(caught.exception.exit_code, 4)
         self.assertIn(str(sleeper.pid), str(caught.exception))
+        # The binary's advice, as this API takes it.
+        self.assertIn("pass extra_args=['--subprocesses'] to start()", str(caught.exception))
+        self.assertNotIn("add --subprocesses", str(caught.exception))
+
+    def test_an_output_dir_that_is_a_file_is_said_in_this_apis_words(self):
+        path = os.path.join(self.dir, "a-file")
+        open(path, "w").close()
+        with Spinners(1):
+            with self.assertRaises(gilsample.OutputError) as caught:
+                gilsample.start(output_dir=path)
+        said = str(caught.exception)
+        self.assertIn("it is a file, but a directory is needed: output_dir names the directory", said)
+        self.assertNotIn("-o ", said)
 
 
 # A program that records itself, forks a child that ends with a normal interpreter exit (its atexit

@@ -316,12 +316,9 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer], files: bool
              them apart)"
         );
     }
-    for p in ranked.iter().take(MAX_THREADS_SHOWN * 2) {
-        let top = p.threads.first();
-        let _ = writeln!(
-            out,
-            "  {:>8.2} thread-s waiting  process {}{}{}{}",
-            total_wait_s(p),
+    let label = |p: &ProcessAnswer| {
+        format!(
+            "process {}{}{}{}",
             p.pid,
             p.facts
                 .rank
@@ -331,12 +328,27 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer], files: bool
                 .host
                 .as_ref()
                 .map(|h| format!(" host {h}"))
+                .unwrap_or_default(),
+            p.facts
+                .parent_pid
+                .filter(|_| p.facts.parent_among_answers)
+                .map(|parent| format!(" child of {parent}"))
                 .unwrap_or_default()
-                + &p.facts
-                    .parent_pid
-                    .filter(|_| p.facts.parent_among_answers)
-                    .map(|parent| format!(" child of {parent}"))
-                    .unwrap_or_default(),
+        )
+    };
+    let labels: Vec<String> = ranked.iter().map(|p| label(p)).collect();
+    for (p, label) in ranked.iter().zip(&labels).take(MAX_THREADS_SHOWN * 2) {
+        let top = p.threads.first();
+        // Two windows of one process (epoch1/ and epoch5/) read the same but for their files.
+        let file = if labels.iter().filter(|l| *l == label).count() > 1 {
+            format!(" in {}", p.file)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  {:>8.2} thread-s waiting  {label}{file}{}",
+            total_wait_s(p),
             top.filter(|t| t.wait_s > 0.0)
                 .map(|t| format!(
                     " (most: {} waited {:.0}% of the recording)",

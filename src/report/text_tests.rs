@@ -352,3 +352,26 @@ fn the_headline_says_how_much_of_the_recording_imports_held() {
         assert!(!out.contains("importing"), "{out}");
     }
 }
+
+#[test]
+fn two_windows_of_one_process_are_told_apart_by_their_files_in_the_ranking() {
+    let mut first = process(0.0);
+    first.file = "epoch1/GIL_1_rank_0.json".into();
+    let mut second = process(0.0);
+    second.file = "epoch5/GIL_1_rank_0.json".into();
+    second.threads[0].wait_s = 1.0;
+    let mut other = process(0.0);
+    other.pid = 2;
+    let mut out = String::new();
+    format_ranking(&mut out, &[first, second, other], true);
+    assert!(
+        out.contains("  process 1 in epoch1/GIL_1_rank_0.json (most:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  process 1 in epoch5/GIL_1_rank_0.json (most:"),
+        "{out}"
+    );
+    // A process given once keeps its short label.
+    assert!(out.contains("waiting  process 2 (most:"), "{out}");
+}

@@ -38,7 +38,10 @@ pub struct ConvertReport {
 
 /// The output name the reference uses: `.json` appended when missing.
 pub fn output_name(output: &Path) -> PathBuf {
-    if output.extension().is_some_and(|e| e == "json") {
+    if output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+    {
         output.to_path_buf()
     } else {
         PathBuf::from(format!("{}.json", output.display()))
@@ -338,6 +341,10 @@ mod tests {
 
     #[test]
     fn names_the_output_like_the_reference() {
+        assert_eq!(
+            output_name(Path::new("out.JSON")),
+            PathBuf::from("out.JSON")
+        );
         assert_eq!(output_name(Path::new("out")), PathBuf::from("out.json"));
         assert_eq!(
             output_name(Path::new("out.json")),

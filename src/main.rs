@@ -421,6 +421,16 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
     install_signal_thread(state, &opts.output, plan.saves(), args.record.quiet);
     let outcome = gilsample::top::run(&plan, opts.clone(), stop, Box::new(std::io::stdout()))?;
     let mut report = outcome.report?;
+    if outcome.reader_left && !args.record.quiet {
+        eprintln!(
+            "gilsample: top stopped: the reader of its table closed the pipe (as | head does){}",
+            if plan.saves() {
+                "; the trace holds what was recorded until then"
+            } else {
+                ""
+            }
+        );
+    }
     something_recorded(&report, &opts.targets)?;
     if plan.saves() && !args.record.quiet {
         let answers = answers(&report);

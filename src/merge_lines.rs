@@ -35,7 +35,8 @@ pub(crate) fn run_merge(args: &MergeArgs) -> Result<()> {
         match &input.partial {
             Some(Some(cut)) => eprintln!(
                 "gilsample: note: {}: an interrupted recording's temporary file, cut off ({cut}): \
-                 merged up to its last complete event",
+                 merged up to its last complete event; without the metadata written at its end, \
+                 its clock is taken as written (wall-clock µs, the default; not --clock monotonic)",
                 input.path.display()
             ),
             Some(None) => eprintln!(

@@ -30,8 +30,19 @@ fn record(
     workload_args: &[&str],
     extra: &[&str],
 ) -> (Trace, Vec<Sample>, SampleContext) {
+    record_when(label, workload_args, extra, |_| {})
+}
+
+/// `record`, started once `ready` returns for the workload's pid.
+fn record_when(
+    label: &str,
+    workload_args: &[&str],
+    extra: &[&str],
+    ready: impl Fn(u32),
+) -> (Trace, Vec<Sample>, SampleContext) {
     let python = interpreter(label);
     let workload = Workload::start(&python, workload_args);
+    ready(workload.pid);
     let dir = tempfile::tempdir().unwrap();
     let stream = dir.path().join("run.gilsamples");
     let pid = workload.pid.to_string();
@@ -49,22 +60,51 @@ fn skips(samples: &[Sample]) -> Vec<u32> {
     samples.iter().map(|s| s.skipped_periods).collect()
 }
 
+/// Waits until every thread of `pid` sleeps (state `S` in /proc): READY comes before the main thread
+/// and the idle ones have blocked, and a thread still running (or preempted) when sampling starts
+/// would end the quiet stretch when it blocks. Polls the kernel's own account: readiness, not time.
+fn wait_until_every_thread_sleeps(pid: u32) {
+    let asleep = || -> Result<bool, String> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
+        let mut states = String::new();
+        for task in tasks.flatten() {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            states.push(state.unwrap_or('?'));
+        }
+        Ok(states.chars().all(|c| c == 'S'))
+    };
+    for _ in 0..60_000 {
+        if asleep().unwrap_or_else(|e| panic!("process {pid}: {e}")) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("the threads of process {pid} never all slept");
+}
+
 fn an_idle_target_is_sampled_at_the_quiet_rate(label: &str) {
     // Three threads blocked on an Event and a main thread waiting too: nothing changes.
-    let (trace, samples, _) = record(label, &["contention", "--threads", "0", "--idle", "3"], &[]);
+    let (trace, samples, _) = record_when(
+        label,
+        &["contention", "--threads", "0", "--idle", "3"],
+        &[],
+        wait_until_every_thread_sleeps,
+    );
     let skipped = skips(&samples);
     // The first sample has nothing to compare with; after the QUIET_AFTER quiet ones that follow it,
-    // every tick skips. The main thread may still be on its way into its wait at the first samples
-    // (READY is written before it), so the quiet rate may begin later than that, never sooner, and
-    // once begun it holds.
-    let quiet_from = skipped
-        .iter()
-        .position(|&s| s != 0)
-        .unwrap_or_else(|| panic!("{label}: no tick skipped in {} samples", skipped.len()));
+    // every tick skips.
+    let quiet_from = QUIET_AFTER as usize + 1;
     assert!(
-        quiet_from > QUIET_AFTER as usize,
-        "{label}: the first {} ticks are at the full rate, not {quiet_from}",
-        QUIET_AFTER + 1
+        skipped.len() > quiet_from,
+        "{label}: {} samples",
+        skipped.len()
+    );
+    assert!(
+        skipped[..quiet_from].iter().all(|&s| s == 0),
+        "{label}: the first {quiet_from} ticks are at the full rate"
     );
     assert!(
         skipped[quiet_from..].iter().all(|&s| s == 4),

@@ -248,7 +248,7 @@ fn an_option_with_two_letters_swapped_is_named_and_never_put_after_dashes() {
 fn a_negative_number_is_said_to_be_one_not_put_after_dashes() {
     let (_, stderr) = run_expecting(&["--pid", "-5"], USAGE);
     assert!(
-        stderr.contains("tip: -5 is a negative number, which no option takes"),
+        stderr.contains("tip: -5 is a negative number, and --pid takes a positive one"),
         "{stderr}"
     );
     assert!(!stderr.contains("-- COMMAND"), "{stderr}");

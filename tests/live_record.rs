@@ -159,6 +159,8 @@ fn launch_records_from_the_start(label: &str) {
             "--seconds",
             "0.5",
             "--threads-on-stdin",
+            "--switch-interval",
+            "0.05",
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -203,9 +205,10 @@ fn launch_records_from_the_start(label: &str) {
         "a spinner has no events"
     );
     // The main thread starts the spinners one after another, and between them waits for the GIL
-    // behind spinner-0 (a switch interval, 5 ms: `Thread.start` lets the GIL go until the new
-    // thread runs). A recording from the start sees that wait, or the holds around it, before
-    // spinner-1 exists. (Its hold before spinner-0 can be shorter than a period: not asserted.)
+    // behind spinner-0 for a switch interval (`Thread.start` lets the GIL go until the new thread
+    // runs, and spinner-0 keeps it): 50 ms here, so that a sampler kept off the CPUs for a while
+    // still has ticks in it. A recording from the start sees that wait before spinner-1 exists.
+    // (Its hold before spinner-0 can be shorter than a period: not asserted.)
     assert!(
         main_first < spinner_1,
         "main thread first seen at {main_first}, spinner-1 at {spinner_1}"

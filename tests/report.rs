@@ -148,9 +148,6 @@ fn the_summary_answers_first_and_keeps_the_internals_for_verbose() {
     assert!(verbose.contains("% of the ticks)"), "{verbose}");
 }
 
-/// Threads that queue for one core find the GIL free while they wait (woken to take it, with no CPU
-/// yet): the summary says the cores are busy, and `report --json` gives the share. A main thread that
-/// keeps the GIL in one C call never leaves it free, however loaded the machine: no such line there.
 /// A recording too short for its rate to take two samples (0.3 s at 1 Hz: one at most) says it
 /// cannot tell, not that nothing waited: two spinners contend all the while.
 #[test]
@@ -178,6 +175,9 @@ fn a_recording_without_two_samples_says_it_cannot_tell() {
     assert!(report.contains("too few samples to tell"), "{report}");
 }
 
+/// Threads that queue for one core find the GIL free while they wait (woken to take it, with no CPU
+/// yet): the summary says the cores are busy, and `report --json` gives the share. A main thread that
+/// keeps the GIL in one C call never leaves it free, however loaded the machine: no such line there.
 #[test]
 fn waiting_with_the_gil_free_says_the_cores_are_busy() {
     let python = interpreter("3.12");

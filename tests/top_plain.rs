@@ -93,8 +93,8 @@ fn top_once_prints_one_plain_table(label: &str) {
     assert!(running(workload.pid), "the process keeps running");
 }
 
-/// A reader that stops reading (`top --lines 1 | head`) ends top quietly at its next table, exit 0,
-/// and the process it watched runs on.
+/// A reader that stops reading (`top --lines 1 | head`) ends top at its next table, with a line
+/// that says why, exit 0, and the process it watched runs on.
 #[test]
 fn a_plain_tables_reader_that_left_ends_top_quietly() {
     let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
@@ -111,6 +111,10 @@ fn a_plain_tables_reader_that_left_ends_top_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(OK), "{stderr}");
     assert!(!stderr.contains("error"), "{stderr}");
+    assert!(
+        stderr.contains("top stopped: the reader of its table closed the pipe"),
+        "{stderr}"
+    );
     assert!(running(workload.pid), "the process keeps running");
 }
 

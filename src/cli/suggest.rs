@@ -80,15 +80,21 @@ pub fn option_suggestion(args: &[String], stray: &str, clap_has_one: bool) -> Op
     if let Some(similar) = similar_option(args, stray) {
         return Some(similar);
     }
-    // `--pid -5`: clap takes a negative number for an option; none takes one.
+    // `--pid -5`, `--rate -10khz`: clap takes a negative number for an option (those that take
+    // one, --duration -1 and --offset, never get here).
     if stray
         .strip_prefix('-')
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+        .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()))
     {
-        return Some(format!(
-            "{stray} is a negative number, which no option takes: process ids, rates and \
-             durations are positive (--pid 12345, --rate 10khz, --duration 30s)"
-        ));
+        let option = option_position(args, stray)
+            .and_then(|at| args.get(at - 1))
+            .filter(|before| before.starts_with('-'));
+        return Some(match option {
+            Some(option) => {
+                format!("{stray} is a negative number, and {option} takes a positive one")
+            }
+            None => format!("{stray} is a negative number, not an option"),
+        });
     }
     let at = option_position(args, stray)?;
     let command = subcommand(args, at);
@@ -379,17 +385,26 @@ mod tests {
 
     #[test]
     fn a_negative_number_is_said_to_be_one() {
-        for (line, stray) in [
-            ("gilsample --pid -5", "-5"),
-            ("gilsample record --duration -1.5", "-1.5"),
+        for (line, stray, want) in [
+            (
+                "gilsample --pid -5",
+                "-5",
+                "-5 is a negative number, and --pid takes a positive one",
+            ),
+            (
+                "gilsample --pid 7 --rate -10khz",
+                "-10khz",
+                "-10khz is a negative number, and --rate takes a positive one",
+            ),
+            (
+                "gilsample top --lines -3 --pid 7",
+                "-3",
+                "-3 is a negative number, and --lines takes a positive one",
+            ),
         ] {
             let args: Vec<String> = line.split(' ').map(String::from).collect();
-            let got = option_suggestion(&args, stray, false).unwrap();
-            assert!(
-                got.starts_with(&format!("{stray} is a negative number"))
-                    && !got.contains("COMMAND"),
-                "{line}: {got}"
-            );
+            let got = option_suggestion(&args, stray, false);
+            assert_eq!(got.as_deref(), Some(want), "{line}");
         }
     }
 

@@ -72,8 +72,8 @@ fn not_a_pid(part: &str) -> String {
     }
 }
 
-/// Parses `--rate`: a number of Hz, with an optional `hz` or `khz` unit, between `MIN_RATE_HZ` and
-/// `MAX_RATE_HZ`.
+/// Parses `--rate`: a number of Hz, with an optional `hz`, `khz` (or `k`) or `mhz` unit, between
+/// `MIN_RATE_HZ` and `MAX_RATE_HZ`.
 pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let lower = text.trim().to_ascii_lowercase();
     // `1mhz` is a rate, out of range: said so, not "not a rate"; `10k` is 10khz.

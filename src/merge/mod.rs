@@ -176,6 +176,11 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
         let label = file_label(input);
         let mut io_error = None;
         let copied = for_each_event_of_trace(input, |i, event| {
+            // A `.partial` file still being written may have grown since it was probed: what
+            // came after is not in the plan (its range, its pids), and is left for the next merge.
+            if i >= report.events {
+                return Ok(());
+            }
             let checked = check_event(i, &event)?;
             let (event, ts) = rewrite(
                 event,
@@ -222,15 +227,20 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
 /// name against the inputs its `otherData.merge` lists.
 fn repeated_inputs(inputs: &[PathBuf], probes: &[Probe]) -> Vec<Option<String>> {
     let name = |path: &Path| path.file_name().map(|n| n.to_string_lossy().into_owned());
+    // Each resolved once: a job's thousand files would otherwise be resolved a million times.
+    let resolved: Vec<PathBuf> = inputs
+        .iter()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .collect();
     probes
         .iter()
         .enumerate()
         .map(|(i, probe)| {
             // One file given twice (overlapping globs: GIL_*.json *.json) is merged once.
-            if let Some(earlier) = inputs[..i].iter().find(|e| same_file(e, &inputs[i])) {
+            if let Some(earlier) = resolved[..i].iter().position(|e| *e == resolved[i]) {
                 return Some(format!(
                     "the same file as {}, given before it: its events would be there twice",
-                    earlier.display()
+                    inputs[earlier].display()
                 ));
             }
             let listed = probe

@@ -286,6 +286,7 @@ mod tests {
             ".GIL_7_rank_0.json.4242.partial",
             ".one.json.4242.partial",
             ".run 2.json.1.partial",
+            ".run.JSON.4242.partial",
         ] {
             assert!(is_partial(Path::new(name)), "{name}");
         }

@@ -159,6 +159,8 @@ pub struct Outcome {
     pub report: Result<RecordReport>,
     /// The user quit it (a key, or the stop flag), rather than every process ending.
     pub quit: bool,
+    /// The plain table's reader closed its end (`| head`), which ended the view and the recording.
+    pub reader_left: bool,
 }
 
 /// Where messages go: stderr until the full-screen view is up, then its notice line.
@@ -205,9 +207,15 @@ pub fn run(
     let launched = matches!(opts.targets, crate::record::Targets::Launch(_));
     let console = Arc::new(Console::default());
     let done = Arc::new(AtomicBool::new(false));
+    let reader_left = Arc::new(AtomicBool::new(false));
     let shown = {
-        let (live, stop, done, console) =
-            (live.clone(), stop.clone(), done.clone(), console.clone());
+        let (live, stop, done, console, reader_left) = (
+            live.clone(),
+            stop.clone(),
+            done.clone(),
+            console.clone(),
+            reader_left.clone(),
+        );
         let (mode, interval) = (plan.mode, plan.interval);
         thread::Builder::new()
             .name("gilsample-top".into())
@@ -226,7 +234,10 @@ pub fn run(
                     Err(_) if stop.load(Ordering::SeqCst) => Ok(()),
                     // The plain table's reader left (`top --lines 1s | head`): the view ends
                     // there, quietly, as a reader that stops asks.
-                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                        reader_left.store(true, Ordering::SeqCst);
+                        Ok(())
+                    }
                     shown => shown,
                 }
             })
@@ -281,7 +292,11 @@ pub fn run(
             ));
         }
     }
-    Ok(Outcome { report, quit })
+    Ok(Outcome {
+        report,
+        quit,
+        reader_left: reader_left.load(Ordering::SeqCst),
+    })
 }
 
 /// Sets the stop flag when dropped.

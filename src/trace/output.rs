@@ -175,8 +175,10 @@ pub fn is_partial(path: &Path) -> bool {
         .and_then(|n| n.strip_suffix(".partial"))
         .and_then(|n| n.rsplit_once('.'))
         .is_some_and(|(final_name, pid)| {
+            // `-o run.JSON` names a file as `-o run.json` does (`OutputSpec::resolve`).
             final_name.len() > ".json".len()
-                && final_name.ends_with(".json")
+                && final_name.as_bytes()[final_name.len() - ".json".len()..]
+                    .eq_ignore_ascii_case(b".json")
                 // A merge being written, or cut off: it repeats the recordings' own files.
                 && final_name != MERGED_FILE_NAME
                 && !pid.is_empty()

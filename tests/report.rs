@@ -173,6 +173,10 @@ fn a_recording_without_two_samples_says_it_cannot_tell() {
     let (code, report, stderr) = report_text(dir.path());
     assert_eq!(code, Some(OK), "{stderr}");
     assert!(report.contains("too few samples to tell"), "{report}");
+    // And --json gives what it was told from.
+    let (doc, _) = report_json(&[dir.path()]);
+    let samples = doc["processes"][0]["samples"].as_u64().unwrap();
+    assert!(samples < 2, "{samples}");
 }
 
 /// Threads that queue for one core find the GIL free while they wait (woken to take it, with no CPU

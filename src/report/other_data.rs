@@ -58,8 +58,8 @@ pub struct RecordingFacts {
     /// The sampling rate the recording asked for.
     #[serde(skip)]
     pub rate_requested_hz: Option<f64>,
-    /// How many samples the recording took of the process, where the trace says it.
-    #[serde(skip)]
+    /// How many samples the recording took of the process, where the trace says it: under
+    /// `SAMPLES_TO_TELL`, the answer cannot tell (in the JSON too, for a program reading it).
     pub samples: Option<u64>,
     /// When the process was found stopped (`process_stopped`: "at the start", ...).
     #[serde(skip)]

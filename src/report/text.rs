@@ -316,27 +316,7 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer], files: bool
              them apart)"
         );
     }
-    let label = |p: &ProcessAnswer| {
-        format!(
-            "process {}{}{}{}",
-            p.pid,
-            p.facts
-                .rank
-                .map(|r| format!(" rank {r}"))
-                .unwrap_or_default(),
-            p.facts
-                .host
-                .as_ref()
-                .map(|h| format!(" host {h}"))
-                .unwrap_or_default(),
-            p.facts
-                .parent_pid
-                .filter(|_| p.facts.parent_among_answers)
-                .map(|parent| format!(" child of {parent}"))
-                .unwrap_or_default()
-        )
-    };
-    let labels: Vec<String> = ranked.iter().map(|p| label(p)).collect();
+    let labels: Vec<String> = ranked.iter().map(|p| whose(p)).collect();
     for (p, label) in ranked.iter().zip(&labels).take(MAX_THREADS_SHOWN * 2) {
         let top = p.threads.first();
         // Two windows of one process (epoch1/ and epoch5/) read the same but for their files.
@@ -351,7 +331,7 @@ pub fn format_ranking(out: &mut String, processes: &[ProcessAnswer], files: bool
             total_wait_s(p),
             top.filter(|t| t.wait_s > 0.0)
                 .map(|t| format!(
-                    " (most: {} waited {:.0}% of the recording)",
+                    "; most: {} waited {:.0}% of the recording",
                     t.name,
                     pct(t.wait_s, p.window_s)
                 ))

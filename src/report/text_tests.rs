@@ -365,13 +365,13 @@ fn two_windows_of_one_process_are_told_apart_by_their_files_in_the_ranking() {
     let mut out = String::new();
     format_ranking(&mut out, &[first, second, other], true);
     assert!(
-        out.contains("  process 1 in epoch1/GIL_1_rank_0.json (most:"),
+        out.contains("  process 1 in epoch1/GIL_1_rank_0.json; most:"),
         "{out}"
     );
     assert!(
-        out.contains("  process 1 in epoch5/GIL_1_rank_0.json (most:"),
+        out.contains("  process 1 in epoch5/GIL_1_rank_0.json; most:"),
         "{out}"
     );
     // A process given once keeps its short label.
-    assert!(out.contains("waiting  process 2 (most:"), "{out}");
+    assert!(out.contains("waiting  process 2; most:"), "{out}");
 }

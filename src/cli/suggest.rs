@@ -80,7 +80,7 @@ pub fn option_suggestion(args: &[String], stray: &str, clap_has_one: bool) -> Op
     if let Some(similar) = similar_option(args, stray) {
         return Some(similar);
     }
-    // `--pid -5`, `--rate -10khz`: clap takes a negative number for an option (those that take
+    // `--pid -5`, `--interval -2s`: clap takes a negative number for an option (those that take
     // one, --duration -1 and --offset, never get here).
     if stray
         .strip_prefix('-')
@@ -391,10 +391,11 @@ mod tests {
                 "-5",
                 "-5 is a negative number, and --pid takes a positive one",
             ),
+            // clap splits `-2s` into short options and calls `-2` unexpected.
             (
-                "gilsample --pid 7 --rate -10khz",
-                "-10khz",
-                "-10khz is a negative number, and --rate takes a positive one",
+                "gilsample top --pid 7 --interval -2s",
+                "-2",
+                "-2 is a negative number, and --interval takes a positive one",
             ),
             (
                 "gilsample top --lines -3 --pid 7",

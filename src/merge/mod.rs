@@ -222,9 +222,10 @@ pub fn merge(inputs: &[PathBuf], output: &Path, opts: &MergeOptions) -> Result<M
 }
 
 /// Per input, why it is left out, if it is: a file given before it too, or a trace that `merge` or
-/// `record --merge` wrote, given beside a file it already holds (a `GIL_*.json` glob over a `--merge` directory matches
-/// `GIL_merged.json` too), would put that file's events on the timeline twice. Matched by file
-/// name against the inputs its `otherData.merge` lists.
+/// `record --merge` wrote, given beside a file it already holds (a `GIL_*.json` glob over a
+/// `--merge` directory matches `GIL_merged.json` too): either would put that file's events on the
+/// timeline twice. The merged trace's inputs are matched by file name against those its
+/// `otherData.merge` lists.
 fn repeated_inputs(inputs: &[PathBuf], probes: &[Probe]) -> Vec<Option<String>> {
     let name = |path: &Path| path.file_name().map(|n| n.to_string_lossy().into_owned());
     // Each resolved once: a job's thousand files would otherwise be resolved a million times.

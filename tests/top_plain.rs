@@ -10,6 +10,7 @@ use std::process::Stdio;
 use common::top_table::figures;
 use common::{
     KilledOnDrop, Trace, Workload, file_names, gilsample, interpreter, read_until, running,
+    stdout_nobody_reads,
 };
 use gilsample::error::exit::{OK, USAGE};
 
@@ -98,13 +99,11 @@ fn top_once_prints_one_plain_table(label: &str) {
 #[test]
 fn a_plain_tables_reader_that_left_ends_top_quietly() {
     let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
-    // Nobody holds the read end: the first table's write fails with EPIPE.
-    let (read_end, write_end) = nix::unistd::pipe().unwrap();
-    drop(read_end);
+    // The first table's write fails with EPIPE.
     let out = gilsample()
         .args(["top", "--lines", "1", "--interval", "200ms", "--pid"])
         .arg(workload.pid.to_string())
-        .stdout(Stdio::from(write_end))
+        .stdout(stdout_nobody_reads())
         .stderr(Stdio::piped())
         .output()
         .unwrap();

@@ -52,6 +52,14 @@ impl Drop for KilledOnDrop {
     }
 }
 
+/// A standard output whose reader is already gone (`| head` that has stopped reading): the first
+/// write to it fails with EPIPE.
+pub fn stdout_nobody_reads() -> std::process::Stdio {
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    std::process::Stdio::from(write_end)
+}
+
 /// Whether `pid` runs: it exists and is not a zombie (an orphan waits for init to reap it).
 pub fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {

@@ -15,7 +15,7 @@ pub mod top_table;
 
 pub use child::KilledOnDrop;
 #[allow(unused_imports)]
-pub use child::running;
+pub use child::{running, stdout_nobody_reads};
 // Each test file compiles this module and uses only some of it (as `dead_code` above).
 #[allow(unused_imports)]
 pub use recording::{

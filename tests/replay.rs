@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use common::{Trace, Workload, gilsample, interpreter, saved_samples};
+use gilsample::infer::classify::asleep_elsewhere;
 use gilsample::infer::engine::Engine;
+use gilsample::infer::sample::Sample;
+use gilsample::observed::GilWaitRanges;
 use serde_json::Value;
 
 /// The GIL slices of a trace, as (tid, name, ts, dur) with ts and dur as the file writes them.
@@ -67,7 +70,10 @@ fn replay(samples: &Path, out: &Path, extra: &[&str]) -> Output {
 
 fn live_recording_replays_identically(label: &str) {
     let python = interpreter(label);
-    let workload = Workload::start(&python, &["dispatch", "--threads", "3"]);
+    // Eight threads idle throughout: the live sampler leaves them unread where the waiter counts
+    // rule them out, and its engine skips their unchanged entries (`Sample::unchanged_outside`),
+    // which a saved stream does not keep: the replay looks at every entry, and must agree.
+    let workload = Workload::start(&python, &["dispatch", "--threads", "3", "--idle", "8"]);
     let dir = tempfile::tempdir().unwrap();
     // The stream and the replay go into directories that do not exist yet: made as -o's is.
     let (live, samples) = (
@@ -114,6 +120,11 @@ fn live_recording_replays_identically(label: &str) {
     assert_eq!(
         summary(&replayed, &replayed_path),
         summary(&recorded, &live)
+    );
+    let counted_out = live_trace.other("kernel_reads_counted_out");
+    assert!(
+        counted_out.as_u64().is_some_and(|n| n > 0),
+        "no idle thread was left unread: {counted_out}"
     );
     // The metadata describes the same process and the same sampler.
     for key in [
@@ -369,4 +380,69 @@ fn parking_idle_threads_changes_no_record() {
         );
     }
     assert!(parked > 0, "no golden stream has a thread to park");
+}
+
+/// `Sample::unchanged_outside` as the sampler's contract gives it, worked out from two samples in a
+/// row: the same thread with the same kernel reading at that index, asleep outside the GIL's waits,
+/// neither the holder nor the mutex's owner, no schedstat or flags.
+fn marks_of(before: Option<&Sample>, sample: &Sample, ranges: &GilWaitRanges) -> Vec<bool> {
+    let Some(before) = before.filter(|b| b.threads.len() == sample.threads.len()) else {
+        return Vec::new();
+    };
+    let pairs = before.threads.iter().zip(&sample.threads);
+    pairs
+        .map(|(was, now)| {
+            (was.tid, was.tstate, was.kernel) == (now.tid, now.tstate, now.kernel)
+                && now.kernel.is_some_and(|k| asleep_elsewhere(&k, ranges))
+                && now.tstate != sample.word.last_holder
+                && sample.mutex_owner != Some(now.their_tid)
+                && (now.schedstat, now.gil_flags) == (None, None)
+        })
+        .collect()
+}
+
+#[test]
+fn leaving_unchanged_idle_threads_unlooked_at_changes_no_record() {
+    // The live sampler marks the idle threads it left unread (`Sample::unchanged_outside`), and
+    // the engine, its quiet watch and its census then skip their entries. Every golden stream,
+    // stepped with those marks and without, must give the very same records in the same order.
+    let mut marked = 0;
+    for case in golden_cases() {
+        let (context, samples) = saved_samples(&case.join("samples.gilsamples"));
+        let ranges = context.ranges;
+        let (mut with, mut without) = (Engine::new(context.clone()), Engine::new(context));
+        let (mut from_with, mut from_without) = (Vec::new(), Vec::new());
+        let mut before: Option<&Sample> = None;
+        for sample in &samples {
+            let mut sample_marked = sample.clone();
+            sample_marked.unchanged_outside = marks_of(before, sample, &ranges);
+            marked += sample_marked
+                .unchanged_outside
+                .iter()
+                .filter(|m| **m)
+                .count();
+            assert_eq!(
+                with.wants_recount(&sample_marked),
+                without.wants_recount(sample),
+                "{}: the recount asked differs",
+                case.display()
+            );
+            assert_eq!(
+                with.wants_word_again(&sample_marked),
+                without.wants_word_again(sample)
+            );
+            with.step(&sample_marked, &mut |r| from_with.push(r));
+            without.step(sample, &mut |r| from_without.push(r));
+            assert_eq!(with.decided(), without.decided(), "{}", case.display());
+            before = Some(sample);
+        }
+        with.finish(&mut |r| from_with.push(r));
+        without.finish(&mut |r| from_without.push(r));
+        assert!(
+            from_with == from_without,
+            "{}: the records differ",
+            case.display()
+        );
+    }
+    assert!(marked > 0, "no golden stream has an idle thread to mark");
 }

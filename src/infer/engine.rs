@@ -213,7 +213,9 @@ impl Engine {
     /// runs.
     pub fn wants_word_again(&self, sample: &Sample) -> bool {
         let ranges = &self.ctx.ranges;
-        sample.threads.iter().any(|seen| {
+        let entries = sample.threads.iter().enumerate();
+        let looked_at = entries.filter(|&(index, _)| !sample.is_unchanged_outside(index));
+        looked_at.map(|(_, seen)| seen).any(|seen| {
             sample.holds(seen)
                 && blocking_syscall(seen.kernel, |addr| ranges.contains(addr)).is_some()
         })
@@ -236,15 +238,14 @@ impl Engine {
             Census::NoneWaiting => {
                 // New or gone threads: their last states are not matched up yet.
                 !self.has_the_threads_of(sample)
-                    || self
-                        .threads
-                        .iter()
-                        .zip(&sample.threads)
-                        .any(|(thread, seen)| {
-                            seen.runs()
+                    || self.threads.iter().zip(&sample.threads).enumerate().any(
+                        |(index, (thread, seen))| {
+                            !sample.is_unchanged_outside(index)
+                                && seen.runs()
                                 && !sample.holds(seen)
                                 && thread.timeline.current() == Some(GilState::Take)
-                        })
+                        },
+                    )
             }
         }
     }
@@ -287,6 +288,10 @@ impl Engine {
         let mut threads = std::mem::take(&mut self.threads);
         let mut moved = Moved::default();
         for (index, (thread, seen)) in threads.iter_mut().zip(&sample.threads).enumerate() {
+            // Placed outside as at the sample before, which parked it: left there unlooked at.
+            if sample.is_unchanged_outside(index) && self.parked.stays(index, true, facts.gap) {
+                continue;
+            }
             let step = self.step_thread(index, thread, seen, sample, &facts, sink);
             moved.taking += step.taking;
             moved.gil_waits |= step.gil_waits;
@@ -467,14 +472,16 @@ impl Engine {
         }
     }
 
-    /// The tracked threads are the sample's, in its order.
+    /// The tracked threads are the sample's, in its order (an unchanged entry is the sample
+    /// before's thread: not looked at).
     fn has_the_threads_of(&self, sample: &Sample) -> bool {
         self.tids.len() == sample.threads.len()
             && self
                 .tids
                 .iter()
                 .zip(&sample.threads)
-                .all(|(a, b)| *a == b.tid)
+                .enumerate()
+                .all(|(index, (a, b))| sample.is_unchanged_outside(index) || *a == b.tid)
     }
 
     /// Matches the tracked threads to the sample's: threads no longer in it are gone (closed at the
@@ -520,7 +527,11 @@ impl Engine {
         }
         // One walk for both: with hundreds of threads, each walk over them is a cost of every tick.
         let (mut running, mut asleep) = (0, Waiters::default());
-        for thread in &sample.threads {
+        for (index, thread) in sample.threads.iter().enumerate() {
+            if sample.is_unchanged_outside(index) {
+                // Asleep outside the GIL's waits: neither running nor counted.
+                continue;
+            }
             running += usize::from(thread.runs() && !sample.holds(thread));
             count_if_asleep_in_wait(&mut asleep, thread, &self.ctx.ranges);
         }

@@ -100,7 +100,11 @@ impl QuietWatch {
         // the next, writing only what changed is what keeps this cheap.
         let same_threads = if self.last_threads.len() == sample.threads.len() {
             let mut same = true;
-            for (last, t) in self.last_threads.iter_mut().zip(&sample.threads) {
+            let entries = self.last_threads.iter_mut().zip(&sample.threads);
+            for (index, (last, t)) in entries.enumerate() {
+                if sample.is_unchanged_outside(index) {
+                    continue;
+                }
                 let now = (t.tid, t.kernel);
                 if *last != now {
                     same = false;

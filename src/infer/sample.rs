@@ -44,6 +44,14 @@ pub struct Sample {
     pub skipped_periods: u32,
     /// Every tracked Python thread, in a stable order (new threads at the end).
     pub threads: Vec<ThreadSample>,
+    /// Per thread, in `threads`' order: true where the entry is the same thread with the same
+    /// kernel reading as in the sample before, which places it asleep outside the GIL's waits,
+    /// neither the holder nor the GIL mutex's owner, with no schedstat or GIL flags: an idle thread
+    /// the sampler left unread because the waiter counts ruled it out (sampler/thread_reads.rs). Inference then leaves such a
+    /// thread as the sample before left it without looking at its entry, which gives the same
+    /// records (tests/replay.rs) at a cost that follows the threads that move. Empty where nothing
+    /// says so: a saved stream does not keep it, and replays every entry.
+    pub unchanged_outside: Vec<bool>,
 }
 
 /// One Python thread at one tick.
@@ -122,6 +130,13 @@ impl ThreadSample {
 }
 
 impl Sample {
+    /// Whether thread `index`'s entry is the sample before's, asleep outside the GIL
+    /// (`unchanged_outside`).
+    #[inline]
+    pub fn is_unchanged_outside(&self, index: usize) -> bool {
+        self.unchanged_outside.get(index) == Some(&true)
+    }
+
     /// The GIL's holder at this tick: locked, by this thread state.
     pub fn holds(&self, thread: &ThreadSample) -> bool {
         self.word.locked && thread.tstate == self.word.last_holder

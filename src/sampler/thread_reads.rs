@@ -2,21 +2,23 @@
 //! asleep 20 ms in the same non-GIL wait is read only every few ticks, or not at all while the GIL's
 //! waiter counts rule it out of every GIL wait (infer/counted_out.rs); a thread asleep in
 //! `take_gil`'s wait is not read while `gil.cond` reads the same as before its last reading
-//! (`CondStamp`); and a sleeper's reading is proven unchanged by schedstat where it can be.
+//! (`CondStamp`); and a sleeper's reading is proven unchanged by schedstat where it can be. An idle
+//! thread left unread is not even looked at beyond its `FirstLook`: its entry in the sample is the
+//! last tick's, marked so for the engine (`Sample::unchanged_outside`).
 
 use std::collections::{HashMap, HashSet};
 
 use crate::addr::RemoteAddr;
 use crate::infer::classify::asleep_elsewhere;
-use crate::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside_the_gil};
-use crate::infer::sample::{Sample, ThreadSample};
+use crate::infer::sample::{Sample, ThreadSample, Wants};
 use crate::observed::{GilWaitRanges, KernelState, Waiters};
 use crate::process::kernel::{KernelReading, SleepProof, ThreadFiles};
-use crate::python::gil_span::{CondStamp, WaiterCountAddrs, WaiterWords};
+use crate::python::gil_span::{CondStamp, WaiterCountAddrs};
 use crate::python::runtime::ThreadRef;
 use crate::python::target::Target;
-use crate::sampler::clock::{monotonic_ns, sleep_until};
 use crate::sampler::report::SamplerReport;
+
+mod unread_idle;
 
 /// A thread asleep in the same non-GIL wait (a queue, a socket, `time.sleep`) for this long is read
 /// only every `IDLE_READ_EVERY`th sample. It cannot wait for or take the GIL without waking first,
@@ -39,29 +41,6 @@ const COUNTED_OUT_READ_EVERY: u64 = 1024;
 /// tick before this, docs/cost.md).
 const COUNTED_OUT_FROM: usize = IDLE_READ_EVERY as usize;
 
-/// How many times a tick whose counts did not rule its idle threads out reads its other threads and
-/// the counts again before it reads the idle ones (`ThreadTable::count_out`). On a 2-core machine
-/// with 2 spinners beside 398 threads in `Event.wait`, most refuted ticks were a hand-off under way
-/// (a waiter registered on `gil.cond` but not asleep yet, the GIL's mutex retaken, the counts
-/// moving between their two reads).
-const COUNT_OUT_RETRIES: usize = 4;
-
-/// Before each retry after the first, the tick sleeps this long: a real-time sampler keeps the
-/// target's threads off its own CPU, and the one whose next step settles the counts is often among
-/// them. On that machine the GIL's mutex, once found contended, stayed so until the next hand-off
-/// moved the counts, 100–200 µs later whatever the sleep: after 5 µs sleeps nearly every such tick
-/// was refuted; after 20 µs ones, settled at the fourth retry or refuted (14–30 a 3 s run, each
-/// then reading 398 threads: a hole of 10 periods); after 50 µs ones, settled at the third, 0–4
-/// refuted, with the rate, the sampler's CPU and the target's work the same (5 rounds side by side).
-const LET_THE_TARGET_RUN_NS: u64 = 50_000;
-
-/// What a retry after that sleep costs, in kernel-state reads (about 1.4 µs each): such a retry
-/// took 60–90 µs of the tick on that machine (the sleep, the wake-up on a busy CPU, the reads). A
-/// target with 4 idle threads beside 2 spinners ran 100–300 µs ticks of retries where reading the 4
-/// would have taken 6 µs, and missed 1–2 periods each time. A sleeping retry is made only where the
-/// unread threads cost more than this.
-const SLEEPING_RETRY_IN_READS: usize = 50;
-
 /// Set in the environment, every tick also reads the waiter counts a second time after the kernel
 /// readings and saves them (`Sample::waiters_again`), so that a stream recorded with
 /// `--no-idle-backoff` shows what the counted-out rule would have decided at every tick, next to every
@@ -76,23 +55,43 @@ pub const CHECK_COUNTED_OUT: &str = "GILSAMPLE_CHECK_COUNTED_OUT";
 /// tests/proven_waiting.rs).
 pub const CHECK_PROVEN_WAITING: &str = "GILSAMPLE_CHECK_PROVEN_WAITING";
 
+/// What the tick's first pass looks at of every thread, kept apart from the rest of its entry
+/// (`WatchedThread`): for an idle thread it leaves unread, these 32 bytes are all the tick touches.
+/// With 398 threads in `Event.wait` beside 2 spinners, touching each one's whole entry and its
+/// sample at every tick was a sixth of the sampler's CPU, most of it cache misses (docs/cost.md).
+#[derive(Clone, Copy)]
+struct FirstLook {
+    thread: ThreadRef,
+    /// Since when the thread has been asleep in the same non-GIL wait (its last reading's).
+    idle_since: Option<u64>,
+}
+
 /// What the sampler keeps per thread to read it: its /proc files and what spares reads.
 pub(super) struct WatchedThread {
-    pub(super) thread: ThreadRef,
-    pub(super) files: ThreadFiles,
-    /// The last kernel reading, and since when the thread has been asleep in that same non-GIL wait.
-    pub(super) last_kernel: Option<KernelState>,
-    pub(super) idle_since: Option<u64>,
+    files: ThreadFiles,
+    /// The last kernel reading.
+    last_kernel: Option<KernelState>,
     /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
-    pub(super) sleep_proof: SleepProof,
+    sleep_proof: SleepProof,
     /// The GIL's `CondStamp` of the tick of its last reading, read before that reading.
-    pub(super) stamp_at_reading: Option<CondStamp>,
+    stamp_at_reading: Option<CondStamp>,
 }
 
 /// The threads the sampler reads, in the sample's order, and the tick's idle ones left unread.
 #[derive(Default)]
 pub(super) struct ThreadTable {
-    pub(super) threads: Vec<WatchedThread>,
+    /// Per thread, in the sample's order: what the first pass looks at.
+    looks: Vec<FirstLook>,
+    /// Per thread, in the same order: the rest of what reading it takes.
+    threads: Vec<WatchedThread>,
+    /// Whether the sample's kept thread entries are this table's threads as the last tick left
+    /// them (no walk changed the table since): an idle thread left unread keeps its entry as it is.
+    entries_current: bool,
+    /// Whether this tick's unread threads kept their entries (`entries_current` at its start).
+    unread_entries_kept: bool,
+    /// Entries given a schedstat or GIL flags reading after the last tick's kernel readings
+    /// (`read_schedstat`, `wrote_flags`): the next first pass takes those out again.
+    extras: Vec<usize>,
     /// The tick's idle threads left unread for now (indices into `threads` and the sample's threads).
     unread: Vec<usize>,
     /// The others (the same indices): the threads whose readings are the evidence for the unread.
@@ -122,14 +121,11 @@ impl ThreadTable {
     /// Asked for the GIL's holder at every tick, which changes far less often: where it was found
     /// last is looked at first, and the walk over every thread is left for a new holder.
     pub(super) fn index_of_thread_state(&mut self, tstate: RemoteAddr) -> Option<usize> {
-        let at_last = self.threads.get(self.last_found);
+        let at_last = self.looks.get(self.last_found);
         if at_last.is_some_and(|t| t.thread.tstate == tstate) {
             return Some(self.last_found);
         }
-        let index = self
-            .threads
-            .iter()
-            .position(|t| t.thread.tstate == tstate)?;
+        let index = self.looks.iter().position(|t| t.thread.tstate == tstate)?;
         self.last_found = index;
         Some(index)
     }
@@ -139,10 +135,62 @@ impl ThreadTable {
         self.index_by_tid.get(&tid).copied()
     }
 
+    /// How many threads the table holds.
+    pub(super) fn len(&self) -> usize {
+        self.looks.len()
+    }
+
+    /// Thread `index`'s schedstat into `seen`, its entry in the tick's sample (the engine asked for
+    /// it); the next tick's first pass takes it out of the kept entry again.
+    pub(super) fn read_schedstat(&mut self, index: usize, seen: &mut ThreadSample) {
+        if let Some(tracked) = self.threads.get(index) {
+            seen.schedstat = tracked.files.read_schedstat();
+            self.extras.push(index);
+        }
+    }
+
+    /// The schedstat readings the engine asked for (`wants`) into the tick's sample: of the threads
+    /// it named and of the holder (`holder`, its index), looked up rather than asked of every
+    /// thread (hundreds, in a large process).
+    pub(super) fn read_wanted_schedstat(
+        &mut self,
+        sample: &mut Sample,
+        wants: &Wants,
+        holder: Option<usize>,
+    ) {
+        let (locked, last_holder) = (sample.word.locked, sample.word.last_holder);
+        let named = wants.schedstat_always.iter();
+        let named = named.chain(&wants.schedstat_if_running);
+        let by_tid = &self.index_by_tid;
+        let indices = named.filter_map(|tid| by_tid.get(tid).copied());
+        for index in indices.chain(holder) {
+            let (Some(seen), Some(tracked)) =
+                (sample.threads.get_mut(index), self.threads.get(index))
+            else {
+                continue;
+            };
+            let holds = locked && seen.tstate == last_holder;
+            if seen.schedstat.is_none() && wants.schedstat(seen.tid, seen.runs(), holds) {
+                seen.schedstat = tracked.files.read_schedstat();
+                self.extras.push(index);
+                // An entry with a reading the sample before's lacks is not unchanged.
+                if let Some(mark) = sample.unchanged_outside.get_mut(index) {
+                    *mark = false;
+                }
+            }
+        }
+    }
+
+    /// Thread `index`'s entry in the tick's sample was given GIL flags: the next tick's first pass
+    /// takes them out again.
+    pub(super) fn wrote_flags(&mut self, index: usize) {
+        self.extras.push(index);
+    }
+
     /// The threads changed: `index_of` follows.
-    pub(super) fn reindex(&mut self) {
+    fn reindex(&mut self) {
         self.index_by_tid.clear();
-        let tids = self.threads.iter().map(|t| t.thread.tid);
+        let tids = self.looks.iter().map(|t| t.thread.tid);
         self.index_by_tid
             .extend(tids.enumerate().map(|(i, tid)| (tid, i)));
     }
@@ -160,22 +208,29 @@ impl ThreadTable {
         self.walked.clear();
         self.walked.extend(refs.iter().map(|r| r.tid));
         let walked = &self.walked;
-        self.threads.retain(|t| walked.contains(&t.thread.tid));
+        // Both lists the same way, in step: `retain` visits each entry once, in order.
+        let mut kept = self.looks.iter().map(|t| walked.contains(&t.thread.tid));
+        self.threads.retain(|_| kept.next().unwrap_or(false));
+        self.looks.retain(|t| walked.contains(&t.thread.tid));
         self.reindex();
+        // The sample's entries are by index: the next tick writes every one.
+        self.entries_current = false;
         for r in refs {
             if let Some(&index) = self.index_by_tid.get(&r.tid) {
-                self.threads[index].thread.tstate = r.tstate;
+                self.looks[index].thread.tstate = r.tstate;
                 continue;
             }
             let Some(files) = open(r) else {
                 continue;
             };
-            self.index_by_tid.insert(r.tid, self.threads.len());
-            self.threads.push(WatchedThread {
+            self.index_by_tid.insert(r.tid, self.looks.len());
+            self.looks.push(FirstLook {
                 thread: *r,
+                idle_since: None,
+            });
+            self.threads.push(WatchedThread {
                 files,
                 last_kernel: None,
-                idle_since: None,
                 sleep_proof: SleepProof::default(),
                 stamp_at_reading: None,
             });
@@ -221,8 +276,18 @@ impl ThreadTable {
         let mutex_owner = sample.mutex_owner;
         let out = &mut sample.threads;
         // Kept from the last tick and written in place: most of a large thread table reads the same
-        // from one tick to the next, and only what changed is written.
+        // from one tick to the next, and only what changed is written. What the engine asked for
+        // after the last tick's readings is taken out first: no entry carries it into this tick.
+        let entries_current = self.entries_current && out.len() == self.threads.len();
         out.truncate(self.threads.len());
+        for index in self.extras.drain(..) {
+            if let Some(entry) = out.get_mut(index) {
+                (entry.schedstat, entry.gil_flags) = (None, None);
+            }
+        }
+        sample.unchanged_outside.clear();
+        sample.unchanged_outside.resize(self.threads.len(), false);
+        self.unread_entries_kept = entries_current;
         self.unread.clear();
         self.read.clear();
         self.woken_from_cond.clear();
@@ -230,18 +295,28 @@ impl ThreadTable {
         let count_out = spare.counted_out && self.idle_last_tick >= COUNTED_OUT_FROM;
         let mut idle_now = 0;
         let mut carried_over = false;
-        for (index, tracked) in self.threads.iter_mut().enumerate() {
-            let is_idle = tracked
+        let threads = self.looks.iter_mut().zip(self.threads.iter_mut());
+        for (index, (look, tracked)) in threads.enumerate() {
+            let thread = look.thread;
+            let is_idle = look
                 .idle_since
                 .is_some_and(|since| now.saturating_sub(since) >= IDLE_AFTER_NS);
             // Never the holder, nor the mutex's owner: they are inside the GIL.
-            let in_gil = tracked.thread.tstate == word.last_holder
-                || mutex_owner == Some(tracked.thread.their_tid);
+            let in_gil = thread.tstate == word.last_holder || mutex_owner == Some(thread.their_tid);
             idle_now += usize::from(is_idle && !in_gil);
-            let turn = |every: u64| (tick + u64::from(tracked.thread.tid)).is_multiple_of(every);
+            let turn = |every: u64| (tick + u64::from(thread.tid)).is_multiple_of(every);
             let left_unread = is_idle && !in_gil && count_out && !turn(COUNTED_OUT_READ_EVERY);
             if left_unread {
                 self.unread.push(index);
+                if entries_current {
+                    // Its entry is the last tick's reading of it, what this tick would write.
+                    debug_assert_eq!(
+                        out.get(index),
+                        Some(&entry_of(thread, tracked, tracked.last_kernel)),
+                        "a kept entry differs from the thread's last reading"
+                    );
+                    continue;
+                }
             } else {
                 self.read.push(index);
             }
@@ -272,17 +347,10 @@ impl ThreadTable {
                 if was_on_cond && !in_gil {
                     self.woken_from_cond.push(index);
                 }
-                read_tracked(tracked, now, ranges, report, stamp)
+                let reading = (now, stamp);
+                read_tracked(tracked, &mut look.idle_since, reading, ranges, report)
             };
-            let seen = ThreadSample {
-                tid: tracked.thread.tid,
-                their_tid: tracked.thread.their_tid,
-                tstate: tracked.thread.tstate,
-                kernel,
-                slices_before_sleep: tracked.sleep_proof.timeslices_asleep(),
-                schedstat: None,
-                gil_flags: None,
-            };
+            let seen = entry_of(thread, tracked, kernel);
             match out.get_mut(index) {
                 Some(last) if *last == seen => {}
                 Some(last) => *last = seen,
@@ -290,49 +358,8 @@ impl ThreadTable {
             }
         }
         self.idle_last_tick = idle_now;
+        self.entries_current = true;
         carried_over
-    }
-
-    /// The idle threads the first pass left unread: ruled out by the waiter counts
-    /// (`count_out`), or read now. Returns the counts read last where they bracket the tick's
-    /// first readings (no thread was read again before them), for the engine's recount.
-    fn settle_unread(
-        &mut self,
-        target: &Target,
-        sample: &mut Sample,
-        ranges: &GilWaitRanges,
-        gil: FirstRead,
-        report: &mut SamplerReport,
-    ) -> Option<Waiters> {
-        let (Some(at), Some(counted), false) = (gil.counts, sample.waiters, self.unread.is_empty())
-        else {
-            return None;
-        };
-        let first = WaiterWords {
-            waiters: counted,
-            mutex_owner: sample.mutex_owner,
-            mutex_contended: gil.mutex_contended,
-        };
-        match self.count_out(target, at, first, &mut sample.threads, ranges, report) {
-            Ok(proof) => {
-                report.kernel_reads_counted_out += self.unread.len() as u64;
-                sample.all_kernel_read = false;
-                // Counts read after re-readings no longer bracket the tick's first readings.
-                (proof.rereads == 0).then_some(proof.again)
-            }
-            Err(why) => {
-                match why {
-                    NotCountedOut::Refuted => report.counted_out_refuted += 1,
-                    NotCountedOut::CheaperToRead => report.counted_out_read_instead += 1,
-                }
-                let (now, stamp) = (sample.read_ns, self.tick_stamp);
-                for &index in &self.unread {
-                    let (tracked, seen) = (&mut self.threads[index], &mut sample.threads[index]);
-                    read_into(tracked, seen, (now, stamp), ranges, report);
-                }
-                None
-            }
-        }
     }
 
     /// `CHECK_PROVEN_WAITING`: the GIL read again; where its stamp is the tick's, each reading of
@@ -366,114 +393,6 @@ impl ThreadTable {
             }
         }
     }
-
-    /// Whether the idle threads left unread are outside the GIL (infer/counted_out.rs): the waiter
-    /// words `before` (read with the GIL's), the threads' readings, and the counts read again now.
-    /// Where that fails, the read threads are read again and then the counts, up to
-    /// `COUNT_OUT_RETRIES` times, while that costs less than reading the unread threads (the sleep
-    /// included: `SLEEPING_RETRY_IN_READS`): counts that moved, a mutex contended or a waiter not
-    /// yet asleep are over once the target's threads get a CPU, and reading a few hundred idle
-    /// threads would take longer than a period. `Err` says why the unread threads must be read.
-    fn count_out(
-        &mut self,
-        target: &Target,
-        at: &WaiterCountAddrs,
-        mut before: WaiterWords,
-        out: &mut [ThreadSample],
-        ranges: &GilWaitRanges,
-        report: &mut SamplerReport,
-    ) -> Result<CountedOut, NotCountedOut> {
-        let at_stamp = self.tick_stamp;
-        for rereads in 0..=COUNT_OUT_RETRIES {
-            let after = target
-                .read_waiter_words(at)
-                .map_err(|_| NotCountedOut::Refuted)?;
-            let read = self.evidence(out, before.mutex_owner, ranges);
-            if unread_are_outside_the_gil(
-                before.waiters,
-                after.waiters,
-                read,
-                before.mutex_contended,
-            ) {
-                if rereads > 0 {
-                    report.counted_out_on_retry += 1;
-                }
-                return Ok(CountedOut {
-                    again: after.waiters,
-                    rereads,
-                });
-            }
-            // The next retry reads the read threads and the counts, after a sleep but the first.
-            let sleep_in_reads = if rereads > 0 {
-                SLEEPING_RETRY_IN_READS
-            } else {
-                0
-            };
-            if rereads == COUNT_OUT_RETRIES {
-                break;
-            }
-            if self.read.len() + 1 + sleep_in_reads >= self.unread.len() {
-                return Err(NotCountedOut::CheaperToRead);
-            }
-            let mut now = monotonic_ns();
-            if rereads > 0 {
-                // Often the thread that would settle it (a waiter about to sleep, the mutex's
-                // owner about to let it go) is runnable on this CPU, kept off it by this
-                // real-time tick: let it run.
-                sleep_until(now + LET_THE_TARGET_RUN_NS);
-                now = monotonic_ns();
-            }
-            for &index in &self.read {
-                read_into(
-                    &mut self.threads[index],
-                    &mut out[index],
-                    (now, at_stamp),
-                    ranges,
-                    report,
-                );
-            }
-            before = after;
-        }
-        Err(NotCountedOut::Refuted)
-    }
-
-    /// What the tick's readings of the threads it read show (`ReadThreads`).
-    fn evidence(
-        &self,
-        out: &[ThreadSample],
-        mutex_owner: Option<u32>,
-        ranges: &GilWaitRanges,
-    ) -> ReadThreads {
-        let read_threads = || self.read.iter().map(|&i| &out[i]);
-        ReadThreads {
-            asleep: asleep_in_waits(read_threads(), ranges),
-            woken_from_cond: self
-                .woken_from_cond
-                .iter()
-                .filter(|&&i| out[i].kernel == Some(KernelState::Running))
-                .count() as u32,
-            mutex_owner_read: match mutex_owner {
-                None | Some(0) => true,
-                Some(owner) => read_threads().any(|t| t.their_tid == owner),
-            },
-        }
-    }
-}
-
-/// The counts proved the unread threads outside the GIL: the counts read last, and how many times
-/// the read threads were read again first.
-struct CountedOut {
-    again: Waiters,
-    rereads: usize,
-}
-
-/// Why a tick read its idle threads after all.
-enum NotCountedOut {
-    /// The counts did not rule them out, after every retry (or could not be read again).
-    Refuted,
-    /// They did not yet, and reading the idle threads costs less than another retry (a small
-    /// target: `SLEEPING_RETRY_IN_READS`).
-    CheaperToRead,
 }
 
 /// How a tick may spare reads.
@@ -501,6 +420,23 @@ pub(super) struct FirstRead<'a> {
     pub(super) cond_stamp: Option<CondStamp>,
 }
 
+/// The sample's entry for `thread` at a tick whose kernel reading of it is `kernel`.
+fn entry_of(
+    thread: ThreadRef,
+    tracked: &WatchedThread,
+    kernel: Option<KernelState>,
+) -> ThreadSample {
+    ThreadSample {
+        tid: thread.tid,
+        their_tid: thread.their_tid,
+        tstate: thread.tstate,
+        kernel,
+        slices_before_sleep: tracked.sleep_proof.timeslices_asleep(),
+        schedstat: None,
+        gil_flags: None,
+    }
+}
+
 /// For a thread whose last reading found it asleep in `take_gil`'s wait (the caller checks):
 /// whether the GIL's `stamp` is the one read before that reading, so that it is inside that wait
 /// still (`CondStamp`). Neither holding the GIL (the caller leaves the holder out) nor having left
@@ -513,25 +449,25 @@ fn still_waiting(tracked: &WatchedThread, stamp: Option<CondStamp>) -> bool {
 /// A thread read again after the tick's first pass (at `now`, the tick's GIL read having brought
 /// `stamp`): its kernel state and sleep proof into `seen`.
 fn read_into(
-    tracked: &mut WatchedThread,
+    (tracked, idle_since): (&mut WatchedThread, &mut Option<u64>),
     seen: &mut ThreadSample,
-    (now, stamp): (u64, Option<CondStamp>),
+    reading: (u64, Option<CondStamp>),
     ranges: &GilWaitRanges,
     report: &mut SamplerReport,
 ) {
-    seen.kernel = read_tracked(tracked, now, ranges, report, stamp);
+    seen.kernel = read_tracked(tracked, idle_since, reading, ranges, report);
     seen.slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
 }
 
-/// Reads one thread's kernel state (or proves its last one unchanged) and keeps what spares later
-/// reads: the reading, since when it has been asleep in the same non-GIL wait, and the GIL's stamp
-/// read before it (`stamp`, the tick's).
+/// Reads one thread's kernel state (or proves its last one unchanged) at `now` and keeps what
+/// spares later reads: the reading, since when it has been asleep in the same non-GIL wait
+/// (`idle_since`), and the GIL's stamp read before it (`stamp`, the tick's).
 fn read_tracked(
     tracked: &mut WatchedThread,
-    now: u64,
+    idle_since: &mut Option<u64>,
+    (now, stamp): (u64, Option<CondStamp>),
     ranges: &GilWaitRanges,
     report: &mut SamplerReport,
-    stamp: Option<CondStamp>,
 ) -> Option<KernelState> {
     tracked.stamp_at_reading = stamp;
     let state = match tracked
@@ -545,10 +481,10 @@ fn read_tracked(
         KernelReading::Read(state) => state,
     };
     let same_wait = state.is_some() && state == tracked.last_kernel;
-    tracked.idle_since = match state {
+    *idle_since = match state {
         Some(k) if asleep_elsewhere(&k, ranges) => {
             if same_wait {
-                tracked.idle_since.or(Some(now))
+                idle_since.or(Some(now))
             } else {
                 Some(now)
             }

@@ -162,7 +162,7 @@ impl<'a> Sampler<'a> {
             Some(unbound) => state.walked(state.report.start_ns, unbound, live),
             None => live
                 .threads
-                .store(state.table.threads.len() as u64, Ordering::Relaxed),
+                .store(state.table.len() as u64, Ordering::Relaxed),
         }
         if may_dodge && config.dodge_holder && scheduling == Scheduling::Fifo {
             state.dodge = CpuDodge::new(target.pid);
@@ -179,7 +179,7 @@ impl<'a> Sampler<'a> {
             .unbound
             .after_walk(at, unbound, config.period_ns, config.refresh_ns);
         live.threads
-            .store(self.table.threads.len() as u64, Ordering::Relaxed);
+            .store(self.table.len() as u64, Ordering::Relaxed);
     }
 
     /// The pid of the target sampled.
@@ -495,38 +495,30 @@ impl<'a> Sampler<'a> {
         let (wants, check_gil_flags) = (&self.wants, self.reads.check_gil_flags);
         let (locked, last_holder) = (sample.word.locked, sample.word.last_holder);
         if self.gil_flags.is_none() {
-            // Only schedstat, of the holder and the few threads the engine named: looked up
-            // rather than asked of every thread (hundreds, in a large process).
+            // Only schedstat, of the holder and the few threads the engine named.
             let holder = locked
                 .then(|| self.table.index_of_thread_state(last_holder))
                 .flatten();
-            let named = wants.schedstat_always.iter();
-            let named = named.chain(&wants.schedstat_if_running);
-            let indices = named
-                .filter_map(|&tid| self.table.index_of(tid))
-                .chain(holder);
-            for index in indices {
-                let (Some(seen), Some(tracked)) =
-                    (sample.threads.get_mut(index), self.table.threads.get(index))
-                else {
-                    continue;
-                };
-                let holds = locked && seen.tstate == last_holder;
-                if seen.schedstat.is_none() && wants.schedstat(seen.tid, seen.runs(), holds) {
-                    seen.schedstat = tracked.files.read_schedstat();
-                }
-            }
+            self.table.read_wanted_schedstat(sample, wants, holder);
             return;
         }
-        for (seen, tracked) in sample.threads.iter_mut().zip(&self.table.threads) {
+        let marks = &mut sample.unchanged_outside;
+        for (index, seen) in sample.threads.iter_mut().enumerate() {
             let holds = locked && seen.tstate == last_holder;
-            if wants.schedstat(seen.tid, seen.runs(), holds) {
-                seen.schedstat = tracked.files.read_schedstat();
+            let wants_schedstat = wants.schedstat(seen.tid, seen.runs(), holds);
+            if wants_schedstat {
+                self.table.read_schedstat(index, seen);
             }
-            if let Some(flags) = &self.gil_flags
-                && GilFlagReader::wanted(check_gil_flags, seen.runs(), locked, holds)
-            {
+            let wants_flags = GilFlagReader::wanted(check_gil_flags, seen.runs(), locked, holds);
+            if let Some(flags) = self.gil_flags.as_ref().filter(|_| wants_flags) {
                 seen.gil_flags = flags.read(&self.target.memory, seen.tstate);
+                self.table.wrote_flags(index);
+            }
+            // An entry with a reading the sample before's lacks is not unchanged.
+            if (wants_schedstat || wants_flags)
+                && let Some(mark) = marks.get_mut(index)
+            {
+                *mark = false;
             }
         }
     }
@@ -578,7 +570,7 @@ impl<'a> Sampler<'a> {
         if let Some(watch) = self.stacks.as_mut() {
             watch.retain(|tid| self.table.index_of(tid).is_some());
         }
-        self.report.max_threads = self.report.max_threads.max(self.table.threads.len());
+        self.report.max_threads = self.report.max_threads.max(self.table.len());
         self.report.thread_walks += 1;
         Ok(unbound)
     }

@@ -322,6 +322,7 @@ pub fn copy_sample(dst: &mut Sample, src: &Sample) {
         all_kernel_read,
         skipped_periods,
         threads,
+        unchanged_outside,
     } = src;
     dst.read_ns = *read_ns;
     dst.woke_ns = *woke_ns;
@@ -335,6 +336,7 @@ pub fn copy_sample(dst: &mut Sample, src: &Sample) {
     dst.skipped_periods = *skipped_periods;
     dst.threads.clear();
     dst.threads.extend_from_slice(threads);
+    dst.unchanged_outside.clone_from(unchanged_outside);
 }
 
 fn get_option<'a, T>(

@@ -103,6 +103,8 @@ fn hand_made_sequences_round_trip() {
         all_kernel_read: true,
         skipped_periods: 0,
         threads: vec![a, b, c],
+        // Not kept in a stream: a replay looks at every entry.
+        unchanged_outside: Vec::new(),
     };
     // The same again (everything a run), at the quiet rate: a pace record before it.
     let mut s1 = s0.clone();

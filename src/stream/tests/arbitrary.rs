@@ -106,6 +106,8 @@ fn sample() -> impl Strategy<Value = Sample> {
                         _ => 0,
                     },
                     threads,
+                    // Not kept in a stream.
+                    unchanged_outside: Vec::new(),
                 }
             },
         )

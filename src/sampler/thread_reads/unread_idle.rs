@@ -1,0 +1,197 @@
+//! The idle threads a tick's first pass left unread: ruled out of every GIL wait by the waiter
+//! counts (infer/counted_out.rs), or read after all. A child of thread_reads.rs: the same table.
+
+use super::{FirstRead, ThreadTable, read_into};
+use crate::infer::counted_out::{ReadThreads, asleep_in_waits, unread_are_outside_the_gil};
+use crate::infer::sample::{Sample, ThreadSample};
+use crate::observed::{GilWaitRanges, KernelState, Waiters};
+use crate::python::gil_span::{WaiterCountAddrs, WaiterWords};
+use crate::python::target::Target;
+use crate::sampler::clock::{monotonic_ns, sleep_until};
+use crate::sampler::report::SamplerReport;
+
+/// How many times a tick whose counts did not rule its idle threads out reads its other threads and
+/// the counts again before it reads the idle ones (`ThreadTable::count_out`). On a 2-core machine
+/// with 2 spinners beside 398 threads in `Event.wait`, most refuted ticks were a hand-off under way
+/// (a waiter registered on `gil.cond` but not asleep yet, the GIL's mutex retaken, the counts
+/// moving between their two reads).
+const COUNT_OUT_RETRIES: usize = 4;
+
+/// Before each retry after the first, the tick sleeps this long: a real-time sampler keeps the
+/// target's threads off its own CPU, and the one whose next step settles the counts is often among
+/// them. On that machine the GIL's mutex, once found contended, stayed so until the next hand-off
+/// moved the counts, 100–200 µs later whatever the sleep: after 5 µs sleeps nearly every such tick
+/// was refuted; after 20 µs ones, settled at the fourth retry or refuted (14–30 a 3 s run, each
+/// then reading 398 threads: a hole of 10 periods); after 50 µs ones, settled at the third, 0–4
+/// refuted, with the rate, the sampler's CPU and the target's work the same (5 rounds side by side).
+const LET_THE_TARGET_RUN_NS: u64 = 50_000;
+
+/// What a retry after that sleep costs, in kernel-state reads (about 1.4 µs each): such a retry
+/// took 60–90 µs of the tick on that machine (the sleep, the wake-up on a busy CPU, the reads). A
+/// target with 4 idle threads beside 2 spinners ran 100–300 µs ticks of retries where reading the 4
+/// would have taken 6 µs, and missed 1–2 periods each time. A sleeping retry is made only where the
+/// unread threads cost more than this.
+const SLEEPING_RETRY_IN_READS: usize = 50;
+
+impl ThreadTable {
+    /// The idle threads the first pass left unread: ruled out by the waiter counts
+    /// (`count_out`), or read now. Returns the counts read last where they bracket the tick's
+    /// first readings (no thread was read again before them), for the engine's recount.
+    pub(super) fn settle_unread(
+        &mut self,
+        target: &Target,
+        sample: &mut Sample,
+        ranges: &GilWaitRanges,
+        gil: FirstRead,
+        report: &mut SamplerReport,
+    ) -> Option<Waiters> {
+        let (Some(at), Some(counted), false) = (gil.counts, sample.waiters, self.unread.is_empty())
+        else {
+            return None;
+        };
+        let first = WaiterWords {
+            waiters: counted,
+            mutex_owner: sample.mutex_owner,
+            mutex_contended: gil.mutex_contended,
+        };
+        match self.count_out(target, at, first, &mut sample.threads, ranges, report) {
+            Ok(proof) => {
+                report.kernel_reads_counted_out += self.unread.len() as u64;
+                sample.all_kernel_read = false;
+                if self.unread_entries_kept {
+                    // Each one's entry is the sample before's, asleep outside the GIL's waits, and
+                    // neither the holder nor the mutex's owner (`first_pass`): the engine may leave
+                    // it as it is (`Sample::unchanged_outside`).
+                    for &index in &self.unread {
+                        sample.unchanged_outside[index] = true;
+                    }
+                }
+                // Counts read after re-readings no longer bracket the tick's first readings.
+                (proof.rereads == 0).then_some(proof.again)
+            }
+            Err(why) => {
+                match why {
+                    NotCountedOut::Refuted => report.counted_out_refuted += 1,
+                    NotCountedOut::CheaperToRead => report.counted_out_read_instead += 1,
+                }
+                let reading = (sample.read_ns, self.tick_stamp);
+                for &index in &self.unread {
+                    let seen = &mut sample.threads[index];
+                    let (tracked, look) = (&mut self.threads[index], &mut self.looks[index]);
+                    read_into(
+                        (tracked, &mut look.idle_since),
+                        seen,
+                        reading,
+                        ranges,
+                        report,
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Whether the idle threads left unread are outside the GIL (infer/counted_out.rs): the waiter
+    /// words `before` (read with the GIL's), the threads' readings, and the counts read again now.
+    /// Where that fails, the read threads are read again and then the counts, up to
+    /// `COUNT_OUT_RETRIES` times, while that costs less than reading the unread threads (the sleep
+    /// included: `SLEEPING_RETRY_IN_READS`): counts that moved, a mutex contended or a waiter not
+    /// yet asleep are over once the target's threads get a CPU, and reading a few hundred idle
+    /// threads would take longer than a period. `Err` says why the unread threads must be read.
+    fn count_out(
+        &mut self,
+        target: &Target,
+        at: &WaiterCountAddrs,
+        mut before: WaiterWords,
+        out: &mut [ThreadSample],
+        ranges: &GilWaitRanges,
+        report: &mut SamplerReport,
+    ) -> Result<CountedOut, NotCountedOut> {
+        let at_stamp = self.tick_stamp;
+        for rereads in 0..=COUNT_OUT_RETRIES {
+            let after = target
+                .read_waiter_words(at)
+                .map_err(|_| NotCountedOut::Refuted)?;
+            let read = self.evidence(out, before.mutex_owner, ranges);
+            if unread_are_outside_the_gil(
+                before.waiters,
+                after.waiters,
+                read,
+                before.mutex_contended,
+            ) {
+                if rereads > 0 {
+                    report.counted_out_on_retry += 1;
+                }
+                return Ok(CountedOut {
+                    again: after.waiters,
+                    rereads,
+                });
+            }
+            // The next retry reads the read threads and the counts, after a sleep but the first.
+            let sleep_in_reads = if rereads > 0 {
+                SLEEPING_RETRY_IN_READS
+            } else {
+                0
+            };
+            if rereads == COUNT_OUT_RETRIES {
+                break;
+            }
+            if self.read.len() + 1 + sleep_in_reads >= self.unread.len() {
+                return Err(NotCountedOut::CheaperToRead);
+            }
+            let mut now = monotonic_ns();
+            if rereads > 0 {
+                // Often the thread that would settle it (a waiter about to sleep, the mutex's
+                // owner about to let it go) is runnable on this CPU, kept off it by this
+                // real-time tick: let it run.
+                sleep_until(now + LET_THE_TARGET_RUN_NS);
+                now = monotonic_ns();
+            }
+            for &index in &self.read {
+                let (tracked, look) = (&mut self.threads[index], &mut self.looks[index]);
+                let entry = (tracked, &mut look.idle_since);
+                read_into(entry, &mut out[index], (now, at_stamp), ranges, report);
+            }
+            before = after;
+        }
+        Err(NotCountedOut::Refuted)
+    }
+
+    /// What the tick's readings of the threads it read show (`ReadThreads`).
+    fn evidence(
+        &self,
+        out: &[ThreadSample],
+        mutex_owner: Option<u32>,
+        ranges: &GilWaitRanges,
+    ) -> ReadThreads {
+        let read_threads = || self.read.iter().map(|&i| &out[i]);
+        ReadThreads {
+            asleep: asleep_in_waits(read_threads(), ranges),
+            woken_from_cond: self
+                .woken_from_cond
+                .iter()
+                .filter(|&&i| out[i].kernel == Some(KernelState::Running))
+                .count() as u32,
+            mutex_owner_read: match mutex_owner {
+                None | Some(0) => true,
+                Some(owner) => read_threads().any(|t| t.their_tid == owner),
+            },
+        }
+    }
+}
+
+/// The counts proved the unread threads outside the GIL: the counts read last, and how many times
+/// the read threads were read again first.
+struct CountedOut {
+    again: Waiters,
+    rereads: usize,
+}
+
+/// Why a tick read its idle threads after all.
+enum NotCountedOut {
+    /// The counts did not rule them out, after every retry (or could not be read again).
+    Refuted,
+    /// They did not yet, and reading the idle threads costs less than another retry (a small
+    /// target: `SLEEPING_RETRY_IN_READS`).
+    CheaperToRead,
+}

@@ -259,6 +259,28 @@ fn top_launching_spinners(width: u16, height: u16) -> Tmux {
     Tmux::top(width, height, &args, &[])
 }
 
+/// What a process is doing, for a failure's message: its state and where it waits, per thread.
+fn process_state(pid: u32) -> String {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    let tasks = tasks.flatten().map(|task| {
+        let path = task.path();
+        let read = |file: &str| std::fs::read_to_string(path.join(file)).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat.rsplit_once(')').map_or("?", |(_, rest)| rest.trim());
+        let state = state.split_whitespace().next().unwrap_or("?").to_string();
+        format!(
+            "{} {} {} in {}",
+            read("comm").trim(),
+            state,
+            read("syscall").trim(),
+            read("wchan")
+        )
+    });
+    tasks.collect::<Vec<_>>().join("; ")
+}
+
 /// The pid of the process the screen shows (`> pid N ...`).
 fn launched_pid(screen: &str) -> u32 {
     screen
@@ -276,7 +298,7 @@ fn launched_pid(screen: &str) -> u32 {
 fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
     let tmux = top_launching_spinners(200, 50);
     let screen = tmux.wait_for("the spinners' code in full", |s| {
-        spinners(s) && s.contains("spin (gil_workload.py:")
+        spinners(s) && s.contains("spin (gil_workload.py:") && s.contains("> pid ")
     });
     let header = screen.lines().find(|l| l.starts_with("THREAD ")).unwrap();
     for column in ["WAITED FOR", "IN CODE", "HOLDING"] {
@@ -300,7 +322,11 @@ fn sigterm_ends_top_and_the_command_it_launched_in_a_large_terminal() {
 #[test]
 fn a_terminal_that_goes_away_ends_top_and_the_command_it_launched() {
     let tmux = top_launching_spinners(80, 24);
-    let screen = tmux.wait_for("the spinners", spinners);
+    // Both on one screen: a capture taken while top redraws can hold the rows without the lines
+    // above them.
+    let screen = tmux.wait_for("the spinners and their process", |s| {
+        spinners(s) && s.lines().any(|l| l.starts_with("> pid "))
+    });
     let launched = launched_pid(&screen);
     let top = tmux.gilsample_pid();
     let killed = tmux.command().arg("kill-server").output().unwrap();
@@ -310,7 +336,11 @@ fn a_terminal_that_goes_away_ends_top_and_the_command_it_launched() {
         std::thread::sleep(POLL);
         !running(top)
     });
-    assert!(ended, "top kept running after its terminal went away");
+    assert!(
+        ended,
+        "top kept running after its terminal went away: {}",
+        process_state(top)
+    );
     assert!(!running(launched), "the launched command was left running");
 }
 

@@ -413,7 +413,7 @@ fn show_screen(
             }
             // A launched command writes to this terminal too: paint everything again.
             if launched {
-                screen.terminal.clear()?;
+                screen.paint_all_at_next_draw()?;
             }
             redraw = true;
         }

@@ -10,7 +10,7 @@ use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ratatui::Terminal;
-use ratatui::backend::CrosstermBackend;
+use ratatui::backend::{Backend, ClearType, CrosstermBackend};
 use ratatui::crossterm::cursor::{Hide, Show};
 use ratatui::crossterm::execute;
 use ratatui::crossterm::terminal::{
@@ -64,6 +64,20 @@ impl Screen {
                 Err(e)
             }
         }
+    }
+}
+
+impl Screen {
+    /// Clears the terminal and has the next draw paint every cell. Not ratatui's
+    /// `Terminal::clear`: that asks the terminal where its cursor is and reads the answer, which
+    /// competes with the key reader for the terminal's bytes, and which spun for good on a
+    /// terminal that had hung up (tests/top.rs, the terminal that goes away).
+    pub fn paint_all_at_next_draw(&mut self) -> io::Result<()> {
+        self.terminal.backend_mut().clear_region(ClearType::All)?;
+        // The buffer the next draw is compared with, emptied as the screen now is: every cell
+        // the next frame holds is written.
+        self.terminal.swap_buffers();
+        Ok(())
     }
 }
 

@@ -47,10 +47,11 @@ pub struct Sample {
     /// Per thread, in `threads`' order: true where the entry is the same thread with the same
     /// kernel reading as in the sample before, which places it asleep outside the GIL's waits,
     /// neither the holder nor the GIL mutex's owner, with no schedstat or GIL flags: an idle thread
-    /// the sampler left unread because the waiter counts ruled it out (sampler/thread_reads.rs). Inference then leaves such a
-    /// thread as the sample before left it without looking at its entry, which gives the same
-    /// records (tests/replay.rs) at a cost that follows the threads that move. Empty where nothing
-    /// says so: a saved stream does not keep it, and replays every entry.
+    /// the sampler left unread because the waiter counts ruled it out (sampler/thread_reads.rs).
+    /// Inference's census, thread match and quiet watch then pass over the entry without reading
+    /// it, and its step too where the thread is parked (infer/parked.rs): the same records
+    /// (tests/replay.rs) at a cost that follows the threads that move. Empty where nothing says
+    /// so: a saved stream does not keep it, and its replay reads every entry.
     pub unchanged_outside: Vec<bool>,
 }
 

@@ -85,7 +85,8 @@ pub(super) struct ThreadTable {
     /// Per thread, in the same order: the rest of what reading it takes.
     threads: Vec<WatchedThread>,
     /// Whether the sample's kept thread entries are this table's threads as the last tick left
-    /// them (no walk changed the table since): an idle thread left unread keeps its entry as it is.
+    /// them (no walk of the thread list since, which may have moved them): an idle thread left
+    /// unread then keeps its entry as it is.
     entries_current: bool,
     /// Whether this tick's unread threads kept their entries (`entries_current` at its start).
     unread_entries_kept: bool,

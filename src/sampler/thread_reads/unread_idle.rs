@@ -45,16 +45,22 @@ impl ThreadTable {
         gil: FirstRead,
         report: &mut SamplerReport,
     ) -> Option<Waiters> {
-        let (Some(at), Some(counted), false) = (gil.counts, sample.waiters, self.unread.is_empty())
-        else {
+        if self.unread.is_empty() {
             return None;
+        }
+        let proof = match (gil.counts, sample.waiters) {
+            (Some(at), Some(counted)) => {
+                let first = WaiterWords {
+                    waiters: counted,
+                    mutex_owner: sample.mutex_owner,
+                    mutex_contended: gil.mutex_contended,
+                };
+                self.count_out(target, at, first, &mut sample.threads, ranges, report)
+            }
+            // The counts did not read at this tick: nothing rules the idle threads out.
+            _ => Err(NotCountedOut::Refuted),
         };
-        let first = WaiterWords {
-            waiters: counted,
-            mutex_owner: sample.mutex_owner,
-            mutex_contended: gil.mutex_contended,
-        };
-        match self.count_out(target, at, first, &mut sample.threads, ranges, report) {
+        match proof {
             Ok(proof) => {
                 report.kernel_reads_counted_out += self.unread.len() as u64;
                 sample.all_kernel_read = false;

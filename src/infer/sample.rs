@@ -131,6 +131,38 @@ impl ThreadSample {
 }
 
 impl Sample {
+    /// `self = src.clone()` reusing `self`'s vectors: derived `Clone` has no `clone_from` of its
+    /// own, and the stream's encoder, reader and saver keep a copy of every sample. Destructured,
+    /// so a new field of `Sample` is not forgotten here.
+    pub fn copy_from(&mut self, src: &Sample) {
+        let Sample {
+            read_ns,
+            woke_ns,
+            t_ns,
+            word,
+            waiters,
+            waiters_again,
+            word_again,
+            mutex_owner,
+            all_kernel_read,
+            skipped_periods,
+            threads,
+            unchanged_outside,
+        } = src;
+        self.read_ns = *read_ns;
+        self.woke_ns = *woke_ns;
+        self.t_ns = *t_ns;
+        self.word = *word;
+        self.waiters = *waiters;
+        self.waiters_again = *waiters_again;
+        self.word_again = *word_again;
+        self.mutex_owner = *mutex_owner;
+        self.all_kernel_read = *all_kernel_read;
+        self.skipped_periods = *skipped_periods;
+        self.threads.clone_from(threads);
+        self.unchanged_outside.clone_from(unchanged_outside);
+    }
+
     /// Whether thread `index`'s entry is the sample before's, asleep outside the GIL
     /// (`unchanged_outside`).
     #[inline]

@@ -10,7 +10,7 @@ use crate::record::recorded_process::RecordedProcess;
 use crate::sampler::config::{SampleLog, SamplerConfig};
 use crate::sampler::report::SamplerReport;
 use crate::sampler::tick_loop::sample_context;
-use crate::stream::{Item, SampleSaver, StreamHeader, copy_sample};
+use crate::stream::{Item, SampleSaver, StreamHeader};
 use crate::trace::output::check_not_exists;
 
 /// The saver as the sampler's log: samples and stacks go into the stream as they are read.
@@ -23,7 +23,7 @@ pub struct Saving {
 impl SampleLog for Saving {
     fn sample(&mut self, sample: &Sample) {
         if let Item::Sample(saved) = &mut self.item {
-            copy_sample(saved, sample);
+            saved.copy_from(sample);
         }
         self.saver.push(&self.item);
     }

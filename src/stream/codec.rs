@@ -306,39 +306,6 @@ pub fn decode_sample(
     Ok(())
 }
 
-/// `dst = src.clone()` reusing `dst`'s thread vector: derived `Clone` has no `clone_from` of its own,
-/// and the encoder keeps a copy of every sample. Destructured, so a new field of `Sample` is not
-/// forgotten here.
-pub fn copy_sample(dst: &mut Sample, src: &Sample) {
-    let Sample {
-        read_ns,
-        woke_ns,
-        t_ns,
-        word,
-        waiters,
-        waiters_again,
-        word_again,
-        mutex_owner,
-        all_kernel_read,
-        skipped_periods,
-        threads,
-        unchanged_outside,
-    } = src;
-    dst.read_ns = *read_ns;
-    dst.woke_ns = *woke_ns;
-    dst.t_ns = *t_ns;
-    dst.word = *word;
-    dst.waiters = *waiters;
-    dst.waiters_again = *waiters_again;
-    dst.word_again = *word_again;
-    dst.mutex_owner = *mutex_owner;
-    dst.all_kernel_read = *all_kernel_read;
-    dst.skipped_periods = *skipped_periods;
-    dst.threads.clear();
-    dst.threads.extend_from_slice(threads);
-    dst.unchanged_outside.clone_from(unchanged_outside);
-}
-
 fn get_option<'a, T>(
     input: &mut Input<'a>,
     what: &str,

@@ -29,7 +29,6 @@ use crate::infer::intervals::GilState;
 use crate::infer::native_call::FrameWatch;
 use crate::infer::sample::{Sample, SampleContext};
 
-pub use codec::copy_sample;
 pub use reader::StreamReader;
 pub use saver::{SampleSaver, SaveStats};
 pub use writer::StreamWriter;

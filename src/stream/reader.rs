@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use super::codec::{FrameNamesRead, copy_sample, decode_sample, decode_stack};
+use super::codec::{FrameNamesRead, decode_sample, decode_stack};
 use super::wire::{Bad, Input};
 use super::{
     FORMAT_VERSION, Item, MAGIC, MAX_RECORD_BYTES, MAX_SKIPPED_PERIODS, StreamError, StreamHeader,
@@ -249,7 +249,7 @@ impl<R: Read> StreamReader<R> {
                 decode_sample(&self.prev, period, &mut input, &mut cur).map_err(bad)?;
                 cur.skipped_periods = self.skipped_periods;
                 cur.word_again = self.word_again.take();
-                copy_sample(&mut self.prev, &cur);
+                self.prev.copy_from(&cur);
                 Some(Item::Sample(cur))
             }
             kind::STACK => {

@@ -1,7 +1,7 @@
 //! The encoder: items in, bytes out. It keeps the previous sample (what the next is written against)
 //! and one scratch buffer for a record's payload, so a steady stream of samples allocates nothing.
 
-use super::codec::{FrameNamesWritten, copy_sample, encode_sample, encode_stack};
+use super::codec::{FrameNamesWritten, encode_sample, encode_stack};
 use super::wire::put_varint;
 use super::{FORMAT_VERSION, Item, MAGIC, StreamHeader, kind};
 use crate::infer::sample::Sample;
@@ -74,7 +74,7 @@ impl StreamWriter {
                     &mut self.payload,
                 );
                 // Reuses the thread vector: no allocation once it has grown.
-                copy_sample(&mut self.prev, s);
+                self.prev.copy_from(s);
                 kind::SAMPLE
             }
             Item::Stack {

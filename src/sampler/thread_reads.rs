@@ -174,10 +174,6 @@ impl ThreadTable {
             if seen.schedstat.is_none() && wants.schedstat(seen.tid, seen.runs(), holds) {
                 seen.schedstat = tracked.files.read_schedstat();
                 self.extras.push(index);
-                // An entry with a reading the sample before's lacks is not unchanged.
-                if let Some(mark) = sample.unchanged_outside.get_mut(index) {
-                    *mark = false;
-                }
             }
         }
     }
@@ -186,6 +182,16 @@ impl ThreadTable {
     /// takes them out again.
     pub(super) fn wrote_flags(&mut self, index: usize) {
         self.extras.push(index);
+    }
+
+    /// Takes the marks (`Sample::unchanged_outside`) off the entries given a schedstat or flags
+    /// reading since this tick's first pass (`extras`): the engine reads those.
+    pub(super) fn unmark_extras(&self, marks: &mut [bool]) {
+        for &index in &self.extras {
+            if let Some(mark) = marks.get_mut(index) {
+                *mark = false;
+            }
+        }
     }
 
     /// The threads changed: `index_of` follows.

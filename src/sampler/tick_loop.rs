@@ -492,6 +492,13 @@ impl<'a> Sampler<'a> {
 
     /// The readings the engine asked for at the last tick.
     fn read_wanted(&mut self, sample: &mut Sample) {
+        self.read_extra_readings(sample);
+        // An entry given a reading the sample before's lacked is not unchanged.
+        self.table.unmark_extras(&mut sample.unchanged_outside);
+    }
+
+    /// Schedstat of the threads `wants` names and of the holder, and 3.15's flags where read.
+    fn read_extra_readings(&mut self, sample: &mut Sample) {
         let (wants, check_gil_flags) = (&self.wants, self.reads.check_gil_flags);
         let (locked, last_holder) = (sample.word.locked, sample.word.last_holder);
         if self.gil_flags.is_none() {
@@ -502,23 +509,16 @@ impl<'a> Sampler<'a> {
             self.table.read_wanted_schedstat(sample, wants, holder);
             return;
         }
-        let marks = &mut sample.unchanged_outside;
         for (index, seen) in sample.threads.iter_mut().enumerate() {
             let holds = locked && seen.tstate == last_holder;
-            let wants_schedstat = wants.schedstat(seen.tid, seen.runs(), holds);
-            if wants_schedstat {
+            if wants.schedstat(seen.tid, seen.runs(), holds) {
                 self.table.read_schedstat(index, seen);
             }
-            let wants_flags = GilFlagReader::wanted(check_gil_flags, seen.runs(), locked, holds);
-            if let Some(flags) = self.gil_flags.as_ref().filter(|_| wants_flags) {
+            if let Some(flags) = &self.gil_flags
+                && GilFlagReader::wanted(check_gil_flags, seen.runs(), locked, holds)
+            {
                 seen.gil_flags = flags.read(&self.target.memory, seen.tstate);
                 self.table.wrote_flags(index);
-            }
-            // An entry with a reading the sample before's lacks is not unchanged.
-            if (wants_schedstat || wants_flags)
-                && let Some(mark) = marks.get_mut(index)
-            {
-                *mark = false;
             }
         }
     }

@@ -18,26 +18,37 @@ use serde_json::Value;
 
 /// The GIL slices of a trace, as (tid, name, ts, dur) with ts and dur as the file writes them.
 fn gil_slices(trace: &Trace) -> Vec<(u64, String, String, String)> {
-    trace.value["traceEvents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["ph"] == "X")
-        .filter(|e| {
-            matches!(
+    slice_args(trace)
+        .into_iter()
+        .map(|(slice, _)| slice)
+        .collect()
+}
+
+/// Each GIL slice (as `gil_slices` has it) with its `args`, less the source line of a native call's
+/// call site: a live recording reads it from the target's files, a replay has none to read.
+fn slice_args(trace: &Trace) -> Vec<((u64, String, String, String), Value)> {
+    let events = trace.value["traceEvents"].as_array().unwrap();
+    let slices = events.iter().filter(|e| {
+        e["ph"] == "X"
+            && matches!(
                 e["name"].as_str(),
                 Some("take_gil" | "hold_gil" | "drop_gil")
             )
-        })
-        .map(|e| {
-            (
-                e["tid"].as_u64().unwrap(),
-                e["name"].as_str().unwrap().to_string(),
-                e["ts"].to_string(),
-                e["dur"].to_string(),
-            )
-        })
-        .collect()
+    });
+    let with_args = slices.map(|e| {
+        let mut args = e["args"].clone();
+        if let Some(site) = args.get_mut("call_site").and_then(Value::as_object_mut) {
+            site.remove("source");
+        }
+        let slice = (
+            e["tid"].as_u64().unwrap(),
+            e["name"].as_str().unwrap().to_string(),
+            e["ts"].to_string(),
+            e["dur"].to_string(),
+        );
+        (slice, args)
+    });
+    with_args.collect()
 }
 
 /// The summary gilsample printed, with the trace's path (which differs between runs) taken out,
@@ -114,6 +125,13 @@ fn live_recording_replays_identically(label: &str) {
         "the live run saw no contention: {slices:?}"
     );
     assert_eq!(gil_slices(&replayed_trace), slices);
+    // And each slice's args: the stacks filed into it, its hold's kind.
+    let (live_args, replayed_args) = (slice_args(&live_trace), slice_args(&replayed_trace));
+    if let Some(((slice, live), (_, replayed))) =
+        live_args.iter().zip(&replayed_args).find(|(a, b)| a != b)
+    {
+        panic!("{slice:?} has args {live} live and {replayed} replayed");
+    }
     assert_eq!(
         summary(&replayed, &replayed_path),
         summary(&recorded, &live)

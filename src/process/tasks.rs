@@ -45,6 +45,45 @@ pub fn read_tids(pid: u32, out: &mut HashSet<u32>) -> Result<()> {
     Ok(())
 }
 
+/// Whether a process's thread count moved since the moment `note` was called: one `fstat` of its
+/// /proc/PID/task directory, kept open. The kernel gives that directory 2 + the thread count as its
+/// link count (`proc_task_getattr`, since Linux 2.6), where listing it would read every entry. The
+/// sampler looks at it every refresh interval instead of walking a few hundred thread states to
+/// find threads that exited (sampler/pace.rs).
+pub struct ThreadCountWatch {
+    /// `None` where it could not be opened: every look then says it moved.
+    dir: Option<fs::File>,
+    noted: Option<u64>,
+}
+
+impl ThreadCountWatch {
+    /// Opens `pid`'s task directory; nothing noted yet.
+    pub fn open(pid: u32) -> ThreadCountWatch {
+        ThreadCountWatch {
+            dir: fs::File::open(format!("/proc/{pid}/task")).ok(),
+            noted: None,
+        }
+    }
+
+    /// Keeps the thread count of now for `moved` to compare with.
+    pub fn note(&mut self) {
+        self.noted = self.count();
+    }
+
+    /// Whether the count differs from the one noted, or cannot be read (or was not).
+    pub fn moved(&self) -> bool {
+        let now = self.count();
+        now.is_none() || now != self.noted
+    }
+
+    /// The process's thread count now; 0 once it has exited and been reaped.
+    pub fn count(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let links = self.dir.as_ref()?.metadata().ok()?.nlink();
+        Some(links.saturating_sub(2))
+    }
+}
+
 /// The environment variables that name a distributed rank, in the order they are consulted. Launchers
 /// set several at once (torchrun sets RANK and LOCAL_RANK); the global rank wins.
 pub const RANK_VARIABLES: &[&str] = &[
@@ -251,5 +290,54 @@ mod tests {
         assert!(!tids.translates());
         assert_eq!(tids.to_ours(me), Some(me));
         assert!(tids.their_tids().unwrap().contains(&me));
+    }
+
+    #[test]
+    fn the_thread_count_watch_sees_threads_start_and_exit() {
+        use std::io::{BufRead, Write};
+        // A Python child that starts and ends 3 threads when told, and says when it has: after the
+        // joins, once the kernel lists its one thread (a joined thread's OS thread ends just after).
+        let script = "import os, sys, threading\n\
+            stop = threading.Event()\n\
+            ts = [threading.Thread(target=stop.wait) for _ in range(3)]\n\
+            print('ready', flush=True); sys.stdin.readline()\n\
+            [t.start() for t in ts]; print('started', flush=True); sys.stdin.readline()\n\
+            stop.set(); [t.join() for t in ts]\n\
+            while len(os.listdir('/proc/self/task')) > 1: pass\n\
+            print('joined', flush=True); sys.stdin.readline()\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 on PATH");
+        let mut said = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut told = child.stdin.take().unwrap();
+        let mut step = |line: &str| {
+            let mut got = String::new();
+            said.read_line(&mut got).unwrap();
+            assert_eq!(got.trim(), line);
+        };
+        let mut watch = ThreadCountWatch::open(child.id());
+        assert!(watch.moved(), "nothing noted yet");
+        step("ready");
+        watch.note();
+        let alone = watch.count().unwrap();
+        assert_eq!(alone, 1);
+        assert!(!watch.moved());
+        writeln!(told).unwrap();
+        step("started");
+        assert_eq!(watch.count(), Some(alone + 3));
+        assert!(watch.moved());
+        watch.note();
+        assert!(!watch.moved());
+        writeln!(told).unwrap();
+        step("joined");
+        assert_eq!(watch.count(), Some(alone));
+        assert!(watch.moved());
+        drop(told);
+        child.wait().unwrap();
+        assert!(watch.moved(), "a reaped process reads as moved");
+        assert!(ThreadCountWatch::open(u32::MAX).moved());
     }
 }

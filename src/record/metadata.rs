@@ -62,6 +62,7 @@ pub(crate) fn trace_metadata(
         "waiting_samples": counts.waiting_samples,
         "waiting_samples_gil_free": counts.waiting_samples_gil_free,
         "thread_list_walks": report.thread_walks,
+        "thread_list_walks_spared": report.thread_walks_spared,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
         "kernel_reads_counted_out": report.kernel_reads_counted_out,

@@ -9,8 +9,10 @@ pub(super) struct Pace {
     /// real-time sampler never monopolises a CPU. A tick that overran into the next period delays
     /// only the next tick, not the grid: the one after is on time again.
     pub(super) rest_until: u64,
-    /// When the thread list was last walked.
+    /// When the thread list was last walked, and when the target's thread count was last looked at
+    /// for the refresh (`refresh_check`).
     pub(super) last_walk: u64,
+    pub(super) last_refresh_check: u64,
     /// Since when every read has faulted, while they do.
     pub(super) faulting_since: Option<u64>,
     /// Periods skipped before the coming tick (infer/quiet.rs).
@@ -22,6 +24,25 @@ pub(super) struct Pace {
     /// When the next live snapshot is due (`SamplerConfig::live_every_ns`).
     pub(super) next_live_ns: u64,
 }
+
+/// What the refresh asks of a tick with no other reason to walk the thread list (`Pace::refresh_check`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Refresh {
+    /// Not yet: the last walk or look was under `refresh_ns` ago.
+    NotDue,
+    /// Looked: the thread count has not moved since the last walk.
+    Spared,
+    /// Walk: the count moved (or cannot be read), or the last walk is `WALK_AT_LEAST_EVERY`
+    /// refreshes old.
+    Walk,
+}
+
+/// The refresh walks every this many `refresh_ns` however still the thread count. A thread state
+/// deleted while its thread lives on, and not the list's head, moves neither the head nor the count:
+/// a native thread's `PyGILState_Release` when a later state was made after its own. Until this walk
+/// the table keeps that thread, read as any idle one. With 400 threads a walk costs two or three
+/// periods (docs/cost.md), once a second here instead of ten times.
+const WALK_AT_LEAST_EVERY: u64 = 10;
 
 impl Pace {
     /// The first deadline is the first multiple of `period_ns` from `start_ns` on: every sampler of
@@ -37,12 +58,36 @@ impl Pace {
                 .unwrap_or(start_ns),
             rest_until: 0,
             last_walk: 0,
+            last_refresh_check: 0,
             faulting_since: None,
             skipping: 0,
             thread_list_head: None,
             walk_now: false,
             unbound: UnboundWalks::default(),
             next_live_ns: 0,
+        }
+    }
+
+    /// At a tick that has no other reason to walk the thread list: every `refresh_ns`, whether the
+    /// refresh must walk it for threads that exited elsewhere than at its head, which the head does
+    /// not show. `count_moved` says whether the target's thread count moved since the last walk
+    /// (`ThreadCountWatch`); a thread that exits leaves it lower, so the walk is spared while it
+    /// has not moved.
+    pub(super) fn refresh_check(
+        &mut self,
+        t0: u64,
+        refresh_ns: u64,
+        count_moved: impl FnOnce() -> bool,
+    ) -> Refresh {
+        if t0.saturating_sub(self.last_walk.max(self.last_refresh_check)) < refresh_ns {
+            return Refresh::NotDue;
+        }
+        self.last_refresh_check = t0;
+        let overdue = t0.saturating_sub(self.last_walk) >= refresh_ns * WALK_AT_LEAST_EVERY;
+        if overdue || count_moved() {
+            Refresh::Walk
+        } else {
+            Refresh::Spared
         }
     }
 }
@@ -92,6 +137,32 @@ mod tests {
         assert_eq!(later.deadline, 10 * PERIOD);
         // A start on the grid is its own first deadline.
         assert_eq!(Pace::new(7 * PERIOD, PERIOD).deadline, 7 * PERIOD);
+    }
+
+    #[test]
+    fn the_refresh_looks_every_interval_and_walks_when_the_count_moved_or_at_the_latest() {
+        let mut pace = Pace::new(0, PERIOD);
+        pace.last_walk = 5 * PERIOD;
+        let still = || false;
+        assert_eq!(
+            pace.refresh_check(5 * PERIOD + REFRESH - 1, REFRESH, still),
+            Refresh::NotDue
+        );
+        let mut t = 5 * PERIOD;
+        for _ in 1..WALK_AT_LEAST_EVERY {
+            t += REFRESH;
+            assert_eq!(pace.refresh_check(t, REFRESH, still), Refresh::Spared);
+            // The next look is a whole interval after this one.
+            assert_eq!(
+                pace.refresh_check(t + REFRESH - 1, REFRESH, still),
+                Refresh::NotDue
+            );
+        }
+        t += REFRESH;
+        assert_eq!(pace.refresh_check(t, REFRESH, still), Refresh::Walk);
+        pace.last_walk = t;
+        t += REFRESH;
+        assert_eq!(pace.refresh_check(t, REFRESH, || true), Refresh::Walk);
     }
 
     #[test]

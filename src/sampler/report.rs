@@ -97,8 +97,10 @@ pub struct SamplerReport {
     /// The most Python threads one sample held.
     pub max_threads: usize,
     /// Walks of the thread list: at the start, when its head moved, when the holder was not a known
-    /// thread, and every `refresh_ns`.
+    /// thread, and when the thread count moved (looked at every `refresh_ns`; sampler/pace.rs).
     pub thread_walks: u64,
+    /// Looks at the thread count, every `refresh_ns`, that found it unmoved and spared the walk.
+    pub thread_walks_spared: u64,
     /// The scheduling the sampler thread actually ran with.
     pub scheduling: Scheduling,
     /// Times the sampler left the GIL holder's CPU (dodge.rs).
@@ -163,6 +165,7 @@ impl SamplerReport {
             stacks: StackReport::default(),
             max_threads: 0,
             thread_walks: 0,
+            thread_walks_spared: 0,
             scheduling,
             cpu_moves: 0,
             cpu_ns: 0,

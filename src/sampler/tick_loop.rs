@@ -10,22 +10,22 @@
 //! are read after. The thread list is re-walked when its head moves (CPython puts every new thread
 //! state at the head; the head is read with the GIL words, in the same system call), whenever the
 //! GIL holder is not a known thread, after one, two, four… periods while two thread states name one
-//! thread (a starting thread before 3.11; `pace.rs`), and every `refresh_ns` for threads that exit
-//! elsewhere in the list: a thread that starts is seen at the next tick, one that exits within
-//! `refresh_ns` (its kernel state reads as unknown meanwhile). Once the thread table is built, the
-//! tick's GIL and kernel reads allocate nothing; reading a stack does (python/stacks/).
+//! thread (a starting thread before 3.11; `pace.rs`), and for threads that exit elsewhere in the
+//! list when the target's thread count moved (looked at every `refresh_ns`, one `fstat`): a thread
+//! that starts is seen at the next tick, one that exits within `refresh_ns` (its kernel state reads
+//! as unknown meanwhile; tick_loop/thread_walks.rs). Once the thread table is built, the tick's GIL
+//! and kernel reads allocate nothing; reading a stack does (python/stacks/).
 
 use std::sync::atomic::Ordering;
 
 use crate::infer::engine::{Engine, StacksFirst};
 use crate::infer::sample::{Sample, SampleContext, Wants};
 use crate::observed::GilWaitRanges;
-use crate::process::kernel::ThreadFiles;
 use crate::process::memory::ReadError;
 use crate::process::syscalls::SyscallCounts;
-use crate::process::tasks::{TidMap, is_stopped};
+use crate::process::tasks::{ThreadCountWatch, TidMap, is_stopped};
 use crate::python::gil_span::{GilReading, WaiterCountAddrs};
-use crate::python::runtime::{ThreadRef, WalkError};
+use crate::python::runtime::ThreadRef;
 use crate::python::target::Target;
 use crate::python::thread_list::ThreadWalker;
 use crate::sampler::clock::monotonic_ns;
@@ -43,6 +43,8 @@ use crate::sampler::thread_reads::{
 };
 
 use crate::infer::findings::{Finding, LiveSnapshot};
+
+mod thread_walks;
 
 /// Reads that keep failing for this long make the sampler check whether the target exec'd.
 const FAULTS_BEFORE_CHECK_NS: u64 = 20_000_000;
@@ -66,6 +68,7 @@ pub struct Sampler<'a> {
     target: &'a Target,
     config: &'a SamplerConfig,
     tid_map: Option<TidMap>,
+    thread_count: ThreadCountWatch,
     table: ThreadTable,
     refs: Vec<ThreadRef>,
     walker: ThreadWalker,
@@ -125,6 +128,7 @@ impl<'a> Sampler<'a> {
             config,
             // Without it (the process is gone already) every thread is skipped and the loop ends.
             tid_map: TidMap::new(target.pid).ok(),
+            thread_count: ThreadCountWatch::open(target.pid),
             table: ThreadTable::default(),
             refs: Vec::with_capacity(64),
             walker: ThreadWalker::default(),
@@ -168,18 +172,6 @@ impl<'a> Sampler<'a> {
             state.dodge = CpuDodge::new(target.pid);
         }
         state
-    }
-
-    /// After a walk of the thread list at `at` (`unbound`: two thread states named one thread):
-    /// when the next walk is due, and the thread count the session shows.
-    fn walked(&mut self, at: u64, unbound: bool, live: &LiveCounters) {
-        let config = self.config;
-        self.pace.last_walk = at;
-        self.pace
-            .unbound
-            .after_walk(at, unbound, config.period_ns, config.refresh_ns);
-        live.threads
-            .store(self.table.len() as u64, Ordering::Relaxed);
     }
 
     /// The pid of the target sampled.
@@ -327,43 +319,6 @@ impl<'a> Sampler<'a> {
             Err(_) => {
                 self.report.faulted_samples += 1;
                 Err(self.after_fault(woke))
-            }
-        }
-    }
-
-    /// Re-walks the thread list when it is due: every `refresh_ns`, when the GIL's holder is not a
-    /// known thread, when the list's head moved, or at the repeat walks while two thread states
-    /// name one thread (`pace.unbound`). Errors as `read_gil`'s.
-    fn walk_if_due(
-        &mut self,
-        t0: u64,
-        reading: &GilReading,
-        live: &LiveCounters,
-    ) -> Result<(), Option<EndReason>> {
-        let config = self.config;
-        let word = reading.word;
-        let holder_unknown =
-            word.locked && self.table.index_of_thread_state(word.last_holder).is_none();
-        let pace = &mut self.pace;
-        let unbound_due = pace.unbound.due(t0);
-        if t0 - pace.last_walk < config.refresh_ns
-            && !holder_unknown
-            && !pace.walk_now
-            && !unbound_due
-        {
-            return Ok(());
-        }
-        pace.last_walk = t0;
-        pace.walk_now = false;
-        match self.refresh() {
-            Ok(unbound) => {
-                self.walked(t0, unbound, live);
-                Ok(())
-            }
-            Err(WalkError::Read(ReadError::Gone)) => Err(Some(EndReason::TargetExited)),
-            Err(_) => {
-                self.report.faulted_samples += 1;
-                Err(self.after_fault(t0))
             }
         }
     }
@@ -536,43 +491,6 @@ impl<'a> Sampler<'a> {
             Ok(false) => Some(EndReason::TargetExec),
             Err(_) => Some(EndReason::TargetExited),
         }
-    }
-
-    /// Re-walks the thread list: forgets threads that are gone (the engine closes them at the next
-    /// sample, which lacks them), opens the /proc files of new ones. `Ok(true)`: two thread states
-    /// named the same thread. Before 3.11 a new thread's state carries its creator's `pthread_t`
-    /// until the new thread starts and sets its own, and the head of the list does not move when it
-    /// does: without another walk the new thread would stay unseen (or its creator's state be taken
-    /// for it) until the next `refresh_ns`.
-    fn refresh(&mut self) -> Result<bool, WalkError> {
-        let target = self.target;
-        target.walk_threads(&mut self.walker, &mut self.refs)?;
-        // The thread states hold ids of the target's PID namespace; /proc and the trace use ours.
-        match self.tid_map.as_mut() {
-            Some(map) if map.translates() => self.refs.retain_mut(|r| match map.to_ours(r.tid) {
-                Some(ours) => {
-                    r.tid = ours;
-                    true
-                }
-                None => false,
-            }),
-            Some(_) => {}
-            None => self.refs.clear(),
-        }
-        let (refs, naming) = (&self.refs, &mut self.naming);
-        let names = &mut self.report.thread_names;
-        let unbound = self.table.follow(refs, |r| {
-            let files = ThreadFiles::open(target.pid, r.tid).ok()?;
-            naming.found(target.pid, r.tid, names);
-            Some(files)
-        });
-        naming.name_new(target, refs, names);
-        if let Some(watch) = self.stacks.as_mut() {
-            watch.retain(|tid| self.table.index_of(tid).is_some());
-        }
-        self.report.max_threads = self.report.max_threads.max(self.table.len());
-        self.report.thread_walks += 1;
-        Ok(unbound)
     }
 }
 

@@ -141,15 +141,6 @@ impl ThreadTable {
         self.looks.len()
     }
 
-    /// Thread `index`'s schedstat into `seen`, its entry in the tick's sample (the engine asked for
-    /// it); the next tick's first pass takes it out of the kept entry again.
-    pub(super) fn read_schedstat(&mut self, index: usize, seen: &mut ThreadSample) {
-        if let Some(tracked) = self.threads.get(index) {
-            seen.schedstat = tracked.files.read_schedstat();
-            self.extras.push(index);
-        }
-    }
-
     /// The schedstat readings the engine asked for (`wants`) into the tick's sample: of the threads
     /// it named and of the holder (`holder`, its index), looked up rather than asked of every
     /// thread (hundreds, in a large process).

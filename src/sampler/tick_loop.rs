@@ -454,24 +454,27 @@ impl<'a> Sampler<'a> {
 
     /// Schedstat of the threads `wants` names and of the holder, and 3.15's flags where read.
     fn read_extra_readings(&mut self, sample: &mut Sample) {
-        let (wants, check_gil_flags) = (&self.wants, self.reads.check_gil_flags);
         let (locked, last_holder) = (sample.word.locked, sample.word.last_holder);
-        if self.gil_flags.is_none() {
-            // Only schedstat, of the holder and the few threads the engine named.
-            let holder = locked
-                .then(|| self.table.index_of_thread_state(last_holder))
-                .flatten();
-            self.table.read_wanted_schedstat(sample, wants, holder);
+        // Looked up, not asked of every entry: a few threads of hundreds.
+        let holder = locked
+            .then(|| self.table.index_of_thread_state(last_holder))
+            .flatten();
+        self.table
+            .read_wanted_schedstat(sample, &self.wants, holder);
+        let Some(flags) = &self.gil_flags else {
             return;
-        }
-        for (index, seen) in sample.threads.iter_mut().enumerate() {
-            let holds = locked && seen.tstate == last_holder;
-            if wants.schedstat(seen.tid, seen.runs(), holds) {
-                self.table.read_schedstat(index, seen);
+        };
+        // The flags of each thread that runs without the GIL (of every one, with the check). An
+        // entry left unchanged outside the GIL is asleep, and not the holder: passed over without
+        // touching it, as the engine does (`Sample::unchanged_outside`).
+        let check = self.reads.check_gil_flags;
+        let (threads, marks) = (&mut sample.threads, &sample.unchanged_outside);
+        for (index, seen) in threads.iter_mut().enumerate() {
+            if !check && marks.get(index).copied().unwrap_or(false) {
+                continue;
             }
-            if let Some(flags) = &self.gil_flags
-                && GilFlagReader::wanted(check_gil_flags, seen.runs(), locked, holds)
-            {
+            let holds = locked && seen.tstate == last_holder;
+            if GilFlagReader::wanted(check, seen.runs(), locked, holds) {
                 seen.gil_flags = flags.read(&self.target.memory, seen.tstate);
                 self.table.wrote_flags(index);
             }

@@ -45,8 +45,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import (BINARY, WAKE_FLOOR, WORKLOAD, add_giltruth_option, finish_workload, giltruth, require,
-                      start_workload)
+from benchlib import (BINARY, WAKE_FLOOR, add_giltruth_option, finish_workload, giltruth, python_command, require,
+                      start_workload, workload_command)
 
 # The cost zoo: (name, the workload's arguments, processes). Shapes of real jobs, not of the tuning
 # workload: queue hand-offs, pure Python, native calls that keep the GIL, mostly blocked thread pools,
@@ -82,7 +82,7 @@ def start_workloads(args):
     for _ in range(args.processes):
         # -W: torch warns on stderr when numpy is missing, which changes nothing measured here.
         proc, pid = start_workload(
-            pinned(args, "target") + [args.python, "-W", "ignore::UserWarning", WORKLOAD] + workload_args(args)
+            pinned(args, "target") + workload_command(args.python, "-W", "ignore::UserWarning") + workload_args(args)
             + ["--seconds", str(args.seconds), "--start-on-stdin"], stdin=subprocess.PIPE)
         procs.append(proc)
         pids.append(pid)
@@ -302,7 +302,7 @@ def print_table(observers, runs, summary):
 
 
 def imports_torch(python):
-    return subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+    return subprocess.run(python_command(python) + ["-c", "import torch"], capture_output=True).returncode == 0
 
 
 def run_zoo(args, out):
@@ -376,7 +376,9 @@ def print_gaps(results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--python", default=sys.executable,
+                        help="the target's interpreter: a path, or sid-3.15 (any sid-X.Y[d]: that Python in the "
+                             "sid root scripts/make-sid-root.sh builds, run through chroot)")
     parser.add_argument("--workload", default="bench", choices=["bench", "dispatch", "queue"],
                         help="bench: N counting spinners; dispatch: a producer feeding N workers that alternate "
                              "pure Python and hashlib (work = items done); queue: the same with short items")

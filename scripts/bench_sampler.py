@@ -34,12 +34,12 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import BINARY, WORKLOAD, finish_workload, start_workload
+from benchlib import BINARY, finish_workload, start_workload, workload_command
 
 
 def start_bench(python, threads, idle, seconds):
     """The `bench` workload (`threads` spinners, `idle` idle threads) for `seconds`, once READY."""
-    return start_workload([python, WORKLOAD, "bench", "--threads", str(threads), "--idle", str(idle),
+    return start_workload([*workload_command(python), "bench", "--threads", str(threads), "--idle", str(idle),
                            "--seconds", str(seconds)])
 
 
@@ -82,7 +82,9 @@ def run_sampled(python, threads, idle, seconds, rate, priority="realtime", extra
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--python", default=sys.executable,
+                        help="the target's interpreter: a path, or sid-3.15 (any sid-X.Y[d]: that Python in the "
+                             "sid root scripts/make-sid-root.sh builds, run through chroot)")
     parser.add_argument("--rate", default="10khz")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--reps", type=int, default=3)

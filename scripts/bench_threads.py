@@ -30,14 +30,14 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import BINARY, WORKLOAD, require, start_workload
+from benchlib import BINARY, require, start_workload, workload_command
 
 
 def record_window(args, idle, pinned, out, binary):
     """One target run with a window of it recorded by `binary`; the trace's figures and gilsample's CPU
     s/s."""
     target = (["taskset", "-c", "0"] if pinned else []) + [
-        args.python, WORKLOAD, "bench", "--threads", "2", "--idle", str(idle),
+        *workload_command(args.python), "bench", "--threads", "2", "--idle", str(idle),
         # Long enough that the window ends before the threads are told to stop.
         "--seconds", str(args.seconds * 2 + 2)]
     proc, pid = start_workload(target)
@@ -63,7 +63,9 @@ def record_window(args, idle, pinned, out, binary):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--python", default=sys.executable,
+                        help="the target's interpreter: a path, or sid-3.15 (any sid-X.Y[d]: that Python in the "
+                             "sid root scripts/make-sid-root.sh builds, run through chroot)")
     parser.add_argument("--idle", default="3,398", help="blocked threads beside the 2 spinners, one target each")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--reps", type=int, default=5)

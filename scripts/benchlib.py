@@ -7,6 +7,7 @@ the work rate the benchmarks compare with and without an observer.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +15,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD = os.path.join(ROOT, "fixtures", "workloads", "gil_workload.py")
 BINARY = os.path.join(ROOT, "target", "release", "gilsample")
 WAKE_FLOOR = os.path.join(ROOT, "target", "release", "examples", "wake_floor")
+
+# The Debian sid root scripts/make-sid-root.sh builds (CPython 3.13-3.15), as the tests find it.
+SID_ROOT = os.environ.get("GILSAMPLE_SID_ROOT", "/var/tmp/gilsample-sid")
 
 # Where the project's own checkouts find giltruth: beside them, in the shared material. Only a fallback
 # for when neither --giltruth nor $GILTRUTH says where it is.
@@ -41,6 +45,29 @@ def giltruth(option=None):
                  "dependency of gilsample, and not in this repository. Point at its script with\n"
                  "--giltruth PATH or GILTRUTH=PATH (scripts/README.md)." % (os.path.normpath(path), source))
     return path
+
+
+def python_command(python):
+    """The command that runs the interpreter `--python` names: a path, or a label of the tests' for
+    one inside the sid root (`sid-3.15`, `sid-3.14d`), run there through chroot, so that 3.15 is a
+    benchmark target like the pyenv builds."""
+    if not python.startswith("sid-"):
+        return [python]
+    inside = "/usr/bin/python" + python[len("sid-"):]
+    require(os.path.join(SID_ROOT, inside.lstrip("/")), "run scripts/make-sid-root.sh, or set GILSAMPLE_SID_ROOT")
+    return ["chroot", SID_ROOT, inside]
+
+
+def workload_command(python, *options):
+    """The command that starts the bundled workload under `python` (see `python_command`), the
+    interpreter's `options` before the script. The sid root sees only its own tree: the script is
+    copied into it first."""
+    if not python.startswith("sid-"):
+        return [python, *options, WORKLOAD]
+    command = python_command(python)
+    inside = "/tmp/gilsample_bench_workload.py"
+    shutil.copy(WORKLOAD, os.path.join(SID_ROOT, inside.lstrip("/")))
+    return command + list(options) + [inside]
 
 
 def require(path, how):

@@ -75,6 +75,8 @@ pub(super) struct WatchedThread {
     sleep_proof: SleepProof,
     /// The GIL's `CondStamp` of the tick of its last reading, read before that reading.
     stamp_at_reading: Option<CondStamp>,
+    /// Found by the walk made before the first tick, and not read since (`read_tracked`).
+    unread_since_attach: bool,
 }
 
 /// The threads the sampler reads, in the sample's order, and the tick's idle ones left unread.
@@ -213,6 +215,7 @@ impl ThreadTable {
         self.reindex();
         // The sample's entries are by index: the next tick writes every one.
         self.entries_current = false;
+        let at_attach = self.ticks == 0;
         for r in refs {
             if let Some(&index) = self.index_by_tid.get(&r.tid) {
                 self.looks[index].thread.tstate = r.tstate;
@@ -231,6 +234,7 @@ impl ThreadTable {
                 last_kernel: None,
                 sleep_proof: SleepProof::default(),
                 stamp_at_reading: None,
+                unread_since_attach: at_attach,
             });
         }
         self.walked.len() < refs.len()
@@ -460,6 +464,13 @@ fn read_into(
 /// Reads one thread's kernel state (or proves its last one unchanged) at `now` and keeps what
 /// spares later reads: the reading, since when it has been asleep in the same non-GIL wait
 /// (`idle_since`), and the GIL's stamp read before it (`stamp`, the tick's).
+///
+/// A thread that the walk at attach found, met asleep outside the GIL at its first reading, counts
+/// as idle from that reading on (`IDLE_AFTER_NS` before it): it was there before the recording, and
+/// its wait may be hours old. Taken as just fallen asleep instead, every such thread was read at
+/// every tick of the recording's first 20 ms: with 398 threads in `Event.wait`, about 20 ticks of
+/// 1 ms each and some 190 periods lost, a fifth of all those lost in a 3 s recording (docs/cost.md).
+/// A wrong guess costs what the counts' refutation costs: one tick that reads every idle thread.
 fn read_tracked(
     tracked: &mut WatchedThread,
     idle_since: &mut Option<u64>,
@@ -479,10 +490,13 @@ fn read_tracked(
         KernelReading::Read(state) => state,
     };
     let same_wait = state.is_some() && state == tracked.last_kernel;
+    let met_at_attach = std::mem::take(&mut tracked.unread_since_attach);
     *idle_since = match state {
         Some(k) if asleep_elsewhere(&k, ranges) => {
             if same_wait {
                 idle_since.or(Some(now))
+            } else if met_at_attach {
+                Some(now.saturating_sub(IDLE_AFTER_NS))
             } else {
                 Some(now)
             }
@@ -492,3 +506,6 @@ fn read_tracked(
     tracked.last_kernel = state;
     state
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,7 +14,7 @@ not rule them out however often retried) and ticks that read them as the cheaper
 (`counted_out_read_instead`: few idle threads; "—" for a build before that count), system calls per tick
 and the sampler's CPU seconds per second, and that CPU against the first target's (#26's bar: 400
 threads at most twice what 5 cost). With --baseline another build records the same targets in the same
-rounds, right after this one, for a before/after of a sampler change.
+rounds, the two builds taking turns going first, for a before/after of a sampler change.
 
 Usage: scripts/bench_threads.py [--python PY] [--idle 3,398] [--seconds 3] [--reps 5] [--rate 10khz] [--pin]
                                 [--baseline OTHER_GILSAMPLE]
@@ -72,7 +72,8 @@ def main():
     parser.add_argument("--rate", default="10khz")
     parser.add_argument("--pin", action="store_true", help="also with the target on CPU 0, gilsample on the last")
     parser.add_argument("--baseline", metavar="BINARY",
-                        help="another gilsample build, run right after this one on the same targets each round")
+                        help="another gilsample build, run next to this one on the same targets each round (the two "
+                             "take turns going first)")
     args = parser.parse_args()
     require(BINARY, "cargo build --release")
     if args.baseline:
@@ -83,7 +84,10 @@ def main():
     runs = {(idle, pinned, build): [] for idle in targets for pinned in placements for build, _ in builds}
     with tempfile.TemporaryDirectory() as out:
         for rep in range(args.reps):
-            for (idle, pinned, build) in runs:
+            # The two builds take turns going first: a run can leave the machine warmer or busier for
+            # the one after it, and a fixed order would credit that to one build.
+            order = builds if rep % 2 == 0 else builds[::-1]
+            for (idle, pinned, build) in [(i, p, b) for i in targets for p in placements for b, _ in order]:
                 binary = dict(builds)[build]
                 runs[(idle, pinned, build)].append(record_window(args, idle, pinned, out, binary))
                 print("round %d, %d threads, %s, %s: %s" % (rep + 1, idle + 3, "spare core" if pinned else "busy",

@@ -40,8 +40,8 @@ pub(super) enum Refresh {
 /// The refresh walks every this many `refresh_ns` however still the thread count. A thread state
 /// deleted while its thread lives on, and not the list's head, moves neither the head nor the count:
 /// a native thread's `PyGILState_Release` when a later state was made after its own. Until this walk
-/// the table keeps that thread, read as any idle one. With 400 threads a walk costs two or three
-/// periods (docs/cost.md), once a second here instead of ten times.
+/// the table keeps that thread, read as any idle one. With 400 threads a walk cost two to ten
+/// periods on busy cores (docs/cost.md), once a second here instead of ten times.
 const WALK_AT_LEAST_EVERY: u64 = 10;
 
 impl Pace {

@@ -65,9 +65,7 @@ impl Screen {
             }
         }
     }
-}
 
-impl Screen {
     /// Clears the terminal and has the next draw paint every cell. Not ratatui's
     /// `Terminal::clear`: that asks the terminal where its cursor is and reads the answer, which
     /// competes with the key reader for the terminal's bytes, and which spun for good on a

@@ -114,8 +114,10 @@ pub struct RecordArgs {
     /// Scheduling of the sampler thread: realtime (SCHED_FIFO 1, needs root or CAP_SYS_NICE; falls
     /// back to high, then normal), high (nice -10), or normal.
     ///
-    /// Keep realtime: a sampler that waits behind busy target threads leaves gaps in the trace. Normal
-    /// only where real-time threads are not welcome.
+    /// Keep realtime where a core is to spare (`--cpus`): a sampler that waits behind busy target
+    /// threads leaves gaps in the trace. On cores the target keeps busy, normal takes less of the
+    /// job's time and reaches a lower rate (the summary says which; docs/cost.md); and normal where
+    /// real-time threads are not welcome.
     #[arg(long, value_enum, default_value = "realtime", help_heading = HELP_SAMPLING)]
     pub priority: Priority,
 

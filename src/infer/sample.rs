@@ -131,10 +131,11 @@ impl ThreadSample {
 }
 
 impl Sample {
-    /// `self = src.clone()` reusing `self`'s vectors: derived `Clone` has no `clone_from` of its
-    /// own, and the stream's encoder, reader and saver keep a copy of every sample. Destructured,
-    /// so a new field of `Sample` is not forgotten here.
-    pub fn copy_from(&mut self, src: &Sample) {
+    /// `self = src.clone()` without the engine's marks (`unchanged_outside`, left empty: a saved
+    /// stream does not keep them), reusing `self`'s vectors: derived `Clone` has no `clone_from`
+    /// of its own, and the stream's encoder, reader and saver keep a copy of every sample.
+    /// Destructured, so a new field of `Sample` is not forgotten here.
+    pub fn copy_readings_from(&mut self, src: &Sample) {
         let Sample {
             read_ns,
             woke_ns,
@@ -147,7 +148,7 @@ impl Sample {
             all_kernel_read,
             skipped_periods,
             threads,
-            unchanged_outside,
+            unchanged_outside: _,
         } = src;
         self.read_ns = *read_ns;
         self.woke_ns = *woke_ns;
@@ -160,7 +161,7 @@ impl Sample {
         self.all_kernel_read = *all_kernel_read;
         self.skipped_periods = *skipped_periods;
         self.threads.clone_from(threads);
-        self.unchanged_outside.clone_from(unchanged_outside);
+        self.unchanged_outside.clear();
     }
 
     /// Whether thread `index`'s entry is the sample before's, asleep outside the GIL

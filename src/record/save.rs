@@ -23,7 +23,7 @@ pub struct Saving {
 impl SampleLog for Saving {
     fn sample(&mut self, sample: &Sample) {
         if let Item::Sample(saved) = &mut self.item {
-            saved.copy_from(sample);
+            saved.copy_readings_from(sample);
         }
         self.saver.push(&self.item);
     }

@@ -249,7 +249,7 @@ impl<R: Read> StreamReader<R> {
                 decode_sample(&self.prev, period, &mut input, &mut cur).map_err(bad)?;
                 cur.skipped_periods = self.skipped_periods;
                 cur.word_again = self.word_again.take();
-                self.prev.copy_from(&cur);
+                self.prev.copy_readings_from(&cur);
                 Some(Item::Sample(cur))
             }
             kind::STACK => {

@@ -74,7 +74,7 @@ impl StreamWriter {
                     &mut self.payload,
                 );
                 // Reuses the thread vector: no allocation once it has grown.
-                self.prev.copy_from(s);
+                self.prev.copy_readings_from(s);
                 kind::SAMPLE
             }
             Item::Stack {

@@ -13,25 +13,17 @@
 #[macro_use]
 mod common;
 
-use common::record_checked;
+use common::{assert_rule_held, record_checked};
 use gilsample::sampler::thread_reads::CHECK_PROVEN_WAITING;
 
 fn waiters_left_unread_are_still_waiting(label: &str) {
     let scenario = ["bench", "--threads", "3"];
     let trace = record_checked(label, &scenario, "1", CHECK_PROVEN_WAITING);
-    let left_unread = trace.other("kernel_reads_proven_waiting").as_u64();
-    let check = trace.other("proven_waiting_check");
-    let judged = check["judged"].as_u64().unwrap_or(0);
-    let refuted = check["refuted"].as_u64();
-    assert!(
-        left_unread.is_some_and(|n| n > 0) && judged > 0,
-        "{label}: the rule had nothing to judge (left unread {left_unread:?}, check {check})"
-    );
-    assert_eq!(
-        refuted,
-        Some(0),
-        "{label}: of {judged} readings of threads proven still waiting, some found them out of \
-         take_gil's wait"
+    let judged = assert_rule_held(
+        label,
+        &trace,
+        "kernel_reads_proven_waiting",
+        "proven_waiting_check",
     );
     eprintln!("{label}: {judged} readings judged, none out of the wait");
 }

@@ -38,7 +38,7 @@ pub struct ThreadEvidence {
     /// to switch since, so `drop_gil` has no forced-switch wait to be in.
     pub no_switch_request: bool,
     /// For a thread last seen asleep in `take_gil`'s wait long enough for schedstat to prove it
-    /// (`SleepProof`): how many times it has got a CPU since (`None`: not known).
+    /// (`StateProof`): how many times it has got a CPU since (`None`: not known).
     pub arrivals_since_take_sleep: Option<u64>,
 }
 

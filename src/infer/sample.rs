@@ -67,7 +67,7 @@ pub struct ThreadSample {
     /// The syscall file's state; `None` where it could not be read.
     pub kernel: Option<KernelState>,
     /// schedstat's CPU-arrival count read just before the syscall file last said asleep, once the
-    /// sleep proof covers that sleep (`SleepProof::timeslices_asleep`).
+    /// sleep proof covers that sleep (`StateProof::timeslices_asleep`).
     pub slices_before_sleep: Option<u64>,
     /// schedstat, where `Wants` asked for it and the kernel has it.
     pub schedstat: Option<SchedStat>,

@@ -56,18 +56,22 @@ pub enum KernelReading {
     Unchanged(Option<KernelState>),
 }
 
-/// What `ThreadFiles::read_state_since` keeps between samples for one thread.
+/// What `ThreadFiles::read_state_since` keeps between samples for one thread: what proves its last
+/// reading still current, asleep or running.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SleepProof {
+pub struct StateProof {
     /// schedstat's timeslices, read just before the last syscall-file reading that said asleep.
     timeslices: Option<u64>,
     /// Syscall-file readings in a row that found the same wait.
     same: u8,
-    /// The last sample was proven unchanged.
+    /// The last sample was proven unchanged asleep.
     held: bool,
+    /// schedstat's CPU time and timeslices, read just before the last syscall-file reading that
+    /// said running.
+    running: Option<(u64, u64)>,
 }
 
-impl SleepProof {
+impl StateProof {
     /// Identical readings of a sleeping thread in a row before its sleep is proven by schedstat
     /// instead.
     pub const SAME_BEFORE_PROVING: u8 = 8;
@@ -77,6 +81,16 @@ impl SleepProof {
     pub fn timeslices_asleep(&self) -> Option<u64> {
         self.timeslices
     }
+}
+
+/// What proves a running thread still running: its CPU time and its count of CPU arrivals. The
+/// kernel adds to the CPU time whenever the thread leaves a CPU (and at its ticks while it runs),
+/// and counts an arrival whenever it gets one; a thread that runs cannot fall asleep without leaving
+/// its CPU, nor a runnable one without getting a CPU first. So where both read the same as just
+/// before a syscall-file reading that said running, the thread has neither left nor got a CPU
+/// since, and is running still. 0 arrivals: the kernel keeps no count, and nothing is proven.
+fn running_key(stat: SchedStat) -> Option<(u64, u64)> {
+    (stat.timeslices > 0).then_some((stat.cpu_ns, stat.timeslices))
 }
 
 /// The open /proc files of one thread.
@@ -113,39 +127,53 @@ impl ThreadFiles {
         parse_syscall(&buf[..n]).ok_or(ReadError::Fault)
     }
 
-    /// The thread's kernel state: read from its syscall file, or proven unchanged since `last`. A thread
-    /// asleep in a syscall cannot leave it without getting a CPU, and every time a thread gets a CPU
-    /// the kernel counts a timeslice in schedstat. So when that count, read just before the syscall
-    /// file said "asleep", has not moved, the thread is still inside the same call (woken perhaps,
-    /// not yet run) and `last` stands. A schedstat read is cheaper than a syscall-file read, which
-    /// takes the runqueue lock of the thread's CPU; but a thread that runs between most samples would
-    /// pay for both, so the proof is tried only for a thread found in the same wait
-    /// `SAME_BEFORE_PROVING` times in a row, and for as long as it keeps holding (docs/cost.md, "What
-    /// keeps the sampler cheap").
+    /// The thread's kernel state: read from its syscall file, or proven unchanged since `last`; with
+    /// the schedstat reading taken before it, where one was.
+    ///
+    /// Asleep: a thread asleep in a syscall cannot leave it without getting a CPU, and every time a
+    /// thread gets a CPU the kernel counts a timeslice in schedstat. So when that count, read just
+    /// before the syscall file said "asleep", has not moved, the thread is still inside the same
+    /// call (woken perhaps, not yet run) and `last` stands. A schedstat read is cheaper than a
+    /// syscall-file read, which takes the runqueue lock of the thread's CPU; but a thread that runs
+    /// between most samples would pay for both, so the proof is tried only for a thread found in the
+    /// same wait `SAME_BEFORE_PROVING` times in a row, and for as long as it keeps holding (docs/cost.md,
+    /// "What keeps the sampler cheap").
+    ///
+    /// Running: where the caller wants the thread's schedstat at this sample anyway
+    /// (`schedstat_wanted`: the GIL's holder, a thread the engine asked about), it is read first, and
+    /// a running thread whose CPU time and timeslices read as they did before the reading that found
+    /// it running is running still (`running_key`): the syscall file, with its ptrace check at every
+    /// read, is left unread.
     pub fn read_state_since(
         &self,
         last: Option<KernelState>,
-        proof: &mut SleepProof,
-    ) -> KernelReading {
+        proof: &mut StateProof,
+        schedstat_wanted: bool,
+    ) -> (KernelReading, Option<SchedStat>) {
         let asleep = |k: &Option<KernelState>| {
             matches!(
                 k,
                 Some(KernelState::InSyscall { .. } | KernelState::Blocked)
             )
         };
-        let worth_it = proof.held || proof.same >= SleepProof::SAME_BEFORE_PROVING;
-        let before = if asleep(&last) && worth_it {
+        let try_sleep =
+            asleep(&last) && (proof.held || proof.same >= StateProof::SAME_BEFORE_PROVING);
+        let before = if try_sleep || schedstat_wanted {
             self.read_schedstat()
         } else {
             None
         };
-        if let (Some(now), Some(then)) = (before, proof.timeslices)
-            && now.timeslices == then
-        {
-            proof.held = true;
-            return KernelReading::Unchanged(last);
+        if let Some(now) = before {
+            let slept_through = try_sleep && proof.timeslices == Some(now.timeslices);
+            let ran_through = last == Some(KernelState::Running)
+                && proof.running.is_some()
+                && proof.running == running_key(now);
+            if slept_through || ran_through {
+                proof.held = slept_through;
+                return (KernelReading::Unchanged(last), before);
+            }
         }
-        let failed = before.is_some() && proof.timeslices.is_some();
+        let failed = try_sleep && before.is_some() && proof.timeslices.is_some();
         let state = self.read_state().ok();
         proof.held = false;
         proof.same = if !failed && asleep(&state) && state == last {
@@ -153,11 +181,16 @@ impl ThreadFiles {
         } else {
             0
         };
-        // A count of 0 means the kernel keeps none, and proves nothing.
+        // A count of 0 means the kernel keeps none, and proves nothing. Kept only where the sleep
+        // proof was tried: the engine reads it (`ThreadSample::slices_before_sleep`).
         proof.timeslices = before
+            .filter(|_| try_sleep)
             .map(|s| s.timeslices)
             .filter(|&n| n > 0 && asleep(&state));
-        KernelReading::Read(state)
+        proof.running = before
+            .filter(|_| state == Some(KernelState::Running))
+            .and_then(running_key);
+        (KernelReading::Read(state), before)
     }
 
     /// The thread's scheduler statistics, when the kernel exposes them.
@@ -262,9 +295,9 @@ mod tests {
         };
         assert!(blocked(&files), "never saw the thread blocked in read");
         let mut last = None;
-        let mut proof = SleepProof::default();
-        let next = |last: &mut Option<KernelState>, proof: &mut SleepProof| {
-            let reading = files.read_state_since(*last, proof);
+        let mut proof = StateProof::default();
+        let next = |last: &mut Option<KernelState>, proof: &mut StateProof| {
+            let (reading, _) = files.read_state_since(*last, proof, false);
             let (KernelReading::Read(state) | KernelReading::Unchanged(state)) = reading;
             *last = state;
             reading
@@ -274,7 +307,7 @@ mod tests {
         let reads = (0..20)
             .take_while(|_| matches!(next(&mut last, &mut proof), KernelReading::Read(Some(_))))
             .count();
-        assert_eq!(reads, usize::from(SleepProof::SAME_BEFORE_PROVING) + 2);
+        assert_eq!(reads, usize::from(StateProof::SAME_BEFORE_PROVING) + 2);
         assert!(matches!(last, Some(KernelState::InSyscall { .. })));
         assert_eq!(
             next(&mut last, &mut proof),
@@ -293,6 +326,56 @@ mod tests {
         );
         std::io::Write::write_all(&mut &writer, b"x").unwrap();
         sleeper.join().unwrap();
+    }
+
+    #[test]
+    fn a_running_thread_that_fell_asleep_is_not_proven_running() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let spinning = stop.clone();
+        let spinner = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+            while !spinning.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+            std::io::Read::read(&mut &reader, &mut [0u8; 1]).unwrap();
+        });
+        let files = ThreadFiles::open(std::process::id(), tid_rx.recv().unwrap()).unwrap();
+        let mut proof = StateProof::default();
+        // Spinning, it reads as running (on a CPU or waiting for one), with schedstat read first.
+        let (first, before) = files.read_state_since(None, &mut proof, true);
+        assert_eq!(first, KernelReading::Read(Some(KernelState::Running)));
+        assert!(
+            before.is_some(),
+            "schedstat wanted: read before the syscall file"
+        );
+        stop.store(true, Ordering::Relaxed);
+        let asleep = (0..100_000).any(|_| {
+            let state = files.read_state();
+            let in_read = matches!(state,
+                Ok(KernelState::InSyscall { nr, .. }) if nr == libc::SYS_read || nr == libc::SYS_recvfrom);
+            if !in_read {
+                std::thread::yield_now();
+            }
+            in_read
+        });
+        assert!(asleep, "never saw the thread blocked in read");
+        // It left its CPU to fall asleep: its CPU time moved, and the proof does not hold.
+        let (then, _) = files.read_state_since(Some(KernelState::Running), &mut proof, true);
+        assert!(
+            matches!(
+                then,
+                KernelReading::Read(Some(KernelState::InSyscall { .. }))
+            ),
+            "{then:?}"
+        );
+        // Without schedstat wanted, a running reading is always read.
+        let (plain, none) = files.read_state_since(Some(KernelState::Running), &mut proof, false);
+        assert!(matches!(plain, KernelReading::Read(_)) && none.is_none());
+        std::io::Write::write_all(&mut &writer, b"x").unwrap();
+        spinner.join().unwrap();
     }
 
     #[test]

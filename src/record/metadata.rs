@@ -65,6 +65,11 @@ pub(crate) fn trace_metadata(
         "thread_list_walks_spared": report.thread_walks_spared,
         "kernel_reads_skipped_idle": report.kernel_reads_skipped,
         "kernel_reads_proven_unchanged": report.kernel_reads_unchanged,
+        "kernel_reads_proven_running": report.kernel_reads_proven_running,
+        "running_proof_check": (report.running_proof_checked > 0).then(|| json!({
+            "judged": report.running_proof_checked,
+            "refuted": report.running_proof_refuted,
+        })),
         "kernel_reads_counted_out": report.kernel_reads_counted_out,
         "counted_out_refuted": report.counted_out_refuted,
         "counted_out_read_instead": report.counted_out_read_instead,

@@ -58,8 +58,17 @@ pub struct SamplerReport {
     pub faulted_samples: u64,
     /// What inference decided and counted (infer/engine.rs).
     pub inference: InferenceCounts,
-    /// Kernel readings that schedstat proved unchanged (`ThreadFiles::read_state_since`).
+    /// Kernel readings that schedstat proved unchanged (`ThreadFiles::read_state_since`): asleep
+    /// in the same call.
     pub kernel_reads_unchanged: u64,
+    /// The same, running: the thread neither left nor got a CPU since its last reading.
+    pub kernel_reads_proven_running: u64,
+    /// With `GILSAMPLE_CHECK_RUNNING_PROOF`: those readings taken anyway, between two schedstat
+    /// reads that still prove it, and judged; and those that found the thread not running (none
+    /// should).
+    pub running_proof_checked: u64,
+    /// See `running_proof_checked`.
+    pub running_proof_refuted: u64,
     /// Kernel readings not taken because the thread was idle in a non-GIL wait.
     pub kernel_reads_skipped: u64,
     /// Kernel readings not taken because the thread was idle and the waiter counts showed it
@@ -160,6 +169,9 @@ impl SamplerReport {
             gil_read_again: 0,
             gil_let_go_between_reads: 0,
             kernel_reads_unchanged: 0,
+            kernel_reads_proven_running: 0,
+            running_proof_checked: 0,
+            running_proof_refuted: 0,
             thread_names: BTreeMap::new(),
             name_reads: NameStats::default(),
             stacks: StackReport::default(),

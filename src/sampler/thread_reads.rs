@@ -2,7 +2,8 @@
 //! asleep 20 ms in the same non-GIL wait is read only every few ticks, or not at all while the GIL's
 //! waiter counts rule it out of every GIL wait (infer/counted_out.rs); a thread asleep in
 //! `take_gil`'s wait is not read while `gil.cond` reads the same as before its last reading
-//! (`CondStamp`); and a sleeper's reading is proven unchanged by schedstat where it can be. An idle
+//! (`CondStamp`); a sleeper's reading is proven unchanged by schedstat where it can be, and so is a
+//! running thread's where its schedstat is wanted at the tick anyway (the holder's). An idle
 //! thread left unread is not even looked at beyond its `FirstLook`: its entry in the sample is the
 //! last tick's, marked so for the engine (`Sample::unchanged_outside`).
 
@@ -11,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use crate::addr::RemoteAddr;
 use crate::infer::classify::asleep_elsewhere;
 use crate::infer::sample::{Sample, ThreadSample, Wants};
-use crate::observed::{GilWaitRanges, KernelState, Waiters};
-use crate::process::kernel::{KernelReading, SleepProof, ThreadFiles};
+use crate::observed::{GilWaitRanges, KernelState, SchedStat, Waiters};
+use crate::process::kernel::{KernelReading, StateProof, ThreadFiles};
 use crate::python::gil_span::{CondStamp, WaiterCountAddrs};
 use crate::python::runtime::ThreadRef;
 use crate::python::target::Target;
@@ -55,6 +56,13 @@ pub const CHECK_COUNTED_OUT: &str = "GILSAMPLE_CHECK_COUNTED_OUT";
 /// tests/proven_waiting.rs).
 pub const CHECK_PROVEN_WAITING: &str = "GILSAMPLE_CHECK_PROVEN_WAITING";
 
+/// Set in the environment, every thread whose running schedstat proves still running
+/// (`ThreadFiles::read_state_since`) has its syscall file read anyway, and its schedstat again after
+/// that; where the second schedstat still proves it (so it brackets the reading), the reading is
+/// judged: running, or the proof is refuted. The trace's metadata counts what was judged and
+/// refuted (`running_proof_check`; tests/running_proof.rs).
+pub const CHECK_RUNNING_PROOF: &str = "GILSAMPLE_CHECK_RUNNING_PROOF";
+
 /// What the tick's first pass looks at of every thread, kept apart from the rest of its entry
 /// (`WatchedThread`): for an idle thread it leaves unread, these 32 bytes are all the tick touches.
 /// With 398 threads in `Event.wait` beside 2 spinners, touching each one's whole entry and its
@@ -72,7 +80,7 @@ pub(super) struct WatchedThread {
     /// The last kernel reading.
     last_kernel: Option<KernelState>,
     /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
-    sleep_proof: SleepProof,
+    state_proof: StateProof,
     /// The GIL's `CondStamp` of the tick of its last reading, read before that reading.
     stamp_at_reading: Option<CondStamp>,
     /// Found by the walk made before the first tick, and not read since (`read_tracked`).
@@ -232,7 +240,7 @@ impl ThreadTable {
             self.threads.push(WatchedThread {
                 files,
                 last_kernel: None,
-                sleep_proof: SleepProof::default(),
+                state_proof: StateProof::default(),
                 stamp_at_reading: None,
                 unread_since_attach: at_attach,
             });
@@ -252,11 +260,11 @@ impl ThreadTable {
         sample: &mut Sample,
         ranges: &GilWaitRanges,
         gil: FirstRead,
-        spare: ReadsSpared,
+        (spare, wants): (ReadsSpared, &Wants),
     ) -> Option<Waiters> {
         self.tick_stamp = gil.cond_stamp;
         self.ticks += 1;
-        let carried_over = self.first_pass(sample, ranges, spare, report);
+        let carried_over = self.first_pass(sample, ranges, (spare, wants), report);
         sample.all_kernel_read = !carried_over;
         if !self.checks.is_empty() {
             self.check_proven_waiting(target, gil.counts, sample, ranges, report);
@@ -267,11 +275,13 @@ impl ThreadTable {
     /// The tick's pass over every thread: reads each one, or carries its last reading over where
     /// `spare` allows (an idle thread left for the counts to rule out goes into `unread`). True when
     /// a carried-over reading could have changed since (one skipped on an every-few-ticks turn).
+    /// A thread whose schedstat `wants` asks for (or the holder's) gets it here, read before its
+    /// syscall file, which it may spare (`ThreadFiles::read_state_since`).
     fn first_pass(
         &mut self,
         sample: &mut Sample,
         ranges: &GilWaitRanges,
-        spare: ReadsSpared,
+        (spare, wants): (ReadsSpared, &Wants),
         report: &mut SamplerReport,
     ) -> bool {
         let (now, word, stamp, tick) = (sample.read_ns, sample.word, self.tick_stamp, self.ticks);
@@ -305,6 +315,7 @@ impl ThreadTable {
                 .is_some_and(|since| now.saturating_sub(since) >= IDLE_AFTER_NS);
             // Never the holder, nor the mutex's owner: they are inside the GIL.
             let in_gil = thread.tstate == word.last_holder || mutex_owner == Some(thread.their_tid);
+            let holds = word.locked && thread.tstate == word.last_holder;
             idle_now += usize::from(is_idle && !in_gil);
             let turn = |every: u64| (tick + u64::from(thread.tid)).is_multiple_of(every);
             let left_unread = is_idle && !in_gil && count_out && !turn(COUNTED_OUT_READ_EVERY);
@@ -328,6 +339,7 @@ impl ThreadTable {
                 .is_some_and(|addr| ranges.on_cond(addr));
             let still_waiting =
                 spare.proven_waiting && !in_gil && was_on_cond && still_waiting(tracked, stamp);
+            let mut schedstat = None;
             let kernel = if left_unread {
                 tracked.last_kernel
             } else if still_waiting {
@@ -349,10 +361,29 @@ impl ThreadTable {
                 if was_on_cond && !in_gil {
                     self.woken_from_cond.push(index);
                 }
+                let last_runs = tracked.last_kernel == Some(KernelState::Running);
+                let asked = Asked {
+                    schedstat: wants.schedstat(thread.tid, last_runs, holds),
+                    check_running_proof: spare.check_running_proof,
+                };
                 let reading = (now, stamp);
-                read_tracked(tracked, &mut look.idle_since, reading, ranges, report)
+                let (kernel, before) = read_tracked(
+                    tracked,
+                    &mut look.idle_since,
+                    reading,
+                    (ranges, asked),
+                    report,
+                );
+                let runs = kernel == Some(KernelState::Running);
+                schedstat = before.filter(|_| wants.schedstat(thread.tid, runs, holds));
+                kernel
             };
-            let seen = entry_of(thread, tracked, kernel);
+            let mut seen = entry_of(thread, tracked, kernel);
+            if schedstat.is_some() {
+                // Taken out again by the next first pass, should the thread then be left unread.
+                seen.schedstat = schedstat;
+                self.extras.push(index);
+            }
             match out.get_mut(index) {
                 Some(last) if *last == seen => {}
                 Some(last) => *last = seen,
@@ -409,6 +440,18 @@ pub(super) struct ReadsSpared {
     pub(super) proven_waiting: bool,
     /// `CHECK_PROVEN_WAITING` is set.
     pub(super) check_proven_waiting: bool,
+    /// `CHECK_RUNNING_PROOF` is set.
+    pub(super) check_running_proof: bool,
+}
+
+/// What a thread's reading at this tick is asked for besides its kernel state.
+#[derive(Clone, Copy, Default)]
+struct Asked {
+    /// Its schedstat is wanted at this tick whatever the reading finds (read first: it may spare
+    /// the syscall file).
+    schedstat: bool,
+    /// `CHECK_RUNNING_PROOF` is set.
+    check_running_proof: bool,
 }
 
 /// What the tick's first read of the GIL brought that decides which threads are read.
@@ -433,7 +476,7 @@ fn entry_of(
         their_tid: thread.their_tid,
         tstate: thread.tstate,
         kernel,
-        slices_before_sleep: tracked.sleep_proof.timeslices_asleep(),
+        slices_before_sleep: tracked.state_proof.timeslices_asleep(),
         schedstat: None,
         gil_flags: None,
     }
@@ -457,13 +500,15 @@ fn read_into(
     ranges: &GilWaitRanges,
     report: &mut SamplerReport,
 ) {
-    seen.kernel = read_tracked(tracked, idle_since, reading, ranges, report);
-    seen.slices_before_sleep = tracked.sleep_proof.timeslices_asleep();
+    let asked = Asked::default();
+    (seen.kernel, _) = read_tracked(tracked, idle_since, reading, (ranges, asked), report);
+    seen.slices_before_sleep = tracked.state_proof.timeslices_asleep();
 }
 
 /// Reads one thread's kernel state (or proves its last one unchanged) at `now` and keeps what
 /// spares later reads: the reading, since when it has been asleep in the same non-GIL wait
-/// (`idle_since`), and the GIL's stamp read before it (`stamp`, the tick's).
+/// (`idle_since`), and the GIL's stamp read before it (`stamp`, the tick's). With it, the schedstat
+/// read before the syscall file, where `asked` wanted one or the sleep proof read one.
 ///
 /// A thread that the walk at attach found, met asleep outside the GIL at its first reading, counts
 /// as idle from that reading on (`IDLE_AFTER_NS` before it): it was there before the recording, and
@@ -475,14 +520,23 @@ fn read_tracked(
     tracked: &mut WatchedThread,
     idle_since: &mut Option<u64>,
     (now, stamp): (u64, Option<CondStamp>),
-    ranges: &GilWaitRanges,
+    (ranges, asked): (&GilWaitRanges, Asked),
     report: &mut SamplerReport,
-) -> Option<KernelState> {
+) -> (Option<KernelState>, Option<SchedStat>) {
     tracked.stamp_at_reading = stamp;
-    let state = match tracked
-        .files
-        .read_state_since(tracked.last_kernel, &mut tracked.sleep_proof)
-    {
+    let (reading, before) = tracked.files.read_state_since(
+        tracked.last_kernel,
+        &mut tracked.state_proof,
+        asked.schedstat,
+    );
+    let state = match reading {
+        KernelReading::Unchanged(state @ Some(KernelState::Running)) => {
+            report.kernel_reads_proven_running += 1;
+            if asked.check_running_proof {
+                check_running_proof(&tracked.files, before, report);
+            }
+            state
+        }
         KernelReading::Unchanged(state) => {
             report.kernel_reads_unchanged += 1;
             state
@@ -504,7 +558,23 @@ fn read_tracked(
         _ => None,
     };
     tracked.last_kernel = state;
-    state
+    (state, before)
+}
+
+/// `CHECK_RUNNING_PROOF`: the syscall file of a thread schedstat proved running (`proof`: that
+/// schedstat), read anyway, then its schedstat again; where that one proves the same, the reading
+/// lies between two proofs and is judged.
+fn check_running_proof(files: &ThreadFiles, proof: Option<SchedStat>, report: &mut SamplerReport) {
+    let reading = files.read_state();
+    let after = files.read_schedstat();
+    let same = |s: Option<SchedStat>| s.map(|s| (s.cpu_ns, s.timeslices));
+    if after.is_none() || same(after) != same(proof) {
+        return;
+    }
+    report.running_proof_checked += 1;
+    if reading.ok() != Some(KernelState::Running) {
+        report.running_proof_refuted += 1;
+    }
 }
 
 #[cfg(test)]

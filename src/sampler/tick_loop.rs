@@ -39,7 +39,8 @@ use crate::sampler::stack_watch::StackWatch;
 use crate::sampler::stop_watch::StopWatch;
 use crate::sampler::thread_naming::ThreadNaming;
 use crate::sampler::thread_reads::{
-    CHECK_COUNTED_OUT, CHECK_PROVEN_WAITING, FirstRead, ReadsSpared, ThreadTable,
+    CHECK_COUNTED_OUT, CHECK_PROVEN_WAITING, CHECK_RUNNING_PROOF, FirstRead, ReadsSpared,
+    ThreadTable,
 };
 
 use crate::infer::findings::{Finding, LiveSnapshot};
@@ -121,6 +122,7 @@ impl<'a> Sampler<'a> {
             check_gil_flags: engine.context().check_gil_flags,
             check_counted_out: std::env::var_os(CHECK_COUNTED_OUT).is_some(),
             check_proven_waiting: std::env::var_os(CHECK_PROVEN_WAITING).is_some(),
+            check_running_proof: std::env::var_os(CHECK_RUNNING_PROOF).is_some(),
         };
         let start = monotonic_ns();
         let mut state = Sampler {
@@ -341,6 +343,7 @@ impl<'a> Sampler<'a> {
             counted_out: config.idle_backoff && reads.counts.is_some(),
             proven_waiting: config.idle_backoff,
             check_proven_waiting: reads.check_proven_waiting,
+            check_running_proof: reads.check_running_proof,
         };
         let (counts, check_counted_out) = (reads.counts, reads.check_counted_out);
         let gil = FirstRead {
@@ -354,7 +357,7 @@ impl<'a> Sampler<'a> {
             sample,
             &self.reads.ranges,
             gil,
-            spare,
+            (spare, &self.wants),
         );
         sample.waiters_again = match counts {
             Some(at) if self.engine.wants_recount(sample) => {
@@ -505,4 +508,5 @@ struct TickReads<'a> {
     check_gil_flags: bool,
     check_counted_out: bool,
     check_proven_waiting: bool,
+    check_running_proof: bool,
 }

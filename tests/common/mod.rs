@@ -284,6 +284,25 @@ pub fn record_checked_into(label: &str, scenario: &[&str], args: &[&str], check:
     );
 }
 
+/// For a trace recorded with one of the `GILSAMPLE_CHECK_*` switches that judge a read-sparing
+/// rule live: asserts that the rule left readings out (the count at `left_out_key`), that the check
+/// judged some (`check_key`'s `judged`) and that none refuted it. Returns how many were judged.
+pub fn assert_rule_held(label: &str, trace: &Trace, left_out_key: &str, check_key: &str) -> u64 {
+    let left_out = trace.other(left_out_key).as_u64();
+    let check = trace.other(check_key);
+    let judged = check["judged"].as_u64().unwrap_or(0);
+    assert!(
+        left_out.is_some_and(|n| n > 0) && judged > 0,
+        "{label}: the rule had nothing to judge ({left_out_key} {left_out:?}, {check_key} {check})"
+    );
+    assert_eq!(
+        check["refuted"].as_u64(),
+        Some(0),
+        "{label}: of {judged} readings the rule left out and the check took anyway, some refuted it"
+    );
+    judged
+}
+
 /// `gilsample report --json` on `inputs`: the document and stderr.
 pub fn report_json(inputs: &[&Path]) -> (Value, String) {
     let out = gilsample()

@@ -38,7 +38,7 @@ fn read_at(table: &mut ThreadTable, index: usize, now: u64) -> Option<u64> {
         tracked,
         &mut look.idle_since,
         (now, None),
-        &ranges,
+        (&ranges, Asked::default()),
         &mut report,
     );
     look.idle_since

@@ -68,6 +68,10 @@ pub struct RecordingFacts {
     /// out of every figure.
     #[serde(skip)]
     pub stops_ns: Vec<(i128, i128)>,
+    /// The share of one CPU gilsample's sampler took while recording it, where the sampler shared
+    /// the machine's cores with it (no `--cpus`: `sampler_cpus` null); on busy cores, the job's time.
+    #[serde(skip)]
+    pub sampler_cpu_share: Option<f64>,
 }
 
 /// A gilsample recording as its `otherData` names it: the pid it recorded (before any merge
@@ -183,14 +187,44 @@ fn facts_of(other: &Map<String, Value>, window: bool) -> Option<ProcessFacts> {
             samples: other.get("samples").and_then(Value::as_u64),
             stopped: text("process_stopped"),
             stops_ns,
+            sampler_cpu_share: sampler_cpu_share(other),
         },
     })
+}
+
+/// `sampler_cpu_seconds` over the recording's length, where the sampler was not given cores of its
+/// own (`sampler_cpus` written, and null).
+fn sampler_cpu_share(other: &Map<String, Value>) -> Option<f64> {
+    let shared_cores = other.get("sampler_cpus").is_some_and(Value::is_null);
+    let cpu_s = other.get("sampler_cpu_seconds").and_then(Value::as_f64)?;
+    let ns = |key: &str| other.get(key).and_then(Value::as_i64);
+    let (start, end) = (
+        ns("recording_start_monotonic_ns")?,
+        ns("recording_end_monotonic_ns")?,
+    );
+    let seconds = (end - start) as f64 / 1e9;
+    (shared_cores && seconds > 0.0 && cpu_s >= 0.0).then(|| cpu_s / seconds)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_samplers_share_is_taken_only_where_it_shared_the_jobs_cores() {
+        let read = |other: Value| facts_of(other.as_object().unwrap(), true).unwrap();
+        let shared = json!({"pid": 7, "sampler_cpus": null, "sampler_cpu_seconds": 1.5,
+            "recording_start_monotonic_ns": 1_000_000_000, "recording_end_monotonic_ns": 4_000_000_000i64});
+        assert_eq!(read(shared.clone()).facts.sampler_cpu_share, Some(0.5));
+        let mut own = shared.clone();
+        own["sampler_cpus"] = json!([3]);
+        assert_eq!(read(own).facts.sampler_cpu_share, None);
+        // An older trace that does not say where the sampler ran.
+        let mut unknown = shared;
+        unknown.as_object_mut().unwrap().remove("sampler_cpus");
+        assert_eq!(read(unknown).facts.sampler_cpu_share, None);
+    }
 
     #[test]
     fn the_waiting_counts_are_taken_only_when_both_are_there_and_agree() {

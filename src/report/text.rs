@@ -172,6 +172,10 @@ fn holder_line(out: &mut String, t: &ThreadAnswer, holder: &Holder) {
 /// waits for it costs no one anything.
 const BLOCKED_SHOWN_S: f64 = 0.005;
 
+/// Where the cores were busy, the sampler's own CPU is said from this share of one CPU: what it
+/// takes at 1 kHz and more (docs/cost.md).
+const SAMPLER_SHARE_SAID: f64 = 0.05;
+
 /// Fewer samples than this and the recording cannot show a wait or a hold (each is seen between
 /// two samples): the answer says so instead of "held 0%, no thread waited".
 pub const SAMPLES_TO_TELL: u64 = 2;
@@ -233,6 +237,17 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
              timeline is least exact there (docs/accuracy.md, \"Busy cores\")",
             100.0 * share
         );
+        let sampler = p.facts.sampler_cpu_share;
+        if let Some(sampler) = sampler.filter(|&s| s >= SAMPLER_SHARE_SAID) {
+            let _ = writeln!(
+                out,
+                "  gilsample's own cost: its sampler took {:.0}% of one CPU and shared the job's \
+                 cores (no --cpus); on cores this busy, that was the job's time. Give it a core of \
+                 its own (--cpus), or sample less often (at 2 kHz it took a quarter to two fifths \
+                 of its CPU at 10 kHz, docs/cost.md)",
+                100.0 * sampler
+            );
+        }
     }
     if let Some(hint) = crate::report::hint::hint(p) {
         let _ = writeln!(out, "  hint: {hint}");

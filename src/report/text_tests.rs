@@ -179,6 +179,22 @@ fn waits_found_with_the_gil_free_say_the_cores_are_busy_and_what_to_do() {
     let mut out = String::new();
     format_process(&mut out, &busy);
     assert!(out.contains("busy cores: at 46% of the waiting"), "{out}");
+    // No sampler figure in the trace (or one given its own cores): nothing said of its cost.
+    assert!(!out.contains("gilsample's own cost"), "{out}");
+    let mut sampled = busy.clone();
+    sampled.facts.sampler_cpu_share = Some(0.42);
+    let mut out = String::new();
+    format_process(&mut out, &sampled);
+    assert!(
+        out.contains("its sampler took 42% of one CPU and shared the job's cores"),
+        "{out}"
+    );
+    // Where the cores were not busy, the job had time to spare for it.
+    let mut idle_cores = sampled.clone();
+    idle_cores.waiting_with_gil_free_share = Some(0.19);
+    let mut out = String::new();
+    format_process(&mut out, &idle_cores);
+    assert!(!out.contains("gilsample's own cost"), "{out}");
     let said = hint(&busy).unwrap();
     assert!(
         said.contains("much of it with the GIL free (46% of the waiting seen)"),

@@ -475,8 +475,10 @@ fn waiter_counts_are_recorded_and_can_be_turned_off() {
 }
 
 /// `--cpus`: every gilsample thread is kept on the chosen CPU while it records; the trace says so.
+/// Every thread of gilsample keeps to `--cpus`, and each is named for what it does, so that `top
+/// -H` or a profile tells the sampler from the trace writer.
 #[test]
-fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
+fn cpus_keeps_every_thread_on_the_chosen_cpu_and_each_is_named() {
     let python = interpreter("3.12");
     let workload = Workload::start(&python, &["contention", "--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
@@ -485,7 +487,9 @@ fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
     let recording = start_recording(workload.pid, dir.path(), &["--cpus", &cpu]);
     let tasks = std::fs::read_dir(format!("/proc/{}/task", recording.child.id())).unwrap();
     let mut threads = 0;
+    let mut names = Vec::new();
     for task in tasks.flatten() {
+        names.push(std::fs::read_to_string(task.path().join("comm")).unwrap());
         let status = std::fs::read_to_string(task.path().join("status")).unwrap();
         let allowed = status
             .lines()
@@ -497,6 +501,13 @@ fn cpus_keeps_every_sampler_thread_on_the_chosen_cpu() {
         threads += 1;
     }
     assert!(threads >= 3, "main, sampler and writer threads: {threads}");
+    let pid = workload.pid;
+    for name in [format!("sample-{pid}"), format!("write-{pid}")] {
+        assert!(
+            names.iter().any(|n| n.trim() == name),
+            "no thread named {name}: {names:?}"
+        );
+    }
     recording.signal(nix::sys::signal::Signal::SIGINT);
     let (status, stderr) = recording.finish();
     assert!(status.success(), "{stderr}");

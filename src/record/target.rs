@@ -165,13 +165,15 @@ impl LaneOutput for TraceOutput {
             outcome,
             ..
         } = *self;
-        thread::spawn(move || {
+        let finishing = thread::Builder::new().name(format!("finish-{}", process.pid));
+        let spawned = finishing.spawn(move || {
             let finished = writing.finish(&process, force, report);
             let _ = outcome.send(match (finished, save_failed) {
                 (Ok(_), Some(e)) => Err(e),
                 (finished, _) => finished,
             });
         });
+        spawned.expect("failed to spawn a thread to finish a trace");
     }
 }
 
@@ -243,7 +245,10 @@ impl TraceWriting {
             }
         };
         let process_name = process_name(process);
-        let writer_thread = thread::spawn(move || -> (Result<ChromeWriter>, Totals) {
+        // Named, so that `top -H` or a profile tells it from the sampler thread that starts it
+        // (a thread's name is its creator's until it is given one).
+        let writer_thread = thread::Builder::new().name(format!("write-{}", process.pid));
+        let writer_thread = writer_thread.spawn(move || -> (Result<ChromeWriter>, Totals) {
             let mut totals = Totals::default();
             // First, so that a file cut short still says whose it is.
             if let Err(error) = writer.write_process_name(&process_name) {
@@ -260,6 +265,7 @@ impl TraceWriting {
                 None => (Ok(writer), totals),
             }
         });
+        let writer_thread = writer_thread.expect("failed to spawn the trace writer thread");
         let writing = TraceWriting {
             writer_thread,
             partial,

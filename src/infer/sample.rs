@@ -69,7 +69,9 @@ pub struct ThreadSample {
     /// schedstat's CPU-arrival count read just before the syscall file last said asleep, once the
     /// sleep proof covers that sleep (`StateProof::timeslices_asleep`).
     pub slices_before_sleep: Option<u64>,
-    /// schedstat, where `Wants` asked for it and the kernel has it.
+    /// schedstat, where `Wants` asked for it and the kernel has it: read just before the thread's
+    /// syscall file where its last reading said running (the running proof, process/kernel.rs),
+    /// else after the tick's kernel readings.
     pub schedstat: Option<SchedStat>,
     /// 3.15's `holds_gil` and `gil_requested` flags of the thread state, where asked for and read.
     pub gil_flags: Option<GilFlagsReading>,

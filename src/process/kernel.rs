@@ -51,8 +51,8 @@ pub fn parse_schedstat(text: &[u8]) -> Option<SchedStat> {
 pub enum KernelReading {
     /// The syscall file was read; `None` where the read failed.
     Read(Option<KernelState>),
-    /// schedstat proved the thread still in the same sleep, so the last state stands without a
-    /// read.
+    /// schedstat proved the thread still in the same sleep, or still running, so the last state
+    /// stands without a read.
     Unchanged(Option<KernelState>),
 }
 
@@ -69,6 +69,8 @@ pub struct StateProof {
     /// schedstat's CPU time and timeslices, read just before the last syscall-file reading that
     /// said running.
     running: Option<(u64, u64)>,
+    /// Samples proven running since that reading.
+    proven_running: u8,
 }
 
 impl StateProof {
@@ -81,6 +83,21 @@ impl StateProof {
     pub fn timeslices_asleep(&self) -> Option<u64> {
         self.timeslices
     }
+
+    /// Samples in a row a running thread is proven still running before its syscall file is read
+    /// anyway: 1 ms at 10 kHz. The proof can be wrong in one kernel race (`running_key`), and a
+    /// sleeper's schedstat then never moves: this bounds that error to these samples. A thread that
+    /// really runs on loses its proof at its next scheduler tick (every 1–4 ms) anyway.
+    pub const RUNNING_PROOFS_IN_A_ROW: u8 = 10;
+
+    /// Whether `now`, a schedstat read at this sample, proves a thread whose `last` reading said
+    /// running still running (`running_key`).
+    fn proves_running(&self, last: Option<KernelState>, now: SchedStat) -> bool {
+        last == Some(KernelState::Running)
+            && self.proven_running < StateProof::RUNNING_PROOFS_IN_A_ROW
+            && self.running.is_some()
+            && self.running == running_key(now)
+    }
 }
 
 /// What proves a running thread still running: its CPU time and its count of CPU arrivals. The
@@ -89,6 +106,13 @@ impl StateProof {
 /// its CPU, nor a runnable one without getting a CPU first. So where both read the same as just
 /// before a syscall-file reading that said running, the thread has neither left nor got a CPU
 /// since, and is running still. 0 arrivals: the kernel keeps no count, and nothing is proven.
+///
+/// The exception: a wake-up that marks the thread for preemption also tells the scheduler to skip
+/// its next clock update, having just brought the thread's CPU time up to that clock. Should the
+/// thread then block before it is preempted (a write that wakes a reader, then waits for room),
+/// its CPU time grows by nothing as it leaves, and no arrival is counted: it reads as running
+/// while asleep. The sampler's two reads must fall in that microsecond, and the error is bounded
+/// by `StateProof::RUNNING_PROOFS_IN_A_ROW`.
 fn running_key(stat: SchedStat) -> Option<(u64, u64)> {
     (stat.timeslices > 0).then_some((stat.cpu_ns, stat.timeslices))
 }
@@ -165,11 +189,10 @@ impl ThreadFiles {
         };
         if let Some(now) = before {
             let slept_through = try_sleep && proof.timeslices == Some(now.timeslices);
-            let ran_through = last == Some(KernelState::Running)
-                && proof.running.is_some()
-                && proof.running == running_key(now);
+            let ran_through = proof.proves_running(last, now);
             if slept_through || ran_through {
                 proof.held = slept_through;
+                proof.proven_running += u8::from(ran_through);
                 return (KernelReading::Unchanged(last), before);
             }
         }
@@ -190,6 +213,7 @@ impl ThreadFiles {
         proof.running = before
             .filter(|_| state == Some(KernelState::Running))
             .and_then(running_key);
+        proof.proven_running = 0;
         (KernelReading::Read(state), before)
     }
 
@@ -329,6 +353,36 @@ mod tests {
     }
 
     #[test]
+    fn running_is_proven_by_the_same_cpu_time_and_arrivals_for_a_bounded_run_of_samples() {
+        let stat = |cpu_ns, timeslices| SchedStat {
+            cpu_ns,
+            run_queue_ns: 0,
+            timeslices,
+        };
+        let read_at = |s: SchedStat| StateProof {
+            running: running_key(s),
+            ..StateProof::default()
+        };
+        let running = Some(KernelState::Running);
+        let proof = read_at(stat(500, 7));
+        assert!(proof.proves_running(running, stat(500, 7)));
+        // Left a CPU (its time moved), or got one (an arrival): read again.
+        assert!(!proof.proves_running(running, stat(501, 7)));
+        assert!(!proof.proves_running(running, stat(500, 8)));
+        // A last reading that was not running: nothing to prove.
+        let asleep = Some(KernelState::Blocked);
+        assert!(!proof.proves_running(asleep, stat(500, 7)));
+        // A kernel that counts no arrivals proves nothing.
+        assert!(!read_at(stat(500, 0)).proves_running(running, stat(500, 0)));
+        // At most `RUNNING_PROOFS_IN_A_ROW` samples, then the file is read anyway.
+        let worn = StateProof {
+            proven_running: StateProof::RUNNING_PROOFS_IN_A_ROW,
+            ..proof
+        };
+        assert!(!worn.proves_running(running, stat(500, 7)));
+    }
+
+    #[test]
     fn a_running_thread_that_fell_asleep_is_not_proven_running() {
         use std::sync::atomic::{AtomicBool, Ordering};
         let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
@@ -346,12 +400,13 @@ mod tests {
         let mut proof = StateProof::default();
         // Spinning, it reads as running (on a CPU or waiting for one), with schedstat read first.
         let (first, before) = files.read_state_since(None, &mut proof, true);
+        // Stopped before any assertion, so that a failing one leaves no thread spinning.
+        stop.store(true, Ordering::Relaxed);
         assert_eq!(first, KernelReading::Read(Some(KernelState::Running)));
         assert!(
             before.is_some(),
             "schedstat wanted: read before the syscall file"
         );
-        stop.store(true, Ordering::Relaxed);
         let asleep = (0..100_000).any(|_| {
             let state = files.read_state();
             let in_read = matches!(state,
@@ -371,7 +426,7 @@ mod tests {
             ),
             "{then:?}"
         );
-        // Without schedstat wanted, a running reading is always read.
+        // Without schedstat wanted it is not read: the syscall file is.
         let (plain, none) = files.read_state_since(Some(KernelState::Running), &mut proof, false);
         assert!(matches!(plain, KernelReading::Read(_)) && none.is_none());
         std::io::Write::write_all(&mut &writer, b"x").unwrap();

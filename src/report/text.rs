@@ -241,10 +241,10 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
         if let Some(sampler) = sampler.filter(|&s| s >= SAMPLER_SHARE_SAID) {
             let _ = writeln!(
                 out,
-                "  gilsample's own cost: its sampler took {:.0}% of one CPU and shared the job's \
-                 cores (no --cpus); on cores this busy, that was the job's time. Give it a core of \
-                 its own (--cpus), or sample less often (at 2 kHz it took a quarter to two fifths \
-                 of its CPU at 10 kHz, docs/cost.md)",
+                "  gilsample's own cost: its sampler took {:.0}% of one CPU and was not given \
+                 cores of its own (no --cpus); on cores this busy, that time was most likely the \
+                 job's. Give it a core of its own (--cpus), or sample less often (at 2 kHz \
+                 gilsample took a quarter to two fifths of its CPU at 10 kHz, docs/cost.md)",
                 100.0 * sampler
             );
         }

@@ -186,7 +186,7 @@ fn waits_found_with_the_gil_free_say_the_cores_are_busy_and_what_to_do() {
     let mut out = String::new();
     format_process(&mut out, &sampled);
     assert!(
-        out.contains("its sampler took 42% of one CPU and shared the job's cores"),
+        out.contains("its sampler took 42% of one CPU and was not given cores of its own"),
         "{out}"
     );
     // Where the cores were not busy, the job had time to spare for it.

@@ -79,7 +79,8 @@ pub(super) struct WatchedThread {
     files: ThreadFiles,
     /// The last kernel reading.
     last_kernel: Option<KernelState>,
-    /// What proves a sleeping thread's last reading still current (`ThreadFiles::read_state_since`).
+    /// What proves a sleeping or running thread's last reading still current
+    /// (`ThreadFiles::read_state_since`).
     state_proof: StateProof,
     /// The GIL's `CondStamp` of the tick of its last reading, read before that reading.
     stamp_at_reading: Option<CondStamp>,
@@ -363,7 +364,8 @@ impl ThreadTable {
                 }
                 let last_runs = tracked.last_kernel == Some(KernelState::Running);
                 let asked = Asked {
-                    schedstat: wants.schedstat(thread.tid, last_runs, holds),
+                    schedstat: spare.proven_running
+                        && wants.schedstat(thread.tid, last_runs, holds),
                     check_running_proof: spare.check_running_proof,
                 };
                 let reading = (now, stamp);
@@ -440,6 +442,9 @@ pub(super) struct ReadsSpared {
     pub(super) proven_waiting: bool,
     /// `CHECK_PROVEN_WAITING` is set.
     pub(super) check_proven_waiting: bool,
+    /// Read the schedstat the engine wants before the syscall file, and leave a running thread it
+    /// proves still running unread (`ThreadFiles::read_state_since`).
+    pub(super) proven_running: bool,
     /// `CHECK_RUNNING_PROOF` is set.
     pub(super) check_running_proof: bool,
 }
@@ -502,6 +507,9 @@ fn read_into(
 ) {
     let asked = Asked::default();
     (seen.kernel, _) = read_tracked(tracked, idle_since, reading, (ranges, asked), report);
+    // A schedstat the first pass took belongs with the reading this one replaces: the engine's is
+    // read again after the tick's last readings (`read_wanted_schedstat`), as where none was taken.
+    seen.schedstat = None;
     seen.slices_before_sleep = tracked.state_proof.timeslices_asleep();
 }
 

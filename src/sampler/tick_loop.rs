@@ -4,8 +4,10 @@
 //! which brings glibc's waiter counts and `gil.cond` in the same system call (the counts are read
 //! again after the kernel readings when a thread runs without the GIL), one `pread` of each Python
 //! thread's syscall file where thread_reads.rs cannot spare it (idle threads, waiters proven still
-//! waiting, sleeps schedstat proves unchanged), and what the engine asked for at the last tick
-//! (schedstat of some threads, 3.15's GIL flags). That is one
+//! waiting, sleeps schedstat proves unchanged, running threads whose schedstat the engine wants and
+//! which it proves still running: that schedstat is read just before the thread's syscall file),
+//! and what else the engine asked for at the last tick (the other threads' schedstat, after the
+//! kernel readings; 3.15's GIL flags). That is one
 //! `Sample`; the engine turns it into findings, and the stacks of threads that began to wait or hold
 //! are read after. The thread list is re-walked when its head moves (CPython puts every new thread
 //! state at the head; the head is read with the GIL words, in the same system call), whenever the
@@ -342,6 +344,7 @@ impl<'a> Sampler<'a> {
             every_few_ticks: config.idle_backoff && pace.skipping == 0,
             counted_out: config.idle_backoff && reads.counts.is_some(),
             proven_waiting: config.idle_backoff,
+            proven_running: config.idle_backoff,
             check_proven_waiting: reads.check_proven_waiting,
             check_running_proof: reads.check_running_proof,
         };

@@ -268,6 +268,8 @@ impl<'a> Sampler<'a> {
             watch.finish(&mut |finding| log_and_send(log, sink, finding));
             watch.report_into(&mut self.report.stacks);
         }
+        // What the last sample settled, after those last stacks, as a replay orders them (`infer`).
+        self.stacks_first.release(sink);
         // A watcher (`top`) is told up to the last sample, not the last periodic snapshot: its
         // tables then cover the recording to its end.
         let last_ns = self.sample.t_ns;
@@ -387,7 +389,11 @@ impl<'a> Sampler<'a> {
     }
 
     /// The engine's step on the sample, and the stacks of the threads it decided began to wait or
-    /// hold, read now and sent before what the sample settled (`StacksFirst`).
+    /// hold, read now and sent before what the sample settled (`StacksFirst`). What it settled goes
+    /// out at the next step, or in `finish` after the stack watch's last stacks: the order a replay
+    /// of the saved stream gives, where nothing marks where the last sample's stacks end and those
+    /// last stacks begin. Released here instead, the last hold's stack could land in a slice live
+    /// and be folded into the slice before it in the replay (tests/replay.rs).
     fn infer(
         &mut self,
         sample: &Sample,
@@ -404,7 +410,6 @@ impl<'a> Sampler<'a> {
                 });
             }
         }
-        self.stacks_first.release(sink);
     }
 
     /// What the tick leaves for the next: the periods to skip while quiet, a move off the holder's

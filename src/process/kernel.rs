@@ -217,6 +217,17 @@ impl ThreadFiles {
         (KernelReading::Read(state), before)
     }
 
+    /// For `CHECK_RUNNING_PROOF`: the syscall file read, then schedstat again. Where that proves the
+    /// thread running by the same key as `proof` (the schedstat that proved it), the reading lies
+    /// between two proofs: whether it said running. `None` where the second proof fails.
+    pub fn still_running_between(&self, proof: SchedStat) -> Option<bool> {
+        let reading = self.read_state();
+        let after = self.read_schedstat()?;
+        let key = running_key(after);
+        (key.is_some() && key == running_key(proof))
+            .then(|| reading.ok() == Some(KernelState::Running))
+    }
+
     /// The thread's scheduler statistics, when the kernel exposes them.
     pub fn read_schedstat(&self) -> Option<SchedStat> {
         let mut buf = [0u8; 96];

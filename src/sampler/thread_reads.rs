@@ -573,16 +573,11 @@ fn read_tracked(
 /// schedstat), read anyway, then its schedstat again; where that one proves the same, the reading
 /// lies between two proofs and is judged.
 fn check_running_proof(files: &ThreadFiles, proof: Option<SchedStat>, report: &mut SamplerReport) {
-    let reading = files.read_state();
-    let after = files.read_schedstat();
-    let same = |s: Option<SchedStat>| s.map(|s| (s.cpu_ns, s.timeslices));
-    if after.is_none() || same(after) != same(proof) {
+    let Some(running) = proof.and_then(|proof| files.still_running_between(proof)) else {
         return;
-    }
+    };
     report.running_proof_checked += 1;
-    if reading.ok() != Some(KernelState::Running) {
-        report.running_proof_refuted += 1;
-    }
+    report.running_proof_refuted += u64::from(!running);
 }
 
 #[cfg(test)]

@@ -138,7 +138,7 @@ fn replay(
                 first.get_or_insert(sample.t_ns);
                 last = sample.t_ns;
             }
-            item @ (Item::Stack { .. } | Item::HoldFrames { .. }) => {
+            item @ (Item::Stack(_) | Item::HoldFrames { .. }) => {
                 if let Some(finding) = item.into_stack_finding() {
                     sink(finding);
                 }

@@ -262,6 +262,7 @@ fn sample_stream_header() -> gilsample::stream::StreamHeader {
 }
 
 fn valid_sample_stream() -> Vec<u8> {
+    use gilsample::infer::findings::StackReading;
     use gilsample::infer::sample::{GilFlagsReading, Sample, ThreadSample};
     use gilsample::observed::{KernelState, SchedStat};
     use gilsample::stream::{Item, StreamWriter};
@@ -311,13 +312,14 @@ fn valid_sample_stream() -> Vec<u8> {
             let frames = vec!["f (a.py:1)".to_string(); 2];
             let state = gilsample::infer::intervals::GilState::Take;
             writer.push(
-                &Item::Stack {
+                &Item::Stack(StackReading {
                     tid: 100,
                     t_ns: i,
                     state,
-                    frames,
+                    frames: frames.into(),
                     samples: i,
-                },
+                    begins_slice: i % 10 == 0,
+                }),
                 &mut out,
             );
         }

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use gilsample::addr::RemoteAddr;
 use gilsample::error::{Error, exit};
+use gilsample::infer::findings::StackReading;
 use gilsample::infer::intervals::GilState;
 use gilsample::infer::sample::{Sample, SampleContext, ThreadSample};
 use gilsample::observed::GilWaitRanges;
@@ -90,13 +91,14 @@ fn items() -> Vec<Item> {
     vec![
         Item::Sample(s(0)),
         Item::Sample(s(1)),
-        Item::Stack {
+        Item::Stack(StackReading {
             tid: 10,
             t_ns: 1_100_000,
             state: GilState::Hold,
-            frames: vec!["run (w.py:1)".into()],
+            frames: std::sync::Arc::new(vec!["run (w.py:1)".into()]),
             samples: 2,
-        },
+            begins_slice: true,
+        }),
         Item::HoldFrames {
             tid: 10,
             t_ns: 1_150_000,
@@ -255,7 +257,7 @@ fn a_stream_cut_anywhere_is_read_to_the_cut_or_refused_there() {
         "header",
         "sample",
         "sample",
-        "stack",
+        "stack (begins a slice)",
         "hold-frames",
         "sample",
         "end",

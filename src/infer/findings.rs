@@ -25,6 +25,26 @@ pub struct Handoff {
     pub taken_ns: u64,
 }
 
+/// A Python stack read at `t_ns` while the thread was in `state`, standing for `samples` samples.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackReading {
+    /// The thread's id in gilsample's PID namespace.
+    pub tid: u32,
+    /// When the stack was read, monotonic nanoseconds.
+    pub t_ns: u64,
+    /// The thread's GIL state at that sample.
+    pub state: GilState,
+    /// The stack, innermost frame first.
+    pub frames: Frames,
+    /// How many samples this one reading stands for.
+    pub samples: u64,
+    /// Whether the reading begins a slice of the thread: a wait, a hold, or a hold's part after a
+    /// gap or a held-back stretch. The trace sums a reading into an earlier one of the same stack
+    /// only back to the latest that began a slice: which slice a reading belongs to is settled
+    /// only after it reaches the trace.
+    pub begins_slice: bool,
+}
+
 /// What inference hands downstream (trace writer, summary, live view): each thing a sample settled,
 /// in the order of `StacksFirst`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,20 +55,9 @@ pub enum Finding {
     HeldWhileBlocked(BlockedStretch),
     /// The GIL went from one thread to another between two samples.
     Handoff(Handoff),
-    /// A Python stack read at `t_ns` while the thread was in `state`, standing for `samples` samples
-    /// (sampler/stack_watch.rs); the trace puts it into the args of the slice that covers `t_ns`.
-    Stack {
-        /// The thread's id in gilsample's PID namespace.
-        tid: u32,
-        /// When the stack was read, monotonic nanoseconds.
-        t_ns: u64,
-        /// The thread's GIL state at that sample.
-        state: GilState,
-        /// The stack, innermost frame first.
-        frames: Frames,
-        /// How many samples this one reading stands for.
-        samples: u64,
-    },
+    /// A Python stack the sampler read (sampler/stack_watch.rs); the trace puts it into the args
+    /// of the slice that covers its time (trace/stacks.rs).
+    Stack(StackReading),
     /// What the sampler saw of a holder's innermost frame over a hold, or over the part of one in
     /// which that frame did not change (sampler/stack_watch.rs); `t_ns` is its last read, inside the
     /// hold. The trace judges the hold's kind from it (infer/native_call.rs).
@@ -120,7 +129,7 @@ impl Finding {
             Finding::HeldWhileBlocked(stretch) => stretch.end_ns,
             Finding::Handoff(handoff) => handoff.taken_ns,
             Finding::WaitingThreads { t_ns, .. } | Finding::Rate { t_ns, .. } => *t_ns,
-            Finding::Stack { t_ns, .. }
+            Finding::Stack(StackReading { t_ns, .. })
             | Finding::HoldFrames { t_ns, .. }
             | Finding::SwitchInterval { t_ns, .. }
             | Finding::ThreadNames { t_ns, .. } => *t_ns,

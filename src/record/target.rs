@@ -382,14 +382,8 @@ fn write_finding(
         Finding::HeldWhileBlocked(stretch) => writer.write_held_while_blocked(&stretch),
         Finding::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff),
         Finding::Handoff(_) => Ok(()),
-        Finding::Stack {
-            tid,
-            t_ns,
-            state,
-            frames,
-            samples,
-        } => {
-            writer.note_stack(tid, t_ns, state, frames, samples);
+        Finding::Stack(reading) => {
+            writer.note_stack(reading);
             Ok(())
         }
         Finding::Live(snapshot) => {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::addr::RemoteAddr;
 use crate::infer::engine::Decided;
-use crate::infer::findings::{Finding, Frames};
+use crate::infer::findings::{Finding, Frames, StackReading};
 use crate::infer::intervals::GilState;
 use crate::infer::native_call::FrameWatch;
 use crate::infer::sample::ThreadSample;
@@ -284,7 +284,7 @@ impl StackWatch {
         match state {
             GilState::Take if previous != Some(GilState::Take) => {
                 if let Some((_, frames)) = self.stack_of(mem, tid, tstate, t) {
-                    sink(stack(tid, t, GilState::Take, frames, 1));
+                    sink(stack(tid, t, GilState::Take, frames, 1, true));
                 }
             }
             GilState::Hold => {
@@ -295,7 +295,8 @@ impl StackWatch {
                     if let Some(hold) = self.take_hold(tid) {
                         self.close_hold(tid, &hold, sink);
                     }
-                    self.begin_hold(mem, tid, tstate, t, Holder::of(seen), sink);
+                    let begins = Begins::Slice;
+                    self.begin_hold(mem, (tid, tstate), t, Holder::of(seen), begins, sink);
                     return;
                 }
                 let Some(hold) = watched.map(|at| &mut self.holds[at].1) else {
@@ -306,10 +307,19 @@ impl StackWatch {
                     // saw up to it. After a gap the hold goes on: the slice after gets the whole
                     // watch at its end. After a held-back stretch it is another hold: its watch
                     // starts over from the last read (no read now: the frame is checked as usual).
+                    // Its samples so far go to the slice before; this one begins the next, which
+                    // keeps its own stack (trace/stacks.rs sums no reading back past it).
+                    flush(tid, hold, sink);
                     send_watch(&mut self.reader, tid, hold, sink);
                     if decided.after_stretch {
                         hold.still = Stillness::new(hold.still.last, t, Holder::of(seen));
                     }
+                    hold.unreported = 0;
+                    hold.last_ns = t;
+                    if !hold.frames.is_empty() {
+                        sink(stack(tid, t, GilState::Hold, hold.frames.clone(), 1, true));
+                    }
+                    return;
                 }
                 hold.unreported += 1;
                 hold.last_ns = t;
@@ -330,7 +340,8 @@ impl StackWatch {
                 }
                 let hold = self.take_hold(tid).expect("looked up above");
                 self.close_hold(tid, &hold, sink);
-                self.begin_hold(mem, tid, tstate, t, Holder::of(seen), sink);
+                let begins = Begins::FrameInHold;
+                self.begin_hold(mem, (tid, tstate), t, Holder::of(seen), begins, sink);
             }
             _ => {}
         }
@@ -339,10 +350,10 @@ impl StackWatch {
     fn begin_hold(
         &mut self,
         mem: &dyn crate::process::memory::MemorySource,
-        tid: u32,
-        tstate: RemoteAddr,
+        (tid, tstate): (u32, RemoteAddr),
         t: u64,
         holder: Holder,
+        begins: Begins,
         sink: &mut dyn FnMut(Finding),
     ) {
         // A stack that does not decode is watched as empty (and not shown), so that a holder whose
@@ -352,7 +363,15 @@ impl StackWatch {
             None => (None, None, Arc::new(Vec::new())),
         };
         if !frames.is_empty() {
-            sink(stack(tid, t, GilState::Hold, frames.clone(), 1));
+            let begins_slice = begins == Begins::Slice;
+            sink(stack(
+                tid,
+                t,
+                GilState::Hold,
+                frames.clone(),
+                1,
+                begins_slice,
+            ));
         }
         self.holds.push((
             tid,
@@ -397,6 +416,14 @@ impl StackWatch {
         report.reused = self.stacks_reused;
         report.reused_other_line = self.stacks_reused_other_line;
     }
+}
+
+/// What a hold's watch begins with: a slice of the trace (the hold itself, or its part after a gap or
+/// a held-back stretch), or only a new innermost frame inside the same slice.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Begins {
+    Slice,
+    FrameInHold,
 }
 
 /// What spares a thread's stack reads.
@@ -449,18 +476,27 @@ fn flush(tid: u32, hold: &Hold, sink: &mut dyn FnMut(Finding)) {
             GilState::Hold,
             hold.frames.clone(),
             hold.unreported,
+            false,
         ));
     }
 }
 
-fn stack(tid: u32, t_ns: u64, state: GilState, frames: Frames, samples: u64) -> Finding {
-    Finding::Stack {
+fn stack(
+    tid: u32,
+    t_ns: u64,
+    state: GilState,
+    frames: Frames,
+    samples: u64,
+    begins_slice: bool,
+) -> Finding {
+    Finding::Stack(StackReading {
         tid,
         t_ns,
         state,
         frames,
         samples,
-    }
+        begins_slice,
+    })
 }
 
 #[cfg(test)]

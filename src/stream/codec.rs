@@ -15,6 +15,7 @@
 //! A syscall equal to one a thread of the previous sample was in is written as that thread's index.
 
 use crate::addr::RemoteAddr;
+use crate::infer::findings::StackReading;
 use crate::infer::intervals::GilState;
 use crate::infer::sample::{GilFlagsReading, Sample, ThreadSample};
 use crate::observed::Waiters;
@@ -484,18 +485,14 @@ fn room_for(count: usize, bytes: usize, len: usize) -> bool {
 
 /// Each frame: 0 then its length and text the first time (remembered as the next number), or its
 /// number + 1 after.
-pub fn encode_stack(
-    (tid, t_ns, state, samples): (u32, u64, GilState, u64),
-    frames: &[String],
-    names: &mut FrameNamesWritten,
-    out: &mut Vec<u8>,
-) {
-    put_varint(out, tid.into());
-    put_varint(out, t_ns);
-    out.push(state_byte(state));
-    put_varint(out, samples);
-    put_varint(out, frames.len() as u64);
-    for f in frames {
+/// `begins_slice` is not in the payload: it is the record's kind.
+pub fn encode_stack(reading: &StackReading, names: &mut FrameNamesWritten, out: &mut Vec<u8>) {
+    put_varint(out, reading.tid.into());
+    put_varint(out, reading.t_ns);
+    out.push(state_byte(reading.state));
+    put_varint(out, reading.samples);
+    put_varint(out, reading.frames.len() as u64);
+    for f in reading.frames.iter() {
         if let Some(&id) = names.ids.get(f) {
             put_varint(out, id + 1);
             continue;
@@ -511,10 +508,12 @@ pub fn encode_stack(
     }
 }
 
-/// A stack record: (tid, t_ns, state, frames, samples).
-pub type StackFields = (u32, u64, GilState, Vec<String>, u64);
-
-pub fn decode_stack(input: &mut Input<'_>, names: &mut FrameNamesRead) -> Result<StackFields, Bad> {
+/// A stack record's payload; `begins_slice` is its kind's.
+pub fn decode_stack(
+    input: &mut Input<'_>,
+    names: &mut FrameNamesRead,
+    begins_slice: bool,
+) -> Result<StackReading, Bad> {
     let tid = input.u32("a thread id")?;
     let t_ns = input.varint()?;
     let state = match input.u8()? {
@@ -565,5 +564,12 @@ pub fn decode_stack(input: &mut Input<'_>, names: &mut FrameNamesRead) -> Result
             }
         }
     }
-    Ok((tid, t_ns, state, frames, samples))
+    Ok(StackReading {
+        tid,
+        t_ns,
+        state,
+        frames: frames.into(),
+        samples,
+        begins_slice,
+    })
 }

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::infer::intervals::GilState;
+use crate::infer::findings::{Finding, StackReading};
 use crate::infer::native_call::FrameWatch;
 use crate::infer::sample::{Sample, SampleContext};
 
@@ -43,8 +43,10 @@ pub const MAGIC: [u8; 8] = *b"GILSMPL\n";
 /// sampler saw of a holder's innermost frame, for the hold's kind); older streams have none, and
 /// their holds are judged without them. Format 4 added word-again records (the GIL's words read again
 /// after a tick's kernel readings, where they had changed); older streams have none, and a holder
-/// asleep in a syscall at one of their samples is judged from the first read alone.
-pub const FORMAT_VERSION: u16 = 4;
+/// asleep in a syscall at one of their samples is judged from the first read alone. Format 5 marks
+/// the stack readings that begin a slice (their own record kind); in older streams none is marked,
+/// and the trace sums a reading into an earlier one of the same stack across slices, as it did then.
+pub const FORMAT_VERSION: u16 = 5;
 
 /// The largest record payload written or read: far above any real record (a sample of 65536 threads
 /// all changed is under 3 MiB), so a corrupt length is refused before it is allocated or waited for.
@@ -119,19 +121,9 @@ pub enum Item {
     Header(StreamHeader),
     /// One tick's sample.
     Sample(Sample),
-    /// A stack the live sampler read, replayed verbatim.
-    Stack {
-        /// The thread's id as the recording saw it (gilsample's PID namespace).
-        tid: u32,
-        /// When the stack was read, monotonic nanoseconds.
-        t_ns: u64,
-        /// The thread's GIL state at that sample.
-        state: GilState,
-        /// The stack, `function (file:line)` lines, innermost first.
-        frames: Vec<String>,
-        /// How many samples the reading stands for.
-        samples: u64,
-    },
+    /// A stack the live sampler read, replayed verbatim. Its `begins_slice` is written as its own
+    /// record kind (format 5); readings of older streams read as not beginning a slice.
+    Stack(StackReading),
     /// What the live sampler saw of a holder's innermost frame over a hold, replayed verbatim.
     HoldFrames {
         /// The holder's id as the recording saw it.
@@ -148,22 +140,9 @@ pub enum Item {
 impl Item {
     /// The finding a saved stack or hold-frames item stands for, as the live sampler sent it:
     /// `from_stack` the other way (`None` for any other kind).
-    pub fn into_stack_finding(self) -> Option<crate::infer::findings::Finding> {
-        use crate::infer::findings::Finding;
+    pub fn into_stack_finding(self) -> Option<Finding> {
         match self {
-            Item::Stack {
-                tid,
-                t_ns,
-                state,
-                frames,
-                samples,
-            } => Some(Finding::Stack {
-                tid,
-                t_ns,
-                state,
-                frames: frames.into(),
-                samples,
-            }),
+            Item::Stack(reading) => Some(Finding::Stack(reading)),
             Item::HoldFrames { tid, t_ns, watch } => Some(Finding::HoldFrames {
                 tid,
                 t_ns,
@@ -175,28 +154,14 @@ impl Item {
 
     /// The item that saves a stack or hold-frames record the sampler read (`None` for any other
     /// record).
-    pub fn from_stack(record: &crate::infer::findings::Finding) -> Option<Item> {
+    pub fn from_stack(record: &Finding) -> Option<Item> {
         match record {
-            crate::infer::findings::Finding::HoldFrames { tid, t_ns, watch } => {
-                Some(Item::HoldFrames {
-                    tid: *tid,
-                    t_ns: *t_ns,
-                    watch: (**watch).clone(),
-                })
-            }
-            crate::infer::findings::Finding::Stack {
-                tid,
-                t_ns,
-                state,
-                frames,
-                samples,
-            } => Some(Item::Stack {
+            Finding::HoldFrames { tid, t_ns, watch } => Some(Item::HoldFrames {
                 tid: *tid,
                 t_ns: *t_ns,
-                state: *state,
-                frames: frames.to_vec(),
-                samples: *samples,
+                watch: (**watch).clone(),
             }),
+            Finding::Stack(reading) => Some(Item::Stack(reading.clone())),
             _ => None,
         }
     }
@@ -257,6 +222,9 @@ mod kind {
     pub const HOLD_FRAMES: u8 = 6;
     /// The GIL's words read again after the next sample's kernel readings (format 4).
     pub const WORD_AGAIN: u8 = 7;
+    /// A stack record whose reading begins a slice of its thread (format 5): the trace does not sum
+    /// it into a reading before it.
+    pub const STACK_BEGINS_SLICE: u8 = 8;
 
     /// The record's name in messages.
     pub fn name(kind: u8) -> &'static str {
@@ -268,6 +236,7 @@ mod kind {
             PACE => "pace",
             HOLD_FRAMES => "hold-frames",
             WORD_AGAIN => "word-again",
+            STACK_BEGINS_SLICE => "stack (begins a slice)",
             _ => "unknown",
         }
     }

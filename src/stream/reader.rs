@@ -252,16 +252,11 @@ impl<R: Read> StreamReader<R> {
                 self.prev.copy_readings_from(&cur);
                 Some(Item::Sample(cur))
             }
-            kind::STACK => {
-                let (tid, t_ns, state, frames, samples) =
-                    decode_stack(&mut input, &mut self.frame_names).map_err(bad)?;
-                Some(Item::Stack {
-                    tid,
-                    t_ns,
-                    state,
-                    frames,
-                    samples,
-                })
+            kind::STACK | kind::STACK_BEGINS_SLICE => {
+                let begins_slice = k == kind::STACK_BEGINS_SLICE;
+                let names = &mut self.frame_names;
+                let reading = decode_stack(&mut input, names, begins_slice).map_err(bad)?;
+                Some(Item::Stack(reading))
             }
             kind::HOLD_FRAMES => {
                 let (tid, t_ns, watch) = super::hold_frames::decode(&mut input).map_err(bad)?;
@@ -336,7 +331,7 @@ impl<R: Read> Records<R> {
             return Ok(None);
         }
         let k = k[0];
-        if !(kind::HEADER..=kind::WORD_AGAIN).contains(&k) {
+        if !(kind::HEADER..=kind::STACK_BEGINS_SLICE).contains(&k) {
             return Err(self.error(
                 start,
                 format!("unknown record kind {k} (garbage, or a damaged file)"),

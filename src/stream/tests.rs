@@ -201,17 +201,27 @@ fn hand_made_sequences_round_trip() {
     let items = vec![
         Item::Sample(s0),
         Item::Sample(s1),
-        Item::Stack {
+        Item::Stack(StackReading {
             tid: 2002,
             t_ns: 1_000_100_000,
             state: crate::infer::intervals::GilState::Take,
-            frames: vec![
+            frames: std::sync::Arc::new(vec![
                 "main (app.py:3)".into(),
                 "wörk (ünïcode.py:9)".into(),
                 "".into(),
-            ],
+            ]),
             samples: 12,
-        },
+            begins_slice: true,
+        }),
+        // The same names again (by number now), in a reading that goes on a slice.
+        Item::Stack(StackReading {
+            tid: 2002,
+            t_ns: 1_000_200_000,
+            state: crate::infer::intervals::GilState::Hold,
+            frames: std::sync::Arc::new(vec!["main (app.py:3)".into()]),
+            samples: 3,
+            begins_slice: false,
+        }),
         Item::HoldFrames {
             tid: 2002,
             t_ns: 1_000_200_000,

@@ -77,17 +77,13 @@ impl StreamWriter {
                 self.prev.copy_readings_from(s);
                 kind::SAMPLE
             }
-            Item::Stack {
-                tid,
-                t_ns,
-                state,
-                frames,
-                samples,
-            } => {
-                let names = &mut self.frame_names;
-                let fields = (*tid, *t_ns, *state, *samples);
-                encode_stack(fields, frames, names, &mut self.payload);
-                kind::STACK
+            Item::Stack(reading) => {
+                encode_stack(reading, &mut self.frame_names, &mut self.payload);
+                if reading.begins_slice {
+                    kind::STACK_BEGINS_SLICE
+                } else {
+                    kind::STACK
+                }
             }
             Item::HoldFrames { tid, t_ns, watch } => {
                 super::hold_frames::encode(*tid, *t_ns, watch, &mut self.payload);

@@ -127,7 +127,7 @@ fn past_the_slices_kept_the_oldest_go_and_since_the_start_says_from_when() {
 
 #[test]
 fn the_tap_gets_the_slices_report_reads_from_the_finished_file() {
-    use crate::infer::findings::LiveSnapshot;
+    use crate::infer::findings::{LiveSnapshot, StackReading};
     use crate::infer::held_blocked::BlockedStretch;
     use crate::infer::intervals::{GilState, Interval};
     use crate::trace::chrome::ChromeWriter;
@@ -144,15 +144,21 @@ fn the_tap_gets_the_slices_report_reads_from_the_finished_file() {
         start_ns,
         end_ns,
     };
-    let stack = |frames: &[&str]| Arc::new(frames.iter().map(|f| f.to_string()).collect());
-    writer.note_stack(
-        1,
+    let reading = |t_ns, frames: &[&str], samples, begins_slice| StackReading {
+        tid: 1,
+        t_ns,
+        state: GilState::Hold,
+        frames: Arc::new(frames.iter().map(|f| f.to_string()).collect()),
+        samples,
+        begins_slice,
+    };
+    writer.note_stack(reading(
         1_200_000,
-        GilState::Hold,
-        stack(&["spin (w.py:5)", "run (w.py:9)"]),
+        &["spin (w.py:5)", "run (w.py:9)"],
         1,
-    );
-    writer.note_stack(1, 3_000_000, GilState::Hold, stack(&["spin (w.py:6)"]), 4);
+        true,
+    ));
+    writer.note_stack(reading(3_000_000, &["spin (w.py:6)"], 4, false));
     writer
         .write_interval(&interval(1, GilState::Hold, 1_000_123, 4_000_456))
         .unwrap();

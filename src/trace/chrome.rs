@@ -24,7 +24,7 @@ use crate::observed::syscall_name;
 use crate::trace::micros::{span_micros, whole_micros};
 use crate::trace::native_call::HoldKinds;
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
-use crate::trace::stacks::{Frames, PendingStacks};
+use crate::trace::stacks::{PendingStacks, StackReading};
 use crate::trace::tap::{TappedSlice, TraceTap, hand_live, tapped};
 
 /// Which clock trace timestamps use.
@@ -225,17 +225,10 @@ impl ChromeWriter {
         .map_err(|e| self.output_error(e))
     }
 
-    /// A stack the sampler read for thread `tid` at `t_ns` (monotonic) in `state`, standing for
-    /// `samples` samples: it goes into the `args` of the slice of that thread that covers `t_ns`.
-    pub fn note_stack(
-        &mut self,
-        tid: u32,
-        t_ns: u64,
-        state: GilState,
-        frames: Frames,
-        samples: u64,
-    ) {
-        self.stacks.note(tid, t_ns, state, frames, samples);
+    /// A stack the sampler read: it goes into the `args` of its thread's slice that covers the
+    /// time it was read.
+    pub fn note_stack(&mut self, reading: StackReading) {
+        self.stacks.note(reading);
     }
 
     /// What the sampler saw of thread `tid`'s innermost frame during a hold, read last at `t_ns`.

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::infer::intervals::{GilState, Interval};
 use crate::trace::pending::PerThread;
 
-pub use crate::infer::findings::Frames;
+pub use crate::infer::findings::{Frames, StackReading};
 
 /// One stack reading: in a state, seen over `samples` samples.
 #[derive(Clone, Debug)]
@@ -20,6 +20,8 @@ struct Seen {
     state: GilState,
     frames: Frames,
     samples: u64,
+    /// Whether it began a slice: later readings are not summed into readings before it.
+    begins_slice: bool,
 }
 
 /// Stacks not yet placed in a slice, per thread, oldest first.
@@ -40,25 +42,27 @@ impl Default for PendingStacks {
 }
 
 impl PendingStacks {
-    /// A stack read at `t_ns` in `state`, standing for `samples` samples.
-    pub fn note(&mut self, tid: u32, t_ns: u64, state: GilState, frames: Frames, samples: u64) {
-        // Seen again since the thread entered `state`: counted where it was first seen.
-        let same = self.seen.of_mut(tid).and_then(|kept| {
-            kept.iter_mut()
-                .rev()
-                .take_while(|(_, s)| s.state == state)
-                .find(|(_, s)| s.frames == frames)
-        });
-        if let Some((_, same)) = same {
-            same.samples += samples;
+    /// A stack the sampler read.
+    pub fn note(&mut self, reading: StackReading) {
+        // Seen again in the slice it was first seen in: counted there. Which slice a reading
+        // belongs to is settled only later, so the sampler marks where slices begin; where a
+        // reading went into one of an earlier slice, that slice took its samples and the later
+        // slice was left with no stack (a worker's holds in the same code, a few samples apart).
+        if !reading.begins_slice
+            && let Some(kept) = self.seen.of_mut(reading.tid)
+            && let Some(same) =
+                same_slice(kept, reading.state).find(|(_, s)| s.frames == reading.frames)
+        {
+            same.1.samples += reading.samples;
             return;
         }
         let seen = Seen {
-            state,
-            frames,
-            samples,
+            state: reading.state,
+            frames: reading.frames,
+            samples: reading.samples,
+            begins_slice: reading.begins_slice,
         };
-        self.seen.push(tid, t_ns, seen);
+        self.seen.push(reading.tid, reading.t_ns, seen);
     }
 
     /// The `args` for `interval`, from the stacks read inside it; drops those it has passed.
@@ -77,6 +81,19 @@ impl PendingStacks {
         let inside = inside.filter(|s| s.state == interval.state).cloned();
         args_of(interval.state, inside.collect())
     }
+}
+
+/// The readings kept that may belong to the slice a reading in `state` goes on, latest first: those
+/// back to the latest that began a slice, while they are in `state`. Streams older than format 5
+/// mark no beginnings: there, back to the last reading in another state, as the trace did then.
+fn same_slice(kept: &mut [(u64, Seen)], state: GilState) -> impl Iterator<Item = &mut (u64, Seen)> {
+    let in_state = kept
+        .iter()
+        .rposition(|(_, s)| s.state != state)
+        .map_or(0, |at| at + 1);
+    let kept = &mut kept[in_state..];
+    let from = kept.iter().rposition(|(_, s)| s.begins_slice).unwrap_or(0);
+    kept[from..].iter_mut().rev()
 }
 
 /// The `args` of a slice in `state` from the stacks read inside it, oldest first.
@@ -114,6 +131,25 @@ mod tests {
         Arc::new(lines.iter().map(|s| s.to_string()).collect())
     }
 
+    /// A reading of thread 7's stack.
+    fn note(
+        pending: &mut PendingStacks,
+        t_ns: u64,
+        state: GilState,
+        frames: Frames,
+        samples: u64,
+        begins_slice: bool,
+    ) {
+        pending.note(StackReading {
+            tid: 7,
+            t_ns,
+            state,
+            frames,
+            samples,
+            begins_slice,
+        });
+    }
+
     fn interval(state: GilState, start_ns: u64, end_ns: u64) -> Interval {
         Interval {
             tid: 7,
@@ -126,8 +162,22 @@ mod tests {
     #[test]
     fn a_wait_carries_the_stack_read_inside_it() {
         let mut pending = PendingStacks::default();
-        pending.note(7, 150, GilState::Take, frames(&["wait (a.py:3)"]), 1);
-        pending.note(7, 450, GilState::Take, frames(&["later (a.py:9)"]), 1);
+        note(
+            &mut pending,
+            150,
+            GilState::Take,
+            frames(&["wait (a.py:3)"]),
+            1,
+            true,
+        );
+        note(
+            &mut pending,
+            450,
+            GilState::Take,
+            frames(&["later (a.py:9)"]),
+            1,
+            true,
+        );
         let args = pending
             .args_for(&interval(GilState::Take, 100, 200))
             .unwrap();
@@ -148,7 +198,14 @@ mod tests {
     #[test]
     fn peeking_at_an_open_slice_leaves_its_stacks_for_the_slice_it_becomes() {
         let mut pending = PendingStacks::default();
-        pending.note(7, 100, GilState::Hold, frames(&["f (a.py:1)"]), 1);
+        note(
+            &mut pending,
+            100,
+            GilState::Hold,
+            frames(&["f (a.py:1)"]),
+            1,
+            true,
+        );
         let so_far = interval(GilState::Hold, 50, 150);
         let peeked = pending.peek_args_for(&so_far);
         assert_eq!(peeked, Some(json!({"stack": ["f (a.py:1)"]})));
@@ -162,10 +219,10 @@ mod tests {
     fn a_hold_whose_stack_changed_lists_each_with_its_samples() {
         let mut pending = PendingStacks::default();
         let (a, b) = (frames(&["f (a.py:1)"]), frames(&["g (a.py:2)"]));
-        pending.note(7, 100, GilState::Hold, a.clone(), 1);
-        pending.note(7, 110, GilState::Hold, a.clone(), 3);
-        pending.note(7, 150, GilState::Hold, b.clone(), 5);
-        pending.note(7, 190, GilState::Hold, a.clone(), 1);
+        note(&mut pending, 100, GilState::Hold, a.clone(), 1, true);
+        note(&mut pending, 110, GilState::Hold, a.clone(), 3, false);
+        note(&mut pending, 150, GilState::Hold, b.clone(), 5, false);
+        note(&mut pending, 190, GilState::Hold, a.clone(), 1, false);
         let args = pending
             .args_for(&interval(GilState::Hold, 100, 200))
             .unwrap();
@@ -180,5 +237,56 @@ mod tests {
                 ],
             })
         );
+    }
+
+    #[test]
+    fn a_slice_that_begins_before_the_last_is_written_keeps_its_own_stack() {
+        // A worker's holds, back to back in the same code: the second began (and went on) before
+        // the first was written.
+        let mut pending = PendingStacks::default();
+        let work = frames(&["work (w.py:4)"]);
+        note(&mut pending, 100, GilState::Hold, work.clone(), 1, true);
+        note(&mut pending, 150, GilState::Hold, work.clone(), 4, false);
+        note(&mut pending, 300, GilState::Hold, work.clone(), 1, true);
+        note(&mut pending, 340, GilState::Hold, work.clone(), 2, false);
+        let first = pending.args_for(&interval(GilState::Hold, 50, 200));
+        let second = pending.args_for(&interval(GilState::Hold, 200, 350));
+        assert_eq!(first, Some(json!({"stack": ["work (w.py:4)"]})));
+        assert_eq!(second, first, "the second hold has its stack too");
+    }
+
+    #[test]
+    fn a_reading_that_goes_on_a_slice_is_summed_back_to_where_the_slice_began() {
+        // A, B, A within one hold are summed by stack; nothing goes back past the slice's start.
+        let mut pending = PendingStacks::default();
+        let (a, b) = (frames(&["f (a.py:1)"]), frames(&["g (a.py:2)"]));
+        note(&mut pending, 10, GilState::Hold, b.clone(), 9, true);
+        note(&mut pending, 100, GilState::Hold, a.clone(), 1, true);
+        note(&mut pending, 150, GilState::Hold, b.clone(), 2, false);
+        note(&mut pending, 190, GilState::Hold, a.clone(), 3, false);
+        let earlier = pending.args_for(&interval(GilState::Hold, 0, 50)).unwrap();
+        assert_eq!(earlier, json!({"stack": ["g (a.py:2)"]}));
+        let args = pending
+            .args_for(&interval(GilState::Hold, 100, 200))
+            .unwrap();
+        let stacks = json!([
+            {"samples": 4, "stack": ["f (a.py:1)"]},
+            {"samples": 2, "stack": ["g (a.py:2)"]},
+        ]);
+        assert_eq!(args["stacks"], stacks);
+    }
+
+    #[test]
+    fn streams_that_mark_no_beginnings_sum_as_before() {
+        // Format 4 and older: every reading is summed into the thread's last run in its state.
+        let mut pending = PendingStacks::default();
+        let work = frames(&["work (w.py:4)"]);
+        note(&mut pending, 100, GilState::Hold, work.clone(), 1, false);
+        note(&mut pending, 300, GilState::Hold, work.clone(), 1, false);
+        let first = pending
+            .args_for(&interval(GilState::Hold, 50, 200))
+            .unwrap();
+        assert_eq!(first, json!({"stack": ["work (w.py:4)"]}));
+        assert_eq!(pending.args_for(&interval(GilState::Hold, 200, 350)), None);
     }
 }

@@ -129,14 +129,18 @@ fn item() -> impl Strategy<Value = Item> {
             ]),
             proptest::collection::vec(".{0,12}", 0..4),
             any::<u64>(),
+            any::<bool>(),
         )
-            .prop_map(|(tid, t_ns, state, frames, samples)| Item::Stack {
-                tid,
-                t_ns,
-                state,
-                frames,
-                samples,
-            }),
+            .prop_map(
+                |(tid, t_ns, state, frames, samples, begins_slice)| Item::Stack(StackReading {
+                    tid,
+                    t_ns,
+                    state,
+                    frames: frames.into(),
+                    samples,
+                    begins_slice,
+                })
+            ),
         1 => (
             any::<(u32, u64, u32, u32, u32, u64)>(),
             proptest::option::of(".{0,12}"),

@@ -36,6 +36,27 @@ pub struct ConvertReport {
     pub sorted_threads: u64,
 }
 
+/// How far a conversion has gone, for a display: said every `PROGRESS_EVERY` events of each pass
+/// and at its end. A file of millions of events takes seconds a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvertProgress {
+    /// The first pass, which finds the threads whose events are out of order.
+    Checking {
+        /// Events read so far.
+        events: u64,
+    },
+    /// The second pass, which writes.
+    Writing {
+        /// Events read so far.
+        events: u64,
+        /// Events in the file.
+        of: u64,
+    },
+}
+
+/// Events between two `ConvertProgress` reports: a few a second, at the pace events are read.
+const PROGRESS_EVERY: u64 = 1 << 16;
+
 /// The output name the reference uses: `.json` appended when missing.
 pub fn output_name(output: &Path) -> PathBuf {
     if output
@@ -133,10 +154,18 @@ impl OrderCheck {
 /// The first pass: the threads whose events are not in time order in the file. A file that has
 /// `hold_gil` slices already (a gilsample recording, or one converted before) is refused: pairing
 /// its takes and drops again would put a second hold over each.
-fn out_of_order_threads(input: &Path) -> Result<HashSet<ThreadKey>> {
+/// Also the number of events in the file.
+fn out_of_order_threads(
+    input: &Path,
+    progress: &mut dyn FnMut(ConvertProgress),
+) -> Result<(HashSet<ThreadKey>, u64)> {
     let mut check = OrderCheck::default();
-    let mut holds = 0u64;
+    let (mut holds, mut events) = (0u64, 0u64);
     for_each_event(input, |index, event| {
+        events = index + 1;
+        if events % PROGRESS_EVERY == 0 {
+            progress(ConvertProgress::Checking { events });
+        }
         holds += u64::from(event.get("name").and_then(Value::as_str) == Some("hold_gil"));
         if let Some(raw) = validate(index, &event)? {
             check.see(raw);
@@ -153,7 +182,8 @@ fn out_of_order_threads(input: &Path) -> Result<HashSet<ThreadKey>> {
             ),
         });
     }
-    Ok(check.out_of_order)
+    progress(ConvertProgress::Checking { events });
+    Ok((check.out_of_order, events))
 }
 
 /// The second pass: the output, per thread the end of its last unpaired take, and the events of the
@@ -266,8 +296,13 @@ impl<W: Write> Converter<W> {
     }
 }
 
-/// Converts `input` into `output` (`.json` appended when missing).
-pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, ConvertReport)> {
+/// Converts `input` into `output` (`.json` appended when missing), telling `progress` how far it is.
+pub fn convert(
+    input: &Path,
+    output: &Path,
+    force: bool,
+    progress: &mut dyn FnMut(ConvertProgress),
+) -> Result<(PathBuf, ConvertReport)> {
     // `-o results` writes results.json (beside a directory results/ too); `-o results/` is a
     // directory, refused with a name that would do.
     let output = if ends_in_slash(output) {
@@ -297,7 +332,7 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         ));
     }
     File::open(input).map_err(|e| input_error(e.to_string()))?;
-    let out_of_order = out_of_order_threads(input)?;
+    let (out_of_order, of) = out_of_order_threads(input, progress)?;
     let (partial_file, partial) = create_partial(&output)?;
     let fail = |e: std::io::Error| Error::Output {
         path: output.clone(),
@@ -308,10 +343,18 @@ pub fn convert(input: &Path, output: &Path, force: bool) -> Result<(PathBuf, Con
         .out
         .write_all(b"{\"traceEvents\":[\n")
         .map_err(fail)?;
-    if let Err(e) = for_each_event(input, |_, event| converter.accept(event)) {
+    let written = for_each_event(input, |index, event| {
+        let events = index + 1;
+        if events % PROGRESS_EVERY == 0 {
+            progress(ConvertProgress::Writing { events, of });
+        }
+        converter.accept(event)
+    });
+    if let Err(e) = written {
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }
+    progress(ConvertProgress::Writing { events: of, of });
     converter.finish_held_back().map_err(fail)?;
     converter.report.unpaired_takes += converter.pending_take_end.len() as u64;
     let pids: BTreeSet<u64> = converter.threads.iter().map(|&(pid, _)| pid).collect();
@@ -442,5 +485,37 @@ mod tests {
             assert_eq!(report.unpaired_takes, expected_report.unpaired_takes);
             assert!(report.sorted_threads > 0);
         }
+    }
+
+    #[test]
+    fn each_pass_says_how_far_it_has_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("GIL_1_rank_0.json");
+        let n = PROGRESS_EVERY + 7;
+        let events: Vec<Value> = (0..n)
+            .map(|i| {
+                let name = if i % 2 == 0 { "take_gil" } else { "drop_gil" };
+                json!({"name": name, "ph": "X", "ts": i * 10, "dur": 1, "pid": 1, "tid": 2})
+            })
+            .collect();
+        std::fs::write(&input, serde_json::to_vec(&events).unwrap()).unwrap();
+        let mut said = Vec::new();
+        let output = dir.path().join("out.json");
+        let (_, report) = convert(&input, &output, false, &mut |p| said.push(p)).unwrap();
+        assert_eq!(report.events, n);
+        assert_eq!(
+            said,
+            [
+                ConvertProgress::Checking {
+                    events: PROGRESS_EVERY
+                },
+                ConvertProgress::Checking { events: n },
+                ConvertProgress::Writing {
+                    events: PROGRESS_EVERY,
+                    of: n
+                },
+                ConvertProgress::Writing { events: n, of: n },
+            ]
+        );
     }
 }

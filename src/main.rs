@@ -15,7 +15,6 @@ use serde_json::json;
 use gilsample::cli::suggest::{option_suggestion, suggestion_for_stray};
 use gilsample::cli::{COMMON_COMMANDS, Cli, Command, LayoutArgs, RecordArgs, ReportArgs, TopArgs};
 use gilsample::control::{Control, error_event, event_for};
-use gilsample::convert::convert;
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
 use gilsample::info::describe;
@@ -33,11 +32,13 @@ use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
 use gilsample::trace::output::{DIR_ENV, OutputSpec};
 
+mod convert_lines;
 mod merge_lines;
 mod record_progress;
 mod signal_lines;
 mod stdout_text;
 
+use convert_lines::run_convert;
 use merge_lines::run_merge;
 use record_progress::ProgressDisplay;
 use signal_lines::install_signal_thread;
@@ -50,26 +51,7 @@ fn main() -> ExitCode {
             .and_then(|text| print_text(&text))
             .map(|()| exit::OK),
         Some(Command::Layout(args)) => run_layout(&args).map(|()| exit::OK),
-        Some(Command::Convert(args)) => {
-            convert(&args.input, &args.output, args.force).map(|(path, report)| {
-                if report.sorted_threads > 0 {
-                    eprintln!(
-                        "gilsample: {} threads' events were not in time order in the file; sorted \
-                         by ts before pairing, as the reference tool does",
-                        report.sorted_threads
-                    );
-                }
-                eprintln!(
-                    "gilsample: {} events, {} hold_gil inserted, {} take{} without a drop -> {}",
-                    report.events,
-                    report.holds,
-                    report.unpaired_takes,
-                    if report.unpaired_takes == 1 { "" } else { "s" },
-                    path.display()
-                );
-                exit::OK
-            })
-        }
+        Some(Command::Convert(args)) => run_convert(&args).map(|()| exit::OK),
         Some(Command::Merge(args)) => run_merge(&args).map(|()| exit::OK),
         Some(Command::Report(args)) => run_report(&args).map(|()| exit::OK),
         Some(Command::Replay(args)) => gilsample::replay::run(&args).map(|()| exit::OK),

@@ -146,7 +146,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let input = dir.path().join("raw.json");
         std::fs::write(&input, &text).unwrap();
-        let _ = gilsample::convert::convert(&input, &dir.path().join("out.json"), true);
+        let _ = gilsample::convert::convert(&input, &dir.path().join("out.json"), true, &mut |_| ());
     }
 }
 

@@ -282,7 +282,14 @@ impl StackWatch {
             self.close_hold(tid, &hold, sink);
         }
         match state {
-            GilState::Take if previous != Some(GilState::Take) => {
+            // A wait's stack, read once as each of its slices begins: a wait is one slice unless a
+            // gap or a held-back stretch cut it (a thread in `take_gil` runs no Python, so the
+            // stack read then stands for the slice).
+            GilState::Take
+                if previous != Some(GilState::Take)
+                    || decided.after_gap
+                    || decided.after_stretch =>
+            {
                 if let Some((_, frames)) = self.stack_of(mem, tid, tstate, t) {
                     sink(stack(tid, t, GilState::Take, frames, 1, true));
                 }

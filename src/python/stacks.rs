@@ -46,7 +46,8 @@ pub struct StackStats {
     pub stacks: u64,
     /// Frames decoded, over all stacks.
     pub frames: u64,
-    /// Stacks that did not decode (a frame or code object changing under the read): not shown.
+    /// Stacks that did not decode (a frame or code object changing under the read), and stacks
+    /// whose innermost frame did not read (counted by sampler/stack_watch.rs): not shown.
     pub torn: u64,
     /// Code objects read (the rest came from the cache).
     pub code_objects_read: u64,

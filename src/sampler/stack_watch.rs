@@ -226,10 +226,15 @@ impl StackWatch {
             self.swept_ns = t;
         }
         let places = self.threads.entry(tid).or_default();
-        let watched = self
+        let Ok(watched) = self
             .reader
             .innermost_watched_near(mem, tstate, &mut places.tops)
-            .ok()?;
+        else {
+            // The frame changed under the read, as in a walk that does not decode: the slice goes
+            // without a stack, and the trace counts it where it counts those.
+            self.reader.stats.torn += 1;
+            return None;
+        };
         let innermost = watched.map(|w| w.id);
         if let Some(now) = innermost {
             match places.stacks.find(now, t) {

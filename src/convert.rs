@@ -57,6 +57,18 @@ pub enum ConvertProgress {
 /// Events between two `ConvertProgress` reports: a few a second, at the pace events are read.
 const PROGRESS_EVERY: u64 = 1 << 16;
 
+/// Tells `progress` how far a pass has gone (`said`) where `events` closes a stretch of
+/// `PROGRESS_EVERY` of them.
+fn report_every_stretch(
+    events: u64,
+    progress: &mut dyn FnMut(ConvertProgress),
+    said: impl FnOnce(u64) -> ConvertProgress,
+) {
+    if events.is_multiple_of(PROGRESS_EVERY) {
+        progress(said(events));
+    }
+}
+
 /// The output name the reference uses: `.json` appended when missing.
 pub fn output_name(output: &Path) -> PathBuf {
     if output
@@ -163,9 +175,9 @@ fn out_of_order_threads(
     let (mut holds, mut events) = (0u64, 0u64);
     for_each_event(input, |index, event| {
         events = index + 1;
-        if events % PROGRESS_EVERY == 0 {
-            progress(ConvertProgress::Checking { events });
-        }
+        report_every_stretch(events, progress, |events| ConvertProgress::Checking {
+            events,
+        });
         holds += u64::from(event.get("name").and_then(Value::as_str) == Some("hold_gil"));
         if let Some(raw) = validate(index, &event)? {
             check.see(raw);
@@ -345,9 +357,10 @@ pub fn convert(
         .map_err(fail)?;
     let written = for_each_event(input, |index, event| {
         let events = index + 1;
-        if events % PROGRESS_EVERY == 0 {
-            progress(ConvertProgress::Writing { events, of });
-        }
+        report_every_stretch(events, progress, |events| ConvertProgress::Writing {
+            events,
+            of,
+        });
         converter.accept(event)
     });
     if let Err(e) = written {

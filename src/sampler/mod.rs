@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod dodge;
 pub mod gil_flag_reader;
+mod hold_stillness;
 mod pace;
 pub mod priority;
 mod recent_stacks;

@@ -247,6 +247,12 @@ pub fn load_to_cut(path: &Path) -> Result<(Vec<ProcessTrace>, Option<String>)> {
     load_events(path, true)
 }
 
+/// `load`, or `load_to_cut` where `path` is an interrupted recording's temporary file
+/// (`is_partial`), as `for_each_event_of_trace` reads events.
+pub fn load_trace(path: &Path) -> Result<(Vec<ProcessTrace>, Option<String>)> {
+    load_events(path, crate::trace::output::is_partial(path))
+}
+
 fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Option<String>)> {
     let mut processes: BTreeMap<u32, ProcessTrace> = BTreeMap::new();
     let mut shape = Shape::default();

@@ -110,11 +110,8 @@ fn reason(path: &Path, e: &Error) -> String {
 
 /// Reads one trace: a `.partial` file up to where it was cut off, saying how it was read.
 fn read_trace(path: &Path) -> Result<(Vec<ProcessAnswer>, Option<String>)> {
-    if !is_partial(path) {
-        return load::load(path).map(|ps| (ps.iter().map(analyze).collect(), None));
-    }
-    let (processes, cut) = load::load_to_cut(path)?;
-    let how = match cut {
+    let (processes, cut) = load::load_trace(path)?;
+    let how = is_partial(path).then(|| match cut {
         None => "an interrupted recording's temporary file, complete: read whole".to_string(),
         // Names are written as threads are named: a file cut before that, or written by an
         // older gilsample (names only at the end), has none.
@@ -127,8 +124,8 @@ fn read_trace(path: &Path) -> Result<(Vec<ProcessAnswer>, Option<String>)> {
                 ", without thread names"
             }
         ),
-    };
-    Ok((processes.iter().map(analyze).collect(), Some(how)))
+    });
+    Ok((processes.iter().map(analyze).collect(), how))
 }
 
 /// Reads and analyses every trace of `inputs`. Unreadable or non-GIL files are passed over with a

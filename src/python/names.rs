@@ -218,7 +218,6 @@ fn thread_name(
 mod tests {
     use super::*;
     use crate::process::memory::SnapshotMemory;
-    use crate::python::layout::{Flavour, find_shipped};
     use crate::python::objects::TypeObjects;
     use crate::python::test_heap::{BASE, DICT_TYPE, Heap, INT_TYPE, MODULE_TYPE, STR_TYPE};
     use crate::python::version::PyVersion;
@@ -229,13 +228,8 @@ mod tests {
         name: &str,
         ascii: bool,
     ) -> (SnapshotMemory, Layout, RemoteAddr, ThreadRef) {
-        let layout = find_shipped("3.9", Flavour::Default, "x86_64")
-            .unwrap()
-            .unwrap();
-        let mut heap = Heap {
-            layout: layout.clone(),
-            bytes: Vec::new(),
-        };
+        let mut heap = Heap::shipped("3.9");
+        let layout = heap.layout.clone();
         let ident = 0x7f00_1234_5000u64;
         let thread_type = heap.object(0, 512);
         let dictoffset = heap.field("type.tp_dictoffset");

@@ -1,7 +1,12 @@
 //! Test support: a fake target heap, built object by object with a shipped layout, for the object,
 //! name and stack readers' tests.
 
-use crate::python::layout::Layout;
+use crate::addr::RemoteAddr;
+use crate::process::memory::SnapshotMemory;
+use crate::python::layout::{Flavour, Layout, find_shipped};
+use crate::python::objects::{ObjectReader, TypeObjects};
+use crate::python::stacks::StackReader;
+use crate::python::version::PyVersion;
 
 pub const CODE_TYPE: u64 = 0x50_4000;
 pub const BYTES_TYPE: u64 = 0x50_5000;
@@ -20,6 +25,17 @@ pub struct Heap {
 pub const BASE: u64 = 0x10_0000;
 
 impl Heap {
+    /// An empty heap laid out as the shipped x86_64 layout of `version` ("3.9") lays it out.
+    pub fn shipped(version: &str) -> Heap {
+        let layout = find_shipped(version, Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap();
+        Heap {
+            layout,
+            bytes: Vec::new(),
+        }
+    }
+
     pub fn field(&self, name: &str) -> u64 {
         self.layout.field(name).unwrap().offset
     }
@@ -92,4 +108,60 @@ impl Heap {
         self.put(dict + self.field("dict.ma_keys"), keys, 8);
         dict
     }
+}
+
+/// A 3.9 thread state whose one frame runs a code object named `name`; returns the heap, the
+/// thread state and the code object's address.
+pub fn one_frame(name: &str) -> (Heap, u64, u64) {
+    let mut heap = Heap::shipped("3.9");
+    let (frame, code) = heap.frame_running(name);
+    let tstate = heap.alloc(512);
+    heap.put(tstate + heap.field("tstate.frame"), frame, 8);
+    (heap, tstate, code)
+}
+
+impl Heap {
+    /// A 3.9 frame at its fourth instruction (line 11) of a new code object named `name`, in
+    /// a.py from line 10; returns the frame's and the code object's addresses.
+    pub fn frame_running(&mut self, name: &str) -> (u64, u64) {
+        let function = self.str(name, true);
+        let file = self.str("a.py", true);
+        let sval = self.field("bytes.ob_sval");
+        // co_lnotab: bytes 0-3 on the first line, then one line on.
+        let table = self.object(BYTES_TYPE, sval + 8);
+        self.put(table + self.field("varobject.ob_size"), 2, 8);
+        self.put(
+            table + sval,
+            u64::from_le_bytes([4, 1, 0, 0, 0, 0, 0, 0]),
+            8,
+        );
+        let code = self.object(CODE_TYPE, 256);
+        self.put(code + self.field("code.co_name"), function, 8);
+        self.put(code + self.field("code.co_filename"), file, 8);
+        self.put(code + self.field("code.co_firstlineno"), 10, 4);
+        self.put(code + self.field("code.co_linetable"), table, 8);
+        let frame = self.alloc(512);
+        self.put(frame + self.field("frame.f_code"), code, 8);
+        self.put(frame + self.field("frame.f_lasti"), 6, 4);
+        (frame, code)
+    }
+}
+
+/// A reader of the test heap's objects for `version`.
+pub fn reader_of(layout: &Layout, version: PyVersion) -> StackReader {
+    let types = TypeObjects {
+        str: Some(RemoteAddr(STR_TYPE)),
+        code: Some(RemoteAddr(CODE_TYPE)),
+        bytes: Some(RemoteAddr(BYTES_TYPE)),
+        ..TypeObjects::default()
+    };
+    let objects = ObjectReader::new(layout, version, types).unwrap();
+    StackReader::new(layout, version, objects).unwrap()
+}
+
+/// The heap as a target's memory.
+pub fn memory(heap: &Heap) -> SnapshotMemory {
+    let mut mem = SnapshotMemory::new();
+    mem.insert(RemoteAddr(BASE), heap.bytes.clone());
+    mem
 }

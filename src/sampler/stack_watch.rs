@@ -99,15 +99,20 @@ impl StackWatch {
     /// A watch over `target`'s stacks, or why its stacks cannot be read.
     pub fn new(target: &Target) -> Result<StackWatch, String> {
         let objects = target.object_reader()?;
-        Ok(StackWatch {
-            reader: StackReader::new(&target.layout, target.version, objects)?,
+        let reader = StackReader::new(&target.layout, target.version, objects)?;
+        Ok(StackWatch::with_reader(reader))
+    }
+
+    fn with_reader(reader: StackReader) -> StackWatch {
+        StackWatch {
+            reader,
             holds: Vec::new(),
             threads: BTreeMap::new(),
             innermost_checks: 0,
             stacks_reused: 0,
             stacks_reused_other_line: 0,
             swept_ns: 0,
-        })
+        }
     }
 
     /// The stack of `tstate` at `t`, reused from one of the thread's recent reads whose innermost
@@ -203,9 +208,13 @@ impl StackWatch {
             }
             GilState::Hold => {
                 let watched = self.holds.iter().position(|(t, _)| *t == tid);
-                let begins = previous != Some(GilState::Hold) || watched.is_none();
+                // After a held-back stretch a hold on both sides is two holds, and the thread may
+                // have run elsewhere in between (on the queue workload 22–42% of them had): the
+                // new one's stack is read, as any hold's.
+                let begins =
+                    previous != Some(GilState::Hold) || watched.is_none() || decided.after_stretch;
                 if begins {
-                    // A hold whose end this watch did not see (a held-back stretch between).
+                    // A hold whose end this watch did not see, or the one before the stretch.
                     if let Some(hold) = self.take_hold(tid) {
                         self.close_hold(tid, hold, sink);
                     }
@@ -216,18 +225,13 @@ impl StackWatch {
                 let Some(hold) = watched.map(|at| &mut self.holds[at].1) else {
                     return;
                 };
-                if decided.after_gap || decided.after_stretch {
+                if decided.after_gap {
                     // The trace's slice of this hold ends there, and is judged with what the watch
-                    // saw up to it. After a gap the hold goes on: the slice after gets the whole
-                    // watch at its end. After a held-back stretch it is another hold: its watch
-                    // starts over from the last read (no read now: the frame is checked as usual).
-                    // Its samples so far go to the slice before; this one begins the next, which
-                    // keeps its own stack (trace/stacks.rs sums no reading back past it).
+                    // saw up to it. The hold goes on: the slice after gets the whole watch at its
+                    // end. Its samples so far go to the slice before; this one begins the next,
+                    // which keeps its own stack (trace/stacks.rs sums no reading back past it).
                     hold.report_samples(tid, sink);
                     send_watch(&mut self.reader, tid, hold, sink);
-                    if decided.after_stretch {
-                        hold.still = Stillness::new(hold.still.last, t, Holder::of(seen));
-                    }
                     hold.last_ns = t;
                     send_first_sample(tid, t, &hold.frames, true, sink);
                     return;
@@ -422,4 +426,68 @@ fn stack(
         samples,
         begins_slice,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::test_heap::{memory, one_frame, reader_of};
+    use crate::python::version::PyVersion;
+
+    const TID: u32 = 7;
+
+    fn hold(previous: Option<GilState>, after_stretch: bool) -> Decided {
+        Decided {
+            index: 0,
+            tid: TID,
+            previous,
+            state: GilState::Hold,
+            after_gap: false,
+            after_stretch,
+        }
+    }
+
+    /// The innermost function of each stack reading `found` has, and whether it begins a slice.
+    fn readings(found: &[Finding]) -> Vec<(String, bool)> {
+        let innermost = |r: &StackReading| r.frames.first().cloned().unwrap_or_default();
+        found
+            .iter()
+            .filter_map(|f| match f {
+                Finding::Stack(r) => Some((innermost(r), r.begins_slice)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_hold_after_a_held_back_stretch_has_the_stack_it_is_in_now() {
+        let (mut heap, tstate, _) = one_frame("before_stretch");
+        let (elsewhere, _) = heap.frame_running("after_stretch");
+        let mut watch =
+            StackWatch::with_reader(reader_of(&heap.layout, PyVersion::from_hex(0x0309_00f0)));
+        let seen = ThreadSample {
+            tid: TID,
+            their_tid: TID,
+            tstate: RemoteAddr(tstate),
+            kernel: None,
+            slices_before_sleep: None,
+            schedstat: None,
+            gil_flags: None,
+        };
+        let mut found = Vec::new();
+        let mut sink = |f| found.push(f);
+        watch.observe(&memory(&heap), &seen, &hold(None, false), 0, &mut sink);
+        // A stretch held back, settled at the next sample; the thread ran on to another function
+        // in between and holds the GIL again there.
+        heap.put(tstate + heap.field("tstate.frame"), elsewhere, 8);
+        let after = hold(Some(GilState::Hold), true);
+        watch.observe(&memory(&heap), &seen, &after, 300_000, &mut sink);
+        assert_eq!(
+            readings(&found),
+            [
+                ("before_stretch (a.py:11)".to_string(), true),
+                ("after_stretch (a.py:11)".to_string(), true),
+            ]
+        );
+    }
 }

@@ -2,65 +2,13 @@
 //! stack.
 use super::*;
 use crate::process::memory::{ReadError, SnapshotMemory};
-use crate::python::layout::{Flavour, find_shipped};
-use crate::python::objects::TypeObjects;
-use crate::python::test_heap::{BASE, BYTES_TYPE, CODE_TYPE, Heap, STR_TYPE};
+use crate::python::test_heap::{
+    BASE, BYTES_TYPE, CODE_TYPE, Heap, STR_TYPE, memory, one_frame, reader_of,
+};
 use innermost::CSTACK_SPAN;
-
-/// A 3.9 thread state whose one frame runs a code object named `name`; returns the heap, the
-/// thread state and the code object's address.
-fn one_frame(name: &str) -> (Heap, u64, u64) {
-    let layout = find_shipped("3.9", Flavour::Default, "x86_64")
-        .unwrap()
-        .unwrap();
-    let mut heap = Heap {
-        layout,
-        bytes: Vec::new(),
-    };
-    let function = heap.str(name, true);
-    let file = heap.str("a.py", true);
-    let sval = heap.field("bytes.ob_sval");
-    // co_lnotab: bytes 0-3 on the first line, then one line on.
-    let table = heap.object(BYTES_TYPE, sval + 8);
-    heap.put(table + heap.field("varobject.ob_size"), 2, 8);
-    heap.put(
-        table + sval,
-        u64::from_le_bytes([4, 1, 0, 0, 0, 0, 0, 0]),
-        8,
-    );
-    let code = heap.object(CODE_TYPE, 256);
-    heap.put(code + heap.field("code.co_name"), function, 8);
-    heap.put(code + heap.field("code.co_filename"), file, 8);
-    heap.put(code + heap.field("code.co_firstlineno"), 10, 4);
-    heap.put(code + heap.field("code.co_linetable"), table, 8);
-    let frame = heap.alloc(512);
-    heap.put(frame + heap.field("frame.f_code"), code, 8);
-    heap.put(frame + heap.field("frame.f_lasti"), 6, 4);
-    let tstate = heap.alloc(512);
-    heap.put(tstate + heap.field("tstate.frame"), frame, 8);
-    (heap, tstate, code)
-}
 
 fn reader(layout: &Layout) -> StackReader {
     reader_of(layout, PyVersion::from_hex(0x0309_00f0))
-}
-
-/// A reader of the test heap's objects for `version`.
-fn reader_of(layout: &Layout, version: PyVersion) -> StackReader {
-    let types = TypeObjects {
-        str: Some(RemoteAddr(STR_TYPE)),
-        code: Some(RemoteAddr(CODE_TYPE)),
-        bytes: Some(RemoteAddr(BYTES_TYPE)),
-        ..TypeObjects::default()
-    };
-    let objects = ObjectReader::new(layout, version, types).unwrap();
-    StackReader::new(layout, version, objects).unwrap()
-}
-
-fn memory(heap: &Heap) -> SnapshotMemory {
-    let mut mem = SnapshotMemory::new();
-    mem.insert(RemoteAddr(BASE), heap.bytes.clone());
-    mem
 }
 
 #[test]
@@ -133,13 +81,7 @@ impl MemorySource for Counting {
 /// `inner`, one after another (callers below callees); returns the heap, the thread state, the
 /// C frame that points to the innermost, and the frames' addresses, outermost first.
 fn data_stack_312() -> (Heap, u64, u64, [u64; 3]) {
-    let layout = find_shipped("3.12", Flavour::Default, "x86_64")
-        .unwrap()
-        .unwrap();
-    let mut heap = Heap {
-        layout,
-        bytes: Vec::new(),
-    };
+    let mut heap = Heap::shipped("3.12");
     let file = heap.str("a.py", true);
     let table = heap.object(BYTES_TYPE, heap.field("bytes.ob_sval") + 8);
     let codes: Vec<u64> = ["outer", "middle", "inner"]

@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{KilledOnDrop, Workload, file_names, gilsample, interpreter, pyenv_root};
+use common::{KilledOnDrop, Workload, file_names, gilsample, interpreter, pyenv_root, succeeded};
 use gilsample::error::exit::{NO_SUCH_PROCESS, OUTPUT, PERMISSION, UNSUPPORTED, USAGE};
 
 /// Runs gilsample with `args` and returns (exit code, stderr).
@@ -230,16 +230,11 @@ fn a_refused_run_creates_no_output_directory() {
     }
     // A run that records makes the directories it needs.
     let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
-    let out = gilsample()
-        .args(["--pid", &workload.pid.to_string(), "-q", "-d", "0.1"])
-        .args(["-o", "made/here/"])
-        .current_dir(cwd.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        gilsample()
+            .args(["--pid", &workload.pid.to_string(), "-q", "-d", "0.1"])
+            .args(["-o", "made/here/"])
+            .current_dir(cwd.path()),
     );
     assert_eq!(
         file_names(&cwd.path().join("made/here")),

@@ -16,7 +16,7 @@ use nix::unistd::Pid;
 
 use common::{
     KilledOnDrop, LaunchedRecording, Trace, gilsample, interpreter, pyenv_root, read_until,
-    ready_pid, running, stop_once_recording,
+    ready_pid, running, stop_once_recording, succeeded,
 };
 use gilsample::error::exit::{NO_SUCH_PROCESS, OUTPUT, UNSUPPORTED, USAGE};
 
@@ -241,19 +241,14 @@ fn a_thread_id_given_as_pid_records_its_process() {
 fn launch_mode_keeps_the_command_line() {
     let python = interpreter("3.12");
     let dir = tempfile::tempdir().unwrap();
-    let out = gilsample()
-        .args(["--quiet", "-o"])
-        .arg(dir.path())
-        .arg("--")
-        .args(&python.command)
-        .arg(&python.workload)
-        .args(["short", "--threads", "1", "--seconds", "0.2"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        gilsample()
+            .args(["--quiet", "-o"])
+            .arg(dir.path())
+            .arg("--")
+            .args(&python.command)
+            .arg(&python.workload)
+            .args(["short", "--threads", "1", "--seconds", "0.2"]),
     );
     let trace = Trace::load_single(dir.path());
     let command_line = trace.other("command_line").as_str().unwrap().to_string();

@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 
 use common::{
     KilledOnDrop, Recording, Trace, Workload, gilsample, interpreter, ready_pid, sid_root,
+    succeeded,
 };
 use gilsample::error::exit::{FAILURE, NO_SUCH_PROCESS, UNSUPPORTED};
 
@@ -311,19 +312,14 @@ fn eight_targets_share_sampler_threads_and_one_exiting_disturbs_no_other() {
 fn subprocesses_records_every_python_child_including_later_ones() {
     let python = interpreter("3.12");
     let dir = tempfile::tempdir().unwrap();
-    let out = gilsample()
-        .args(["--subprocesses", "--quiet", "-o"])
-        .arg(dir.path())
-        .arg("--")
-        .args(&python.command)
-        .arg(&python.workload)
-        .args(["sleeper", "--spawn", "2"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        gilsample()
+            .args(["--subprocesses", "--quiet", "-o"])
+            .arg(dir.path())
+            .arg("--")
+            .args(&python.command)
+            .arg(&python.workload)
+            .args(["sleeper", "--spawn", "2"]),
     );
     let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()

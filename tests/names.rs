@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdin, ChildStdout, Stdio};
 
-use common::{KilledOnDrop, Trace, gilsample, interpreter_running, start_recording};
+use common::{KilledOnDrop, Trace, gilsample, interpreter_running, start_recording, succeeded};
 use serde_json::Value;
 
 const LONG_NAME: &str = "data-loader-worker-with-a-name-much-longer-than-fifteen-bytes-07";
@@ -176,18 +176,13 @@ fn merged_traces_keep_the_names() {
     let gil = dir.path().join(format!("GIL_{}_rank_0.json", workload.pid));
     let torch = common::fixture("torch-profiler/torch_cpu.pt.trace.json");
     let merged = dir.path().join("merged.json");
-    let out = gilsample()
-        .arg("merge")
-        .arg(&torch)
-        .arg(&gil)
-        .arg("-o")
-        .arg(&merged)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        gilsample()
+            .arg("merge")
+            .arg(&torch)
+            .arg(&gil)
+            .arg("-o")
+            .arg(&merged),
     );
     let names = thread_names(&Trace::load(&merged));
     for (label, name) in [

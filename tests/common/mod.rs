@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 
 use serde_json::Value;
 
@@ -236,6 +236,17 @@ impl Workload {
 
 pub fn gilsample() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gilsample"))
+}
+
+/// Runs `cmd` to its end; fails the test with what it printed on stderr where it did not succeed.
+pub fn succeeded(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// Runs gilsample to completion and returns its status, stderr and the output directory.

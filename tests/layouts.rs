@@ -6,13 +6,17 @@ mod common;
 
 use std::path::Path;
 
-use common::gilsample;
+use common::{gilsample, succeeded};
 
 #[test]
 fn shipped_layouts_match_their_builds() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("python-layouts");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        // opcodes/: not layouts (`back_jumps_match_their_interpreters`).
+        if !entry.path().is_file() {
+            continue;
+        }
         let text = std::fs::read_to_string(entry.path()).unwrap();
         let shipped: serde_json::Value = serde_json::from_str(&text).unwrap();
         let from = shipped["generated_from"].as_str().unwrap();
@@ -27,12 +31,7 @@ fn shipped_layouts_match_their_builds() {
         if let Some(binary) = shipped["binary"].as_str() {
             cmd.args(["--binary", binary]);
         }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = succeeded(&mut cmd);
         let fresh: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(
             fresh,
@@ -46,4 +45,40 @@ fn shipped_layouts_match_their_builds() {
         checked >= 20,
         "only {checked} layout files were checked against their builds"
     );
+}
+
+/// The loop-jump opcodes shipped for 3.11 and 3.12 (python-layouts/opcodes/back-jumps.json) are
+/// what each such interpreter of the suite says its opcodes are, pyenv's and Debian's.
+#[test]
+fn back_jumps_match_their_interpreters() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("python-layouts/opcodes/back-jumps.json");
+    let shipped: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/generate-opcodes.py");
+    let py312 = common::interpreter("3.12").command;
+    for label in ["3.11", "debian-3.11"] {
+        let py311 = common::interpreter(label).command;
+        let out = succeeded(
+            std::process::Command::new("python3")
+                .arg(&script)
+                .arg("--print")
+                .args(py311.iter().chain(&py312)),
+        );
+        let fresh: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for version in ["3.11", "3.12"] {
+            for key in ["back_jumps", "extended_args"] {
+                assert_eq!(
+                    fresh[version][key],
+                    shipped[version][key],
+                    "{label}: {version}'s {key} disagree with {}; rerun scripts/generate-opcodes.py",
+                    path.display()
+                );
+                assert!(
+                    fresh[version][key]
+                        .as_array()
+                        .is_some_and(|a| !a.is_empty())
+                );
+            }
+        }
+    }
 }

@@ -74,29 +74,77 @@ fn pairs_line(table: &[u8], first_line: i32, offset: u64) -> Option<i32> {
 
 /// `unit` is the offset in code units (two bytes each).
 fn locations_line(table: &[u8], first_line: i32, unit: u64) -> Option<i32> {
-    let mut line = first_line;
-    let mut end = 0u64;
-    let mut pos = 0usize;
-    loop {
-        let header = *table.get(pos)?;
+    let entry = LocationEntries::of(table, first_line).find(|e| unit < e.start + e.units)?;
+    entry.line
+}
+
+impl LineTableFormat {
+    /// The runs of code units the table gives no line (start, length in units), each the whole
+    /// of one instruction's entry; none but in the 3.11+ location table.
+    pub fn unlined_runs(self, table: &[u8]) -> Vec<(u64, u64)> {
+        if self != LineTableFormat::Locations {
+            return Vec::new();
+        }
+        LocationEntries::of(table, 0)
+            .filter(|e| e.line.is_none())
+            .map(|e| (e.start, e.units))
+            .collect()
+    }
+}
+
+/// One entry of a location table: the code units it covers and their line (`None`: no location).
+struct LocationEntry {
+    start: u64,
+    units: u64,
+    line: Option<i32>,
+}
+
+/// The entries of a location table in order, ending at its end or at a byte that cannot begin one.
+struct LocationEntries<'a> {
+    table: &'a [u8],
+    pos: usize,
+    line: i32,
+    end: u64,
+}
+
+impl<'a> LocationEntries<'a> {
+    fn of(table: &'a [u8], first_line: i32) -> LocationEntries<'a> {
+        LocationEntries {
+            table,
+            pos: 0,
+            line: first_line,
+            end: 0,
+        }
+    }
+}
+
+impl Iterator for LocationEntries<'_> {
+    type Item = LocationEntry;
+
+    fn next(&mut self) -> Option<LocationEntry> {
+        let header = *self.table.get(self.pos)?;
         if header & 0x80 == 0 {
             return None; // not at an entry's start: a table that is not one
         }
         let code = (header >> 3) & 15;
         let delta = match code {
-            13 | 14 => signed_varint(table, pos + 1)?,
+            13 | 14 => signed_varint(self.table, self.pos + 1)?,
             10..=12 => i32::from(code - 10),
             _ => 0,
         };
-        line = line.wrapping_add(delta);
-        end += u64::from(header & 7) + 1;
-        if unit < end {
-            return (code != 15).then_some(line);
+        self.line = self.line.wrapping_add(delta);
+        let start = self.end;
+        let units = u64::from(header & 7) + 1;
+        self.end += units;
+        self.pos += 1;
+        while self.table.get(self.pos).is_some_and(|b| b & 0x80 == 0) {
+            self.pos += 1;
         }
-        pos += 1;
-        while table.get(pos).is_some_and(|b| b & 0x80 == 0) {
-            pos += 1;
-        }
+        Some(LocationEntry {
+            start,
+            units,
+            line: (code != 15).then_some(self.line),
+        })
     }
 }
 
@@ -166,5 +214,12 @@ mod tests {
         assert_eq!(locations_line(&table, 5, 4), None);
         assert_eq!(locations_line(&table, 5, 9), None, "past the table");
         assert_eq!(locations_line(&[0x05], 5, 0), None, "not an entry");
+        let runs = LineTableFormat::Locations.unlined_runs(&table);
+        assert_eq!(
+            runs,
+            [(4, 1)],
+            "the no-location entry, each unit before it lined"
+        );
+        assert_eq!(LineTableFormat::Pairs.unlined_runs(&[4, 0x80]), []);
     }
 }

@@ -2,6 +2,7 @@
 //! `_PyRuntime` → interpreters → thread states, and where the GIL is.
 
 pub mod attach;
+pub mod back_jumps;
 pub mod debug_offsets;
 pub mod fields;
 pub mod find_binary;

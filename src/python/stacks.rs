@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use crate::addr::RemoteAddr;
 use crate::process::memory::MemorySource;
+use crate::python::back_jumps::BackJumps;
 use crate::python::layout::Layout;
 use crate::python::linetable::LineTableFormat;
 use crate::python::objects::{ObjectError, ObjectReader, ObjectResult};
@@ -63,6 +64,9 @@ struct CodeInfo {
     first_line: i32,
     table: Vec<u8>,
     identity: [u64; 4],
+    /// Byte offsets of the loop jumps the table leaves unlined, with their loop head's line
+    /// (python/back_jumps.rs).
+    loop_lines: Vec<(u64, i32)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -112,6 +116,8 @@ pub struct StackReader {
     slots: Option<u64>,
     code: CodeFields,
     format: LineTableFormat,
+    /// Where the version leaves loop jumps without a line (3.11, 3.12).
+    back_jumps: Option<BackJumps>,
     cache: HashMap<u64, Arc<CodeInfo>>,
     /// How the reads went so far.
     pub stats: StackStats,
@@ -264,6 +270,7 @@ impl StackReader {
             slots,
             code,
             format: LineTableFormat::for_version(version.major, version.minor),
+            back_jumps: BackJumps::of(version.major, version.minor),
             cache: HashMap::new(),
             stats: StackStats::default(),
         })
@@ -425,7 +432,9 @@ impl StackReader {
             Frames::Interpreter { bytecode, .. } => instr.saturating_sub(code + bytecode),
             Frames::Objects { .. } => instr,
         };
-        match self.format.line(&info.table, info.first_line, offset) {
+        let line = self.format.line(&info.table, info.first_line, offset);
+        let loop_line = || info.loop_lines.iter().find(|&&(at, _)| at == offset);
+        match line.or_else(|| loop_line().map(|&(_, line)| line)) {
             Some(line) => format!("{} ({}:{line})", info.function, info.file),
             None => format!("{} ({})", info.function, info.file),
         }
@@ -533,13 +542,16 @@ impl StackReader {
             self.stats.code_objects_replaced += 1;
         }
         let text = |addr: u64| self.objects.read_str(mem, RemoteAddr(addr), MAX_TEXT);
+        let table = self
+            .objects
+            .read_bytes(mem, RemoteAddr(identity[2]), MAX_LINE_TABLE)?;
+        let first_line = identity[3] as i32;
         let info = Arc::new(CodeInfo {
             function: text(identity[0])?,
             file: text(identity[1])?,
-            table: self
-                .objects
-                .read_bytes(mem, RemoteAddr(identity[2]), MAX_LINE_TABLE)?,
-            first_line: identity[3] as i32,
+            loop_lines: self.loop_lines(mem, code, &table, first_line),
+            table,
+            first_line,
             identity,
         });
         self.stats.code_objects_read += 1;
@@ -548,6 +560,27 @@ impl StackReader {
         }
         self.cache.insert(code, info.clone());
         Ok(info)
+    }
+}
+
+impl StackReader {
+    /// The unlined loop jumps of the code object at `code` and their lines, where the version
+    /// leaves some and its table has unlined entries: one read of its bytecode, once per code
+    /// object read.
+    fn loop_lines(
+        &self,
+        mem: &dyn MemorySource,
+        code: u64,
+        table: &[u8],
+        first_line: i32,
+    ) -> Vec<(u64, i32)> {
+        let (Some(jumps), Frames::Interpreter { bytecode, .. }) = (&self.back_jumps, self.frames)
+        else {
+            return Vec::new();
+        };
+        let runs = self.format.unlined_runs(table);
+        let line_of = |unit: u64| self.format.line(table, first_line, unit * 2);
+        jumps.lines(mem, RemoteAddr(code + bytecode), &runs, line_of)
     }
 }
 

@@ -24,8 +24,14 @@ fn innermost(slice: &Value) -> Option<&str> {
 }
 
 fn record_contention(label: &str, extra: &[&str]) -> (Workload, Trace) {
+    record(label, &["contention", "--threads", "3"], extra)
+}
+
+/// 0.5 s of the workload `scenario` (fixtures/workloads/gil_workload.py) on `label`'s interpreter,
+/// recorded with `extra` arguments.
+fn record(label: &str, scenario: &[&str], extra: &[&str]) -> (Workload, Trace) {
     let python = interpreter(label);
-    let workload = Workload::start(&python, &["contention", "--threads", "3"]);
+    let workload = Workload::start(&python, scenario);
     let dir = tempfile::tempdir().unwrap();
     let pid = workload.pid.to_string();
     let mut args = vec!["--pid", &pid, "--duration", "0.5"];
@@ -116,13 +122,7 @@ fn a_hold_that_moved_lists_its_stacks(label: &str) {
 /// its own stack, though the sampler reads the next before the trace has written the last (before
 /// format 5's marks, the trace summed a hold's stack into the one before, and 5% of holds had none).
 fn each_hold_keeps_its_own_stack(label: &str) {
-    let python = interpreter(label);
-    let workload = Workload::start(&python, &["queue", "--threads", "3"]);
-    let dir = tempfile::tempdir().unwrap();
-    let pid = workload.pid.to_string();
-    let (status, stderr) = run(&["--pid", &pid, "--duration", "0.5"], dir.path());
-    assert!(status.success(), "{label}: {stderr}");
-    let trace = Trace::load_single(dir.path());
+    let (_workload, trace) = record(label, &["queue", "--threads", "3"], &[]);
     // A read torn by the target's own writes gives no stack, and one can land where the thread has
     // no Python frame to show: a hundredth of the holds may go without (before format 5's marks,
     // 3% to 10% of them did, on every interpreter of the suite).
@@ -161,13 +161,7 @@ fn each_hold_keeps_its_own_stack(label: &str) {
 /// resolve them there (its layout has no `co_code`): on 3.10 the test asserts only that the waits
 /// have stacks.
 fn waits_at_a_loops_back_edge_have_a_line(label: &str) {
-    let python = interpreter(label);
-    let workload = Workload::start(&python, &["bench", "--threads", "3"]);
-    let dir = tempfile::tempdir().unwrap();
-    let pid = workload.pid.to_string();
-    let (status, stderr) = run(&["--pid", &pid, "--duration", "0.5"], dir.path());
-    assert!(status.success(), "{label}: {stderr}");
-    let trace = Trace::load_single(dir.path());
+    let (workload, trace) = record(label, &["bench", "--threads", "3"], &[]);
     let version = trace.other("python_version").as_str().unwrap().to_string();
     let waits: Vec<&str> = workload
         .tids_named("spinner-")

@@ -17,6 +17,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use code_objects::{CodeFields, CodeInfo};
+
 use crate::addr::RemoteAddr;
 use crate::process::memory::MemorySource;
 use crate::python::back_jumps::BackJumps;
@@ -56,19 +58,6 @@ pub struct StackStats {
     pub code_objects_replaced: u64,
 }
 
-/// What a code object says about itself, and the header words that identify it.
-#[derive(Debug)]
-struct CodeInfo {
-    function: String,
-    file: String,
-    first_line: i32,
-    table: Vec<u8>,
-    identity: [u64; 4],
-    /// Byte offsets of the loop jumps the table leaves unlined, with their loop head's line
-    /// (python/back_jumps.rs).
-    loop_lines: Vec<(u64, i32)>,
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Top {
     Frame(u64),
@@ -95,15 +84,6 @@ enum Frames {
         /// trampolines, not Python code: the owner byte's offset and that value.
         shim: Option<(u64, u64)>,
     },
-}
-
-#[derive(Clone, Copy, Debug)]
-struct CodeFields {
-    name: u64,
-    filename: u64,
-    first_line: FieldInfo,
-    table: u64,
-    header: u64,
 }
 
 /// Reads stacks of one target.
@@ -217,28 +197,6 @@ fn frame_objects(fields: Needed<'_>, version: PyVersion) -> Result<(Top, Frames,
     };
     let top = Top::Frame(fields.get("tstate.frame")?.offset);
     Ok((top, frames, end_of(&[back, code, lasti])))
-}
-
-impl CodeFields {
-    /// The code object's fields a frame's text needs: its qualified name where the version has
-    /// one, else its name.
-    fn of(fields: Needed<'_>) -> Result<CodeFields, String> {
-        let name = match fields.0.field("code.co_qualname") {
-            Some(f) => f,
-            None => fields.get("code.co_name")?,
-        };
-        let filename = fields.get("code.co_filename")?;
-        let first_line = fields.get("code.co_firstlineno")?;
-        let table = fields.get("code.co_linetable")?;
-        let ob_type = fields.get("object.ob_type")?;
-        Ok(CodeFields {
-            name: name.offset,
-            filename: filename.offset,
-            first_line,
-            table: table.offset,
-            header: end_of(&[name, filename, first_line, table, ob_type]),
-        })
-    }
 }
 
 impl StackReader {
@@ -433,8 +391,7 @@ impl StackReader {
             Frames::Objects { .. } => instr,
         };
         let line = self.format.line(&info.table, info.first_line, offset);
-        let loop_line = || info.loop_lines.iter().find(|&&(at, _)| at == offset);
-        match line.or_else(|| loop_line().map(|&(_, line)| line)) {
+        match line.or_else(|| info.loop_line(offset)) {
             Some(line) => format!("{} ({}:{line})", info.function, info.file),
             None => format!("{} ({})", info.function, info.file),
         }
@@ -478,110 +435,6 @@ impl StackReader {
         }
         Ok(frames)
     }
-
-    /// The header of every frame's code object, read together (one system call for the stack);
-    /// `None` where the batch stopped short, for `code_info` to read alone and report.
-    fn code_headers(&self, mem: &dyn MemorySource, frames: &[(u64, u64)]) -> Vec<Option<Vec<u8>>> {
-        let len = self.code.header as usize;
-        // Only what may be a code object is read; `code_info` says why the others are not.
-        let mut headers: Vec<Option<Vec<u8>>> = frames
-            .iter()
-            .map(|&(code, _)| (code != 0 && check_pointer(code).is_ok()).then(|| vec![0u8; len]))
-            .collect();
-        let mut reads: Vec<(RemoteAddr, &mut [u8])> = frames
-            .iter()
-            .zip(headers.iter_mut())
-            .filter_map(|(&(code, _), h)| Some((RemoteAddr(code), h.as_deref_mut()?)))
-            .collect();
-        let filled = mem.read_each(&mut reads);
-        // The reads are the headers that are `Some`, in order: those past `filled` were not read.
-        headers
-            .iter_mut()
-            .filter(|h| h.is_some())
-            .skip(filled)
-            .for_each(|h| *h = None);
-        headers
-    }
-
-    /// The cached code object at `code` if its header (`read`, or read here) still matches, else
-    /// read afresh.
-    fn code_info(
-        &mut self,
-        mem: &dyn MemorySource,
-        code: u64,
-        read: Option<&[u8]>,
-    ) -> ObjectResult<Arc<CodeInfo>> {
-        if code == 0 {
-            return Err(ObjectError::Absent);
-        }
-        check_pointer(code)?;
-        let read_here;
-        let header: &[u8] = match read {
-            Some(header) => header,
-            None => {
-                let mut header = vec![0u8; self.code.header as usize];
-                mem.read_into(RemoteAddr(code), &mut header)?;
-                read_here = header;
-                &read_here
-            }
-        };
-        if !self.objects.has_type(header, self.objects.types.code) {
-            return Err(ObjectError::Absent);
-        }
-        let f = self.code;
-        let identity = [
-            read_le(header, f.name, 8)?,
-            read_le(header, f.filename, 8)?,
-            read_le(header, f.table, 8)?,
-            read_le(header, f.first_line.offset, f.first_line.size)?,
-        ];
-        if let Some(info) = self.cache.get(&code) {
-            if info.identity == identity {
-                return Ok(info.clone());
-            }
-            self.stats.code_objects_replaced += 1;
-        }
-        let text = |addr: u64| self.objects.read_str(mem, RemoteAddr(addr), MAX_TEXT);
-        let table = self
-            .objects
-            .read_bytes(mem, RemoteAddr(identity[2]), MAX_LINE_TABLE)?;
-        let first_line = identity[3] as i32;
-        let info = Arc::new(CodeInfo {
-            function: text(identity[0])?,
-            file: text(identity[1])?,
-            loop_lines: self.loop_lines(mem, code, &table, first_line),
-            table,
-            first_line,
-            identity,
-        });
-        self.stats.code_objects_read += 1;
-        if self.cache.len() >= MAX_CACHED_CODE {
-            self.cache.clear();
-        }
-        self.cache.insert(code, info.clone());
-        Ok(info)
-    }
-}
-
-impl StackReader {
-    /// The unlined loop jumps of the code object at `code` and their lines, where the version
-    /// leaves some and its table has unlined entries: one read of its bytecode, once per code
-    /// object read.
-    fn loop_lines(
-        &self,
-        mem: &dyn MemorySource,
-        code: u64,
-        table: &[u8],
-        first_line: i32,
-    ) -> Vec<(u64, i32)> {
-        let (Some(jumps), Frames::Interpreter { bytecode, .. }) = (&self.back_jumps, self.frames)
-        else {
-            return Vec::new();
-        };
-        let runs = self.format.unlined_runs(table);
-        let line_of = |unit: u64| self.format.line(table, first_line, unit * 2);
-        jumps.lines(mem, RemoteAddr(code + bytecode), &runs, line_of)
-    }
 }
 
 /// Target memory is mapped in pages of at least this size.
@@ -622,6 +475,7 @@ fn read_le(bytes: &[u8], offset: u64, size: u64) -> ObjectResult<u64> {
     Ok(u64::from_le_bytes(word))
 }
 
+mod code_objects;
 mod innermost;
 #[cfg(test)]
 mod tests;

@@ -47,36 +47,46 @@ fn shipped_layouts_match_their_builds() {
     );
 }
 
-/// The loop-jump opcodes shipped for 3.11 and 3.12 (python-layouts/opcodes/back-jumps.json) are
-/// what each such interpreter of the suite says its opcodes are, pyenv's and Debian's.
+/// The loop-jump opcodes shipped for 3.10, 3.11 and 3.12 (python-layouts/opcodes/back-jumps.json)
+/// are what each such interpreter of the suite says its opcodes are, pyenv's and Debian's.
 #[test]
 fn back_jumps_match_their_interpreters() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("python-layouts/opcodes/back-jumps.json");
     let shipped: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/generate-opcodes.py");
-    let py312 = common::interpreter("3.12").command;
+    let others = ["3.10", "3.12"].map(|label| common::interpreter(label).command);
+    // Each version's jumps, and the key that must list some: 3.10 jumps to an instruction, 3.11
+    // and 3.12 back by their argument.
+    let jumps = [
+        ("3.10", "absolute_jumps"),
+        ("3.11", "back_jumps"),
+        ("3.12", "back_jumps"),
+    ];
     for label in ["3.11", "debian-3.11"] {
         let py311 = common::interpreter(label).command;
         let out = succeeded(
             std::process::Command::new("python3")
                 .arg(&script)
                 .arg("--print")
-                .args(py311.iter().chain(&py312)),
+                .args(py311.iter().chain(others.iter().flatten())),
         );
         let fresh: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        for version in ["3.11", "3.12"] {
-            for key in ["back_jumps", "extended_args"] {
+        for (version, listed) in jumps {
+            for key in ["back_jumps", "absolute_jumps", "extended_args"] {
                 assert_eq!(
                     fresh[version][key],
                     shipped[version][key],
                     "{label}: {version}'s {key} disagree with {}; rerun scripts/generate-opcodes.py",
                     path.display()
                 );
+            }
+            for key in [listed, "extended_args"] {
                 assert!(
                     fresh[version][key]
                         .as_array()
-                        .is_some_and(|a| !a.is_empty())
+                        .is_some_and(|a| !a.is_empty()),
+                    "{version} lists no {key}"
                 );
             }
         }

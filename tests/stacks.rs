@@ -155,11 +155,9 @@ fn each_hold_keeps_its_own_stack(label: &str) {
     );
 }
 
-/// A spinner of the `bench` workload lets the GIL go at its loop's back edge, a jump that 3.11 and
-/// 3.12 compile without a line: its waits still show one (on 3.11 the loop head's,
-/// src/python/back_jumps.rs). 3.10 leaves its back edges unlined too, and gilsample does not
-/// resolve them there (its layout has no `co_code`): on 3.10 the test asserts only that the waits
-/// have stacks.
+/// A spinner of the `bench` workload lets the GIL go at its loop's back edge, a jump that 3.10,
+/// 3.11 and 3.12 compile without a line: its waits still show one (on 3.10 and 3.11 the loop
+/// head's, src/python/back_jumps.rs).
 fn waits_at_a_loops_back_edge_have_a_line(label: &str) {
     let (workload, trace) = record(label, &["bench", "--threads", "3"], &[]);
     let version = trace.other("python_version").as_str().unwrap().to_string();
@@ -176,15 +174,13 @@ fn waits_at_a_loops_back_edge_have_a_line(label: &str) {
             .is_some_and(|n| n.parse::<u32>().is_ok())
     };
     let without: Vec<&&str> = waits.iter().filter(|f| !has_line(f)).collect();
-    if !version.starts_with("3.10.") {
-        assert!(
-            without.is_empty(),
-            "{label} ({version}): {} of {} waits show no line: {:?}",
-            without.len(),
-            waits.len(),
-            &without[..without.len().min(3)]
-        );
-    }
+    assert!(
+        without.is_empty(),
+        "{label} ({version}): {} of {} waits show no line: {:?}",
+        without.len(),
+        waits.len(),
+        &without[..without.len().min(3)]
+    );
 }
 
 macro_rules! stack_tests {

@@ -227,6 +227,9 @@ pub const FIELD_QUERIES: &[FieldSpec] = &[
         false,
     ),
     field("code.co_code_adaptive", CODE, &["co_code_adaptive"], false),
+    // Before 3.11 the bytecode is a bytes object of its own; read for 3.10's unlined loop jumps
+    // (python/back_jumps.rs).
+    field("code.co_code", CODE, &["co_code"], false),
     field("bytes.ob_sval", BYTES, &["ob_sval"], false),
     field(
         "debug_offsets.thread_state.current_frame",

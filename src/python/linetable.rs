@@ -79,17 +79,38 @@ fn locations_line(table: &[u8], first_line: i32, unit: u64) -> Option<i32> {
 }
 
 impl LineTableFormat {
-    /// The runs of code units the table gives no line (start, length in units), each the whole
-    /// of one instruction's entry; none but in the 3.11+ location table.
+    /// The runs of code units the table gives no line (start, length in units): in the 3.11+
+    /// location table each the whole of one instruction's entry, in 3.10's pairs each range of
+    /// bytes marked "no line" (one or more instructions); none before 3.10, whose tables line
+    /// every instruction.
     pub fn unlined_runs(self, table: &[u8]) -> Vec<(u64, u64)> {
-        if self != LineTableFormat::Locations {
-            return Vec::new();
+        match self {
+            LineTableFormat::Lnotab => Vec::new(),
+            LineTableFormat::Pairs => pairs_unlined_runs(table),
+            LineTableFormat::Locations => LocationEntries::of(table, 0)
+                .filter(|e| e.line.is_none())
+                .map(|e| (e.start, e.units))
+                .collect(),
         }
-        LocationEntries::of(table, 0)
-            .filter(|e| e.line.is_none())
-            .map(|e| (e.start, e.units))
-            .collect()
     }
+}
+
+/// 3.10's ranges marked "no line" (-128), in code units; neighbouring ones joined (the compiler
+/// splits a range of over 254 bytes into several pairs).
+fn pairs_unlined_runs(table: &[u8]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut start = 0u64;
+    for pair in table.chunks_exact(2) {
+        let units = u64::from(pair[0]) / 2;
+        if pair[1] as i8 == -128 && units > 0 {
+            match runs.last_mut() {
+                Some((at, len)) if *at + *len == start => *len += units,
+                _ => runs.push((start, units)),
+            }
+        }
+        start += units;
+    }
+    runs
 }
 
 /// One entry of a location table: the code units it covers and their line (`None`: no location).
@@ -220,6 +241,20 @@ mod tests {
             [(4, 1)],
             "the no-location entry, each unit before it lined"
         );
-        assert_eq!(LineTableFormat::Pairs.unlined_runs(&[4, 0x80]), []);
+        assert_eq!(LineTableFormat::Lnotab.unlined_runs(&[4, 0x80]), []);
+    }
+
+    #[test]
+    fn pairs_list_their_unlined_ranges_in_code_units() {
+        // 4 bytes at line 10, 4 with no line, 6 at line 12, then 2 + 2 with no line (one range
+        // the compiler wrote as two pairs) and a pair that only moves the line.
+        let table = [4, 0, 4, 0x80, 6, 2, 2, 0x80, 2, 0x80, 0, 3];
+        let runs = LineTableFormat::Pairs.unlined_runs(&table);
+        assert_eq!(runs, [(2, 2), (7, 2)]);
+        assert_eq!(
+            pairs_line(&table, 10, 7 * 2),
+            None,
+            "the runs are the unlined bytes"
+        );
     }
 }

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::addr::RemoteAddr;
 use crate::process::memory::MemorySource;
+use crate::python::back_jumps::MAX_BYTECODE;
 use crate::python::objects::{ObjectError, ObjectResult};
 use crate::symbols::dwarf::FieldInfo;
 
@@ -41,6 +42,8 @@ pub(super) struct CodeFields {
     pub(super) filename: u64,
     pub(super) first_line: FieldInfo,
     pub(super) table: u64,
+    /// Where the pointer to the bytecode's bytes object is (before 3.11), where the layout has it.
+    pub(super) bytecode_object: Option<u64>,
     pub(super) header: u64,
 }
 
@@ -56,12 +59,16 @@ impl CodeFields {
         let first_line = fields.get("code.co_firstlineno")?;
         let table = fields.get("code.co_linetable")?;
         let ob_type = fields.get("object.ob_type")?;
+        let bytecode_object = fields.0.field("code.co_code");
+        let mut header = vec![name, filename, first_line, table, ob_type];
+        header.extend(bytecode_object);
         Ok(CodeFields {
             name: name.offset,
             filename: filename.offset,
             first_line,
             table: table.offset,
-            header: end_of(&[name, filename, first_line, table, ob_type]),
+            bytecode_object: bytecode_object.map(|f| f.offset),
+            header: end_of(&header),
         })
     }
 }
@@ -141,7 +148,7 @@ impl StackReader {
         let info = Arc::new(CodeInfo {
             function: text(identity[0])?,
             file: text(identity[1])?,
-            loop_lines: self.loop_lines(mem, code, &table, first_line),
+            loop_lines: self.loop_lines(mem, (code, header), &table, first_line),
             table,
             first_line,
             identity,
@@ -154,22 +161,37 @@ impl StackReader {
         Ok(info)
     }
 
-    /// The unlined loop jumps of the code object at `code` and their lines, where the version
-    /// leaves some and its table has unlined entries: one read of its bytecode, once per code
-    /// object read.
+    /// The unlined loop jumps of the code object at `code` (its `header` as read) and their
+    /// lines, where the version leaves some and its table has unlined entries: one read of its
+    /// bytecode (3.11+, inside the code object), or two (3.10, a bytes object of its own, read
+    /// whole: one over `MAX_BYTECODE` keeps its jumps unlined), once per code object read.
     fn loop_lines(
         &self,
         mem: &dyn MemorySource,
-        code: u64,
+        (code, header): (u64, &[u8]),
         table: &[u8],
         first_line: i32,
     ) -> Vec<(u64, i32)> {
-        let (Some(jumps), Frames::Interpreter { bytecode, .. }) = (&self.back_jumps, self.frames)
-        else {
+        let Some(jumps) = &self.back_jumps else {
             return Vec::new();
         };
         let runs = self.format.unlined_runs(table);
+        if runs.is_empty() {
+            return Vec::new();
+        }
         let line_of = |unit: u64| self.format.line(table, first_line, unit * 2);
-        jumps.lines(mem, RemoteAddr(code + bytecode), &runs, line_of)
+        match (self.frames, self.code.bytecode_object) {
+            (Frames::Interpreter { bytecode, .. }, _) => {
+                jumps.lines(mem, RemoteAddr(code + bytecode), &runs, line_of)
+            }
+            (Frames::Objects { .. }, Some(at)) => {
+                let bytecode = read_le(header, at, 8).and_then(|object| {
+                    let object = RemoteAddr(object);
+                    self.objects.read_bytes(mem, object, MAX_BYTECODE)
+                });
+                bytecode.map_or_else(|_| Vec::new(), |b| jumps.lines_in(&b, &runs, line_of))
+            }
+            (Frames::Objects { .. }, None) => Vec::new(),
+        }
     }
 }

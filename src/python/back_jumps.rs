@@ -60,7 +60,7 @@ impl BackJumps {
 
     /// The bytes of bytecode `runs` reach into (`lines_in` looks no further), at most
     /// `MAX_BYTECODE`; `None` where there are no runs.
-    pub fn bytes_needed(runs: &[(u64, u64)]) -> Option<usize> {
+    fn bytes_needed(runs: &[(u64, u64)]) -> Option<usize> {
         let end = runs.iter().map(|&(start, units)| start + units).max()?;
         Some((end * 2).min(MAX_BYTECODE) as usize)
     }

@@ -54,22 +54,48 @@ fn lnotab_line(table: &[u8], first_line: i32, offset: u64) -> i32 {
 }
 
 fn pairs_line(table: &[u8], first_line: i32, offset: u64) -> Option<i32> {
-    let mut line = first_line;
-    let mut end = 0u64;
-    let mut current = None;
-    let mut pairs = table.chunks_exact(2);
-    while end <= offset {
-        let pair = pairs.next()?;
-        end += u64::from(pair[0]);
-        let delta = pair[1] as i8;
-        current = if delta == -128 {
-            None
-        } else {
-            line = line.wrapping_add(i32::from(delta));
-            Some(line)
-        };
+    let pair = PairEntries::of(table, first_line).find(|p| offset < p.start + p.bytes)?;
+    pair.line
+}
+
+/// One pair of 3.10's table: the bytes of bytecode it covers and their line (`None`: no line).
+struct PairEntry {
+    start: u64,
+    bytes: u64,
+    line: Option<i32>,
+}
+
+/// The pairs of a 3.10 table in order, each with the line it leaves.
+struct PairEntries<'a> {
+    pairs: std::slice::ChunksExact<'a, u8>,
+    line: i32,
+    end: u64,
+}
+
+impl<'a> PairEntries<'a> {
+    fn of(table: &'a [u8], first_line: i32) -> PairEntries<'a> {
+        PairEntries {
+            pairs: table.chunks_exact(2),
+            line: first_line,
+            end: 0,
+        }
     }
-    current
+}
+
+impl Iterator for PairEntries<'_> {
+    type Item = PairEntry;
+
+    fn next(&mut self) -> Option<PairEntry> {
+        let pair = self.pairs.next()?;
+        let (start, bytes) = (self.end, u64::from(pair[0]));
+        self.end += bytes;
+        let delta = pair[1] as i8;
+        let line = (delta != -128).then(|| {
+            self.line = self.line.wrapping_add(i32::from(delta));
+            self.line
+        });
+        Some(PairEntry { start, bytes, line })
+    }
 }
 
 /// `unit` is the offset in code units (two bytes each).
@@ -99,16 +125,12 @@ impl LineTableFormat {
 /// splits a range of over 254 bytes into several pairs).
 fn pairs_unlined_runs(table: &[u8]) -> Vec<(u64, u64)> {
     let mut runs: Vec<(u64, u64)> = Vec::new();
-    let mut start = 0u64;
-    for pair in table.chunks_exact(2) {
-        let units = u64::from(pair[0]) / 2;
-        if pair[1] as i8 == -128 && units > 0 {
-            match runs.last_mut() {
-                Some((at, len)) if *at + *len == start => *len += units,
-                _ => runs.push((start, units)),
-            }
+    for pair in PairEntries::of(table, 0).filter(|p| p.line.is_none() && p.bytes >= 2) {
+        let (start, units) = (pair.start / 2, pair.bytes / 2);
+        match runs.last_mut() {
+            Some((at, len)) if *at + *len == start => *len += units,
+            _ => runs.push((start, units)),
         }
-        start += units;
     }
     runs
 }

@@ -96,7 +96,7 @@ pub struct StackReader {
     slots: Option<u64>,
     code: CodeFields,
     format: LineTableFormat,
-    /// Where the version leaves loop jumps without a line (3.11, 3.12).
+    /// Where the version leaves loop jumps without a line (3.10, 3.11, 3.12).
     back_jumps: Option<BackJumps>,
     cache: HashMap<u64, Arc<CodeInfo>>,
     /// How the reads went so far.

@@ -225,51 +225,49 @@ impl StackWatch {
                 let Some(hold) = watched.map(|at| &mut self.holds[at].1) else {
                     return;
                 };
-                if decided.after_gap {
-                    // The trace's slice of this hold ends there, and is judged with what the watch
-                    // saw up to it. Where the thread is still in the frame it was in, the hold
-                    // goes on: the slice after gets the whole watch at its end (a native call
-                    // that holds the GIL across a sampler stall stays one standing-still hold).
-                    // Its samples so far go to the slice before; this one begins the next, which
-                    // keeps its own stack (trace/stacks.rs sums no reading back past it). A thread
-                    // that ran on to another frame meanwhile begins a new hold there, as after a
-                    // stretch: the slice after the gap shows where it is, not where it was.
-                    self.innermost_checks += 1;
-                    let now = innermost_near(&self.reader, &mut self.threads, mem, tid, tstate);
-                    let now = now.ok();
-                    if now.map(FrameInCode::of) == Some(hold.in_frame) {
-                        hold.report_samples(tid, sink);
-                        send_watch(&mut self.reader, tid, hold, sink);
-                        hold.still.read(now.flatten(), t, Holder::of(seen));
-                        hold.last_ns = t;
-                        hold.until_check = CHECK_EVERY;
-                        send_first_sample(tid, t, &hold.frames, true, sink);
+                // After a gap the trace's slice of this hold ends there, and is judged with what
+                // the watch saw up to it; the innermost frame is checked at once. Where the thread
+                // is still in the frame it was in, the hold goes on: the slice after gets the
+                // whole watch at its end (a native call that holds the GIL across a sampler stall
+                // stays one standing-still hold). Its samples so far go to the slice before; this
+                // one begins the next, which keeps its own stack (trace/stacks.rs sums no reading
+                // back past it). A thread that ran on to another frame meanwhile begins a new hold
+                // there, as after a stretch: the slice after the gap shows where it is, not where
+                // it was. Without a gap the frame is checked every `CHECK_EVERY` samples.
+                let after_gap = decided.after_gap;
+                if !after_gap {
+                    hold.unreported += 1;
+                    hold.last_ns = t;
+                    hold.until_check = hold.until_check.saturating_sub(1);
+                    if hold.until_check > 0 {
                         return;
                     }
-                    let hold = self.take_hold(tid).expect("looked up above");
-                    self.close_hold(tid, hold, sink);
-                    self.begin_hold(mem, (tid, tstate), t, Holder::of(seen), Begins::Slice, sink);
-                    return;
-                }
-                hold.unreported += 1;
-                hold.last_ns = t;
-                hold.until_check = hold.until_check.saturating_sub(1);
-                if hold.until_check > 0 {
-                    return;
                 }
                 hold.until_check = CHECK_EVERY;
                 self.innermost_checks += 1;
                 let now = innermost_near(&self.reader, &mut self.threads, mem, tid, tstate).ok();
                 if now.map(FrameInCode::of) == Some(hold.in_frame) {
-                    // Same frame: report the samples so far, so they count even if the hold's end
-                    // is settled before this watch sees it.
-                    hold.still.read(now.flatten(), t, Holder::of(seen));
-                    hold.report_samples(tid, sink);
+                    if after_gap {
+                        hold.report_samples(tid, sink);
+                        send_watch(&mut self.reader, tid, hold, sink);
+                        hold.still.read(now.flatten(), t, Holder::of(seen));
+                        hold.last_ns = t;
+                        send_first_sample(tid, t, &hold.frames, true, sink);
+                    } else {
+                        // Same frame: report the samples so far, so they count even if the hold's
+                        // end is settled before this watch sees it.
+                        hold.still.read(now.flatten(), t, Holder::of(seen));
+                        hold.report_samples(tid, sink);
+                    }
                     return;
                 }
                 let hold = self.take_hold(tid).expect("looked up above");
                 self.close_hold(tid, hold, sink);
-                let begins = Begins::FrameInHold;
+                let begins = if after_gap {
+                    Begins::Slice
+                } else {
+                    Begins::FrameInHold
+                };
                 self.begin_hold(mem, (tid, tstate), t, Holder::of(seen), begins, sink);
             }
             _ => {}

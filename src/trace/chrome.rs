@@ -22,7 +22,7 @@ use crate::infer::intervals::{GilState, Interval};
 use crate::infer::native_call::FrameWatch;
 use crate::observed::syscall_name;
 use crate::trace::micros::{span_micros, whole_micros};
-use crate::trace::native_call::HoldKinds;
+use crate::trace::native_call::{HoldKinds, SliceArgs};
 use crate::trace::output::{check_not_exists, create_partial, end_trace, publish};
 use crate::trace::stacks::{PendingStacks, StackReading};
 use crate::trace::tap::{TappedSlice, TraceTap, hand_live, tapped};
@@ -171,19 +171,26 @@ impl ChromeWriter {
             return Ok(());
         };
         self.slice_start(name, interval.tid, (interval.start_ns, interval.end_ns))?;
-        let mut args = self.stacks.args_for(interval);
-        if interval.state == GilState::Hold {
-            args = self.holds.annotate(interval, args);
-        }
+        let stacks = self.stacks.args_for(interval);
+        let kind = match interval.state {
+            GilState::Hold => self.holds.kind_of(interval, stacks.as_ref()),
+            _ => None,
+        };
+        let args = SliceArgs { kind, stacks };
         if self.tap.is_some() {
             let span = (interval.start_ns, interval.end_ns);
-            self.tap_slice(name, interval.tid, span, args.as_ref());
+            let value = (!args.is_empty())
+                .then(|| serde_json::to_value(&args))
+                .transpose();
+            let value = value.map_err(|e| self.output_error(e.into()))?;
+            self.tap_slice(name, interval.tid, span, value.as_ref());
         }
-        match args {
-            Some(args) => write!(self.out, ",\"args\":{args}}}"),
-            None => write!(self.out, "}}"),
+        if args.is_empty() {
+            return self.put("}");
         }
-        .map_err(|e| self.output_error(e))
+        self.put(",\"args\":")?;
+        serde_json::to_writer(&mut self.out, &args).map_err(|e| self.output_error(e.into()))?;
+        self.put("}")
     }
 
     /// Writes a stretch in which the holder slept in a syscall while holding the GIL: a slice named

@@ -6,7 +6,8 @@
 
 use std::collections::VecDeque;
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde::ser::{SerializeStruct, Serializer};
 
 use crate::infer::intervals::Interval;
 use crate::infer::native_call::{
@@ -14,6 +15,7 @@ use crate::infer::native_call::{
 };
 use crate::trace::pending::PerThread;
 use crate::trace::source::SourceLines;
+use crate::trace::stacks::StackArgs;
 
 /// Stretches with waiters kept after they ended: a hold is written when it closes, at most a held-back
 /// stretch (50 ms) and a batch later than its end.
@@ -69,6 +71,69 @@ impl WaiterRuns {
             .find(|&&(from, to)| from <= end_ns && to.is_none_or(|to| to > end_ns))
             .map_or(0, |&(from, _)| end_ns - from.max(start_ns))
     }
+}
+
+/// A slice's `args`: its stacks where it has them, and a hold's kind. Written straight into the
+/// trace; the keys come in the order the trace has always had them (alphabetical).
+#[derive(Debug, Serialize)]
+pub struct SliceArgs {
+    /// A hold's kind; none for a wait, a drop, or a hold of Python code with no stack read.
+    #[serde(flatten)]
+    pub kind: Option<HoldKind>,
+    /// The stacks read inside the slice.
+    #[serde(flatten)]
+    pub stacks: Option<StackArgs>,
+}
+
+impl SliceArgs {
+    /// Whether the slice gets no `args` at all.
+    pub fn is_empty(&self) -> bool {
+        self.kind.is_none() && self.stacks.is_none()
+    }
+}
+
+/// What held the GIL through a hold: Python code (`"native_call": false`), or one native call with
+/// where it was made from (`call_site`: null when no frame of it was read) and what it called.
+#[derive(Debug, PartialEq)]
+pub enum HoldKind {
+    /// Python code: it moved from instruction to instruction, or let go when asked.
+    Python,
+    /// One native call that kept the GIL.
+    NativeCall {
+        /// The frame it was called from.
+        call_site: Option<CallSite>,
+        /// The function called, where the interpreter keeps it readable.
+        callee: Option<String>,
+    },
+}
+
+impl Serialize for HoldKind {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        let mut fields = to.serialize_struct("HoldKind", 3)?;
+        match self {
+            HoldKind::Python => fields.skip_field("call_site")?,
+            HoldKind::NativeCall { call_site, callee } => {
+                fields.serialize_field("call_site", call_site)?;
+                fields.serialize_field("callee", callee)?;
+            }
+        }
+        fields.serialize_field("native_call", &matches!(self, HoldKind::NativeCall { .. }))?;
+        fields.end()
+    }
+}
+
+/// Where a native call was made from: the frame that stood still, and its source line where the
+/// target's file could be read.
+#[derive(Debug, PartialEq, Serialize)]
+pub struct CallSite {
+    /// The code object's file name.
+    pub file: String,
+    /// The function's (qualified) name.
+    pub function: String,
+    /// The line of the call, where the frame's line could be read.
+    pub line: Option<u32>,
+    /// That line's text, from the target's file (a live recording only).
+    pub source: Option<String>,
 }
 
 /// The writer's view of holds: what decides their kind, and the source lines of call sites
@@ -132,9 +197,9 @@ impl HoldKinds {
         self.watches.push(tid, t_ns, watch);
     }
 
-    /// The hold `interval`'s `args` (its stacks, where it has them) with its kind added, and for one
-    /// native call its call site and callee.
-    pub fn annotate(&mut self, interval: &Interval, args: Option<Value>) -> Option<Value> {
+    /// The kind of the hold `interval`, whose stacks are `stacks`: none for Python code where no
+    /// stack was read (such a slice gets no `args`).
+    pub fn kind_of(&mut self, interval: &Interval, stacks: Option<&StackArgs>) -> Option<HoldKind> {
         let parts = self.watches.take_inside(interval);
         // A hold the samples left a gap in is written as several slices, each with the watch
         // from the hold's start: what waited is counted from there too.
@@ -150,35 +215,28 @@ impl HoldKinds {
             frames,
             period_ns: self.period_ns,
         };
-        let native = is_native_call(&evidence);
-        if args.is_none() && !native {
-            return None;
+        if !is_native_call(&evidence) {
+            return stacks.map(|_| HoldKind::Python);
         }
-        let mut args = match args {
-            Some(Value::Object(map)) => map,
-            _ => serde_json::Map::new(),
-        };
-        args.insert("native_call".into(), json!(native));
-        if native {
-            let frames = evidence.frames.unwrap_or_default();
-            // The frame that stood still; without a watch, the stack the hold began in.
-            let innermost = frames
-                .innermost
-                .or_else(|| Some(args.get("stack")?.get(0)?.as_str()?.to_string()));
-            let site = innermost.as_deref().and_then(call_site);
-            args.insert(
-                "call_site".into(),
-                match site {
-                    Some((function, file, line)) => {
-                        let source = line.and_then(|l| self.sources.as_mut()?.line(file, l));
-                        json!({"function": function, "file": file, "line": line, "source": source})
-                    }
-                    None => Value::Null,
-                },
-            );
-            args.insert("callee".into(), json!(frames.callee));
-        }
-        Some(Value::Object(args))
+        let frames = evidence.frames.unwrap_or_default();
+        // The frame that stood still; without a watch, the stack the hold began in.
+        let innermost = frames.innermost.or_else(|| stacks?.stack.first().cloned());
+        let call_site = innermost
+            .as_deref()
+            .and_then(call_site)
+            .map(|(function, file, line)| {
+                let source = line.and_then(|l| self.sources.as_mut()?.line(file, l));
+                CallSite {
+                    file: file.to_string(),
+                    function: function.to_string(),
+                    line,
+                    source,
+                }
+            });
+        Some(HoldKind::NativeCall {
+            call_site,
+            callee: frames.callee,
+        })
     }
 }
 
@@ -197,8 +255,27 @@ pub fn call_site(frame: &str) -> Option<(&str, &str, Option<u32>)> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
     use super::*;
     use crate::infer::intervals::GilState;
+    use crate::trace::stacks::{Frames, StackCount};
+
+    /// The hold's `args` as the trace writes them, from its stack (innermost first) where one was
+    /// read.
+    fn annotate(
+        kinds: &mut HoldKinds,
+        interval: &Interval,
+        stack: Option<&[&str]>,
+    ) -> Option<Value> {
+        let stacks = stack
+            .map(|frames| StackArgs::one(Arc::new(frames.iter().map(|f| f.to_string()).collect())));
+        let kind = kinds.kind_of(interval, stacks.as_ref());
+        let args = SliceArgs { kind, stacks };
+        (!args.is_empty()).then(|| serde_json::to_value(&args).unwrap())
+    }
 
     const MS: u64 = 1_000_000;
 
@@ -266,7 +343,7 @@ mod tests {
         let mut watch = still("iterencode (/usr/lib/json/encoder.py:257)");
         watch.span_ns = 299 * MS;
         kinds.note_frames(7, 299 * MS, watch);
-        let out = kinds.annotate(&hold(0, 300), None).unwrap();
+        let out = annotate(&mut kinds, &hold(0, 300), None).unwrap();
         assert_eq!(out["native_call"], true);
     }
 
@@ -279,8 +356,8 @@ mod tests {
             40 * MS,
             still("iterencode (/usr/lib/json/encoder.py:258)"),
         );
-        let args = json!({"stack": ["iterencode (/usr/lib/json/encoder.py:258)", "main (m.py:1)"]});
-        let out = kinds.annotate(&hold(0, 60), Some(args)).unwrap();
+        let stack = ["iterencode (/usr/lib/json/encoder.py:258)", "main (m.py:1)"];
+        let out = annotate(&mut kinds, &hold(0, 60), Some(&stack)).unwrap();
         assert_eq!(out["native_call"], true);
         assert_eq!(
             out["call_site"],
@@ -291,9 +368,7 @@ mod tests {
         assert_eq!(out["stack"][1], "main (m.py:1)");
         // The watch was used up: the next hold of the thread has none.
         assert_eq!(
-            kinds
-                .annotate(&hold(60, 70), Some(json!({"stack": []})))
-                .unwrap()["native_call"],
+            annotate(&mut kinds, &hold(60, 70), Some(&[])).unwrap()["native_call"],
             false
         );
     }
@@ -304,11 +379,11 @@ mod tests {
         // No interval read: the default 5 ms. A waiter from 10 ms on.
         kinds.note_waiters(10 * MS, 1);
         assert_eq!(
-            kinds.annotate(&hold(0, 40), None),
+            annotate(&mut kinds, &hold(0, 40), None),
             None,
             "30 ms: 6 intervals"
         );
-        let out = kinds.annotate(&hold(0, 70), None).unwrap();
+        let out = annotate(&mut kinds, &hold(0, 70), None).unwrap();
         assert_eq!(
             out,
             json!({"native_call": true, "call_site": null, "callee": null})
@@ -318,9 +393,12 @@ mod tests {
         kinds.note_frames(8, 80 * MS, still("f (a.py:1)"));
         kinds.note_frames(7, 200 * MS, still("f (a.py:1)"));
         let mut short = hold(75, 80);
-        assert_eq!(kinds.annotate(&short, None), None);
+        assert_eq!(annotate(&mut kinds, &short, None), None);
         short.tid = 8;
-        assert_eq!(kinds.annotate(&short, None).unwrap()["native_call"], true);
+        assert_eq!(
+            annotate(&mut kinds, &short, None).unwrap()["native_call"],
+            true
+        );
     }
 
     #[test]
@@ -334,15 +412,58 @@ mod tests {
         let mut watch = still("match (a.py:3)");
         watch.span_ns = 30 * MS;
         kinds.note_frames(7, 31 * MS, watch.clone());
-        let first = kinds.annotate(&hold(0, 32), None).unwrap();
+        let first = annotate(&mut kinds, &hold(0, 32), None).unwrap();
         assert_eq!(first["native_call"], true);
         // The slice after the gap lasted 7 ms: alone, a hold that let go within two intervals of
         // being asked. It is the same hold, asked 46 ms before.
         watch.span_ns = 46 * MS;
         kinds.note_frames(7, 46 * MS, watch);
-        let second = kinds.annotate(&hold(40, 47), None).unwrap();
+        let second = annotate(&mut kinds, &hold(40, 47), None).unwrap();
         assert_eq!(second["native_call"], true);
         assert_eq!(second["call_site"]["line"], 3);
+    }
+
+    #[test]
+    fn args_keep_the_traces_key_order() {
+        // Written straight out, the keys come in the order the trace has always had (alphabetical),
+        // so a trace stays byte for byte what an earlier build wrote.
+        let stack: Frames = Arc::new(vec!["f (a.py:3)".to_string()]);
+        let native = SliceArgs {
+            kind: Some(HoldKind::NativeCall {
+                call_site: Some(CallSite {
+                    file: "a.py".into(),
+                    function: "f".into(),
+                    line: Some(3),
+                    source: None,
+                }),
+                callee: Some("dumps".into()),
+            }),
+            stacks: Some(StackArgs {
+                stack: stack.clone(),
+                stack_changed: true,
+                stacks: vec![StackCount {
+                    samples: 2,
+                    stack: stack.clone(),
+                }],
+            }),
+        };
+        assert_eq!(
+            serde_json::to_string(&native).unwrap(),
+            r#"{"call_site":{"file":"a.py","function":"f","line":3,"source":null},"callee":"dumps","native_call":true,"stack":["f (a.py:3)"],"stack_changed":true,"stacks":[{"samples":2,"stack":["f (a.py:3)"]}]}"#
+        );
+        let python = SliceArgs {
+            kind: Some(HoldKind::Python),
+            stacks: Some(StackArgs::one(stack)),
+        };
+        assert_eq!(
+            serde_json::to_string(&python).unwrap(),
+            r#"{"native_call":false,"stack":["f (a.py:3)"]}"#
+        );
+        let nothing = SliceArgs {
+            kind: None,
+            stacks: None,
+        };
+        assert!(nothing.is_empty());
     }
 
     #[test]

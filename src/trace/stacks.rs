@@ -7,12 +7,53 @@
 //! frame changed during the hold, `stack_changed` is true and `stacks` lists each stack seen with the
 //! number of samples it was seen at (most first).
 
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use crate::infer::intervals::{GilState, Interval};
 use crate::trace::pending::PerThread;
 
 pub use crate::infer::findings::{Frames, StackReading};
+
+/// A slice's stacks as its `args` show them (`stack`, and for a hold whose innermost frame changed,
+/// `stack_changed` and `stacks`): written straight into the trace, without building a JSON value
+/// first (that was half of the writer's time on a busy queue).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StackArgs {
+    /// The stack read first in the slice, innermost frame first.
+    #[serde(serialize_with = "frames_list")]
+    pub stack: Frames,
+    /// Whether a hold's innermost frame changed during it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stack_changed: bool,
+    /// Each stack seen, with the samples it was seen at, most first (when `stack_changed`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<StackCount>,
+}
+
+/// One of the stacks a hold was seen in, and how many samples saw it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StackCount {
+    /// The samples it was seen at.
+    pub samples: u64,
+    /// The stack, innermost frame first.
+    #[serde(serialize_with = "frames_list")]
+    pub stack: Frames,
+}
+
+fn frames_list<S: serde::Serializer>(frames: &Frames, to: S) -> Result<S::Ok, S::Error> {
+    frames.as_slice().serialize(to)
+}
+
+impl StackArgs {
+    /// A slice seen in one stack.
+    pub fn one(stack: Frames) -> StackArgs {
+        StackArgs {
+            stack,
+            stack_changed: false,
+            stacks: Vec::new(),
+        }
+    }
+}
 
 /// One stack reading: in a state, seen over `samples` samples.
 #[derive(Clone, Debug)]
@@ -66,7 +107,7 @@ impl PendingStacks {
     }
 
     /// The `args` for `interval`, from the stacks read inside it; drops those it has passed.
-    pub fn args_for(&mut self, interval: &Interval) -> Option<Value> {
+    pub fn args_for(&mut self, interval: &Interval) -> Option<StackArgs> {
         let inside = self.seen.take_inside(interval).into_iter().map(|(_, s)| s);
         args_of(
             interval.state,
@@ -76,7 +117,7 @@ impl PendingStacks {
 
     /// The `args` `interval` would get now, leaving the stacks in place: for a slice still open
     /// (trace/tap.rs), which gets its own later.
-    pub fn peek_args_for(&self, interval: &Interval) -> Option<Value> {
+    pub fn peek_args_for(&self, interval: &Interval) -> Option<StackArgs> {
         let inside = self.seen.peek_inside(interval).map(|(_, s)| s);
         let inside = inside.filter(|s| s.state == interval.state).cloned();
         args_of(interval.state, inside.collect())
@@ -97,10 +138,10 @@ fn same_slice(kept: &mut [(u64, Seen)], state: GilState) -> impl Iterator<Item =
 }
 
 /// The `args` of a slice in `state` from the stacks read inside it, oldest first.
-fn args_of(state: GilState, mut inside: Vec<Seen>) -> Option<Value> {
+fn args_of(state: GilState, mut inside: Vec<Seen>) -> Option<StackArgs> {
     let first = inside.first()?.frames.clone();
     if inside.len() == 1 || state != GilState::Hold {
-        return Some(json!({ "stack": *first }));
+        return Some(StackArgs::one(first));
     }
     // The same stack may have been seen apart (A, B, A): sum by stack.
     let mut merged: Vec<Seen> = Vec::new();
@@ -111,21 +152,48 @@ fn args_of(state: GilState, mut inside: Vec<Seen>) -> Option<Value> {
         }
     }
     if merged.len() == 1 {
-        return Some(json!({ "stack": *first }));
+        return Some(StackArgs::one(first));
     }
     merged.sort_by_key(|s| std::cmp::Reverse(s.samples));
-    let stacks: Vec<Value> = merged
-        .iter()
-        .map(|s| json!({ "samples": s.samples, "stack": *s.frames }))
+    let stacks = merged
+        .into_iter()
+        .map(|s| StackCount {
+            samples: s.samples,
+            stack: s.frames,
+        })
         .collect();
-    Some(json!({ "stack": *first, "stack_changed": true, "stacks": stacks }))
+    Some(StackArgs {
+        stack: first,
+        stack_changed: true,
+        stacks,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
+    use serde_json::{Value, json};
+
     use super::*;
+
+    /// The args as the trace writes them.
+    trait WrittenArgs {
+        fn args_json(&mut self, interval: &Interval) -> Option<Value>;
+        fn peek_json(&self, interval: &Interval) -> Option<Value>;
+    }
+
+    impl WrittenArgs for PendingStacks {
+        fn args_json(&mut self, interval: &Interval) -> Option<Value> {
+            let args = self.args_for(interval)?;
+            Some(serde_json::to_value(args).unwrap())
+        }
+
+        fn peek_json(&self, interval: &Interval) -> Option<Value> {
+            let args = self.peek_args_for(interval)?;
+            Some(serde_json::to_value(args).unwrap())
+        }
+    }
 
     fn frames(lines: &[&str]) -> Frames {
         Arc::new(lines.iter().map(|s| s.to_string()).collect())
@@ -179,18 +247,18 @@ mod tests {
             true,
         );
         let args = pending
-            .args_for(&interval(GilState::Take, 100, 200))
+            .args_json(&interval(GilState::Take, 100, 200))
             .unwrap();
         assert_eq!(args, json!({"stack": ["wait (a.py:3)"]}));
         // The later one stays for its own slice; a slice with none inside gets no args.
         assert!(
             pending
-                .args_for(&interval(GilState::Take, 300, 400))
+                .args_json(&interval(GilState::Take, 300, 400))
                 .is_none()
         );
         assert!(
             pending
-                .args_for(&interval(GilState::Take, 400, 500))
+                .args_json(&interval(GilState::Take, 400, 500))
                 .is_some()
         );
     }
@@ -207,12 +275,12 @@ mod tests {
             true,
         );
         let so_far = interval(GilState::Hold, 50, 150);
-        let peeked = pending.peek_args_for(&so_far);
+        let peeked = pending.peek_json(&so_far);
         assert_eq!(peeked, Some(json!({"stack": ["f (a.py:1)"]})));
-        assert_eq!(pending.peek_args_for(&so_far), peeked, "nothing taken");
+        assert_eq!(pending.peek_json(&so_far), peeked, "nothing taken");
         let closed = interval(GilState::Hold, 50, 400);
-        assert_eq!(pending.args_for(&closed), peeked);
-        assert_eq!(pending.peek_args_for(&so_far), None, "taken by the slice");
+        assert_eq!(pending.args_json(&closed), peeked);
+        assert_eq!(pending.peek_json(&so_far), None, "taken by the slice");
     }
 
     #[test]
@@ -224,7 +292,7 @@ mod tests {
         note(&mut pending, 150, GilState::Hold, b.clone(), 5, false);
         note(&mut pending, 190, GilState::Hold, a.clone(), 1, false);
         let args = pending
-            .args_for(&interval(GilState::Hold, 100, 200))
+            .args_json(&interval(GilState::Hold, 100, 200))
             .unwrap();
         assert_eq!(
             args,
@@ -249,8 +317,8 @@ mod tests {
         note(&mut pending, 150, GilState::Hold, work.clone(), 4, false);
         note(&mut pending, 300, GilState::Hold, work.clone(), 1, true);
         note(&mut pending, 340, GilState::Hold, work.clone(), 2, false);
-        let first = pending.args_for(&interval(GilState::Hold, 50, 200));
-        let second = pending.args_for(&interval(GilState::Hold, 200, 350));
+        let first = pending.args_json(&interval(GilState::Hold, 50, 200));
+        let second = pending.args_json(&interval(GilState::Hold, 200, 350));
         assert_eq!(first, Some(json!({"stack": ["work (w.py:4)"]})));
         assert_eq!(second, first, "the second hold has its stack too");
     }
@@ -264,10 +332,10 @@ mod tests {
         note(&mut pending, 100, GilState::Hold, a.clone(), 1, true);
         note(&mut pending, 150, GilState::Hold, b.clone(), 2, false);
         note(&mut pending, 190, GilState::Hold, a.clone(), 3, false);
-        let earlier = pending.args_for(&interval(GilState::Hold, 0, 50)).unwrap();
+        let earlier = pending.args_json(&interval(GilState::Hold, 0, 50)).unwrap();
         assert_eq!(earlier, json!({"stack": ["g (a.py:2)"]}));
         let args = pending
-            .args_for(&interval(GilState::Hold, 100, 200))
+            .args_json(&interval(GilState::Hold, 100, 200))
             .unwrap();
         let stacks = json!([
             {"samples": 4, "stack": ["f (a.py:1)"]},
@@ -284,9 +352,9 @@ mod tests {
         note(&mut pending, 100, GilState::Hold, work.clone(), 1, false);
         note(&mut pending, 300, GilState::Hold, work.clone(), 1, false);
         let first = pending
-            .args_for(&interval(GilState::Hold, 50, 200))
+            .args_json(&interval(GilState::Hold, 50, 200))
             .unwrap();
         assert_eq!(first, json!({"stack": ["work (w.py:4)"]}));
-        assert_eq!(pending.args_for(&interval(GilState::Hold, 200, 350)), None);
+        assert_eq!(pending.args_json(&interval(GilState::Hold, 200, 350)), None);
     }
 }

@@ -85,7 +85,8 @@ pub fn hand_live(
         if let Some(name) = interval.state.event_name() {
             let span = (interval.start_ns, interval.end_ns);
             let slice = tapped(name, interval.tid, span, offset_ns);
-            owned.push((slice, stacks.peek_args_for(interval)));
+            let args = stacks.peek_args_for(interval);
+            owned.push((slice, args.and_then(|a| serde_json::to_value(a).ok())));
         }
     }
     for stretch in &snapshot.open_blocked {

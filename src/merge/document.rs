@@ -7,6 +7,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
+use memmap2::Mmap;
+
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
@@ -34,13 +36,36 @@ pub struct Header {
     pub keys: Map<String, Value>,
 }
 
+/// How a file's bytes reach the JSON parser.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bytes {
+    /// Through a buffered reader: any file, at the memory of one buffer.
+    Streamed,
+    /// Mapped into memory: serde_json parses a byte slice about a third faster than a reader it
+    /// takes a byte at a time (a 66 MB trace read back for its summary: 0.95 s streamed, 0.62 s
+    /// mapped), but a mapped file that another process truncates under the read kills this one
+    /// (SIGBUS). Only for a file this process wrote and nothing else writes: the trace a
+    /// recording just finished.
+    Mapped,
+}
+
 /// Calls `on_event(index, event)` for every event of `path`, in order; an error it returns stops the
 /// read and is reported with the file's name.
 pub fn for_each_event<F>(path: &Path, on_event: F) -> Result<Header>
 where
     F: FnMut(u64, Value) -> std::result::Result<(), String>,
 {
-    read_events(path, on_event, false).map(|(header, _)| header)
+    read_events(path, on_event, false, Bytes::Streamed).map(|(header, _)| header)
+}
+
+/// `for_each_event` for a complete trace this process wrote and no other process writes (a
+/// recording's own, read back for its summary), read from a map of the file: faster, and unsafe
+/// for a file someone may truncate meanwhile (`Bytes::Mapped`).
+pub fn for_each_event_of_own_trace<F>(path: &Path, on_event: F) -> Result<Header>
+where
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    read_events(path, on_event, false, Bytes::Mapped).map(|(header, _)| header)
 }
 
 /// `for_each_event` for a file that may have been cut off while it was written (an interrupted
@@ -50,7 +75,7 @@ pub fn for_each_event_to_cut<F>(path: &Path, on_event: F) -> Result<(Header, Opt
 where
     F: FnMut(u64, Value) -> std::result::Result<(), String>,
 {
-    read_events(path, on_event, true)
+    read_events(path, on_event, true, Bytes::Streamed)
 }
 
 /// `for_each_event`, or `for_each_event_to_cut` where `path` is an interrupted recording's
@@ -60,13 +85,14 @@ pub fn for_each_event_of_trace<F>(path: &Path, on_event: F) -> Result<(Header, O
 where
     F: FnMut(u64, Value) -> std::result::Result<(), String>,
 {
-    read_events(path, on_event, is_partial(path))
+    read_events(path, on_event, is_partial(path), Bytes::Streamed)
 }
 
 fn read_events<F>(
     path: &Path,
     mut on_event: F,
     cut_allowed: bool,
+    bytes: Bytes,
 ) -> Result<(Header, Option<String>)>
 where
     F: FnMut(u64, Value) -> std::result::Result<(), String>,
@@ -93,12 +119,13 @@ where
         )));
     }
     // A UTF-8 byte-order mark (some Windows editors write one) is not JSON: passed over.
-    if reader
+    let mark = b"\xEF\xBB\xBF";
+    let marked = reader
         .fill_buf()
         .map_err(|e| bad(e.to_string()))?
-        .starts_with(b"\xEF\xBB\xBF")
-    {
-        reader.consume(3);
+        .starts_with(mark);
+    if marked {
+        reader.consume(mark.len());
     }
     if let Some(&first) = reader
         .fill_buf()
@@ -115,14 +142,21 @@ where
     }
     let mut header = Header::default();
     let mut saw_events = false;
-    let mut deserializer = serde_json::Deserializer::from_reader(reader);
-    let parsed = Document {
+    let document = Document {
         on_event: &mut on_event,
         header: &mut header,
         saw_events: &mut saw_events,
-    }
-    .deserialize(&mut deserializer)
-    .and_then(|()| deserializer.end());
+    };
+    let parsed = match bytes {
+        Bytes::Streamed => parse(document, serde_json::Deserializer::from_reader(reader)),
+        Bytes::Mapped => {
+            // SAFETY: the file is one this process wrote and no other process writes
+            // (`Bytes::Mapped`); the map lives until the parse is done.
+            let map = unsafe { Mmap::map(reader.get_ref()) }.map_err(|e| bad(e.to_string()))?;
+            let from = if marked { mark.len() } else { 0 };
+            parse(document, serde_json::Deserializer::from_slice(&map[from..]))
+        }
+    };
     let mut cut = None;
     match parsed {
         Ok(()) => {}
@@ -172,6 +206,20 @@ pub fn describe_json_error(e: &serde_json::Error) -> String {
         serde_json::error::Category::Eof => format!("truncated: {e}"),
         _ => e.to_string(),
     }
+}
+
+/// Parses a whole document with `deserializer` (a reader's or a slice's).
+fn parse<'de, R, F>(
+    document: Document<'_, F>,
+    mut deserializer: serde_json::Deserializer<R>,
+) -> serde_json::Result<()>
+where
+    R: serde_json::de::Read<'de>,
+    F: FnMut(u64, Value) -> std::result::Result<(), String>,
+{
+    document
+        .deserialize(&mut deserializer)
+        .and_then(|()| deserializer.end())
 }
 
 struct Document<'a, F> {
@@ -265,15 +313,38 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// `text`'s header and events, read streamed; read mapped too, which must give the same.
     fn read(text: &str) -> Result<(Header, Vec<Value>)> {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(text.as_bytes()).unwrap();
         let mut events = Vec::new();
-        let header = for_each_event(file.path(), |_, e| {
+        let streamed = for_each_event(file.path(), |_, e| {
             events.push(e);
             Ok(())
-        })?;
-        Ok((header, events))
+        });
+        let mut mapped_events = Vec::new();
+        let mapped = for_each_event_of_own_trace(file.path(), |_, e| {
+            mapped_events.push(e);
+            Ok(())
+        });
+        match (&streamed, &mapped) {
+            (Ok(one), Ok(other)) => {
+                assert_eq!(
+                    (one.object, &one.keys),
+                    (other.object, &other.keys),
+                    "{text}"
+                );
+                assert_eq!(events, mapped_events, "{text}");
+            }
+            // The same error, though the column serde_json names can differ by one.
+            (Err(one), Err(other)) => {
+                let (one, other) = (one.to_string(), other.to_string());
+                let before_place = |e: &str| e.split(" at line ").next().unwrap().to_string();
+                assert_eq!(before_place(&one), before_place(&other), "{text}");
+            }
+            _ => panic!("{text}: streamed {streamed:?}, mapped {mapped:?}"),
+        }
+        Ok((streamed?, events))
     }
 
     #[test]
@@ -298,6 +369,13 @@ mod tests {
         }
         let err = read(r#"{"traceEvents":[1"#).unwrap_err().to_string();
         assert!(err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_passed_over_either_way() {
+        let (header, events) = read("\u{FEFF}{\"traceEvents\":[{\"ph\":\"X\"}]}").unwrap();
+        assert!(header.object);
+        assert_eq!(events, vec![serde_json::json!({"ph": "X"})]);
     }
 
     #[test]

@@ -357,7 +357,7 @@ fn answer_at_end(
         );
         return Some((json!(why), None));
     }
-    let processes = crate::report::load::load(partial).ok()?;
+    let processes = crate::report::load::load_own_trace(partial).ok()?;
     let mut found = processes.iter().find(|p| p.pid == pid).map(analyze)?;
     // The file's name once it is in place, not the temporary one it is read from.
     found.file = final_path.display().to_string();

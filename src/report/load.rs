@@ -11,7 +11,9 @@ use serde_json::{Map, Value};
 
 use crate::decimal::parse_micros;
 use crate::error::{Error, Result};
-use crate::merge::document::{event_object, field_error, for_each_event, for_each_event_to_cut};
+use crate::merge::document::{
+    event_object, field_error, for_each_event, for_each_event_of_own_trace, for_each_event_to_cut,
+};
 use crate::report::other_data::{self, ProcessFacts, RecordingFacts};
 use crate::report::stopped;
 
@@ -236,7 +238,14 @@ struct Shape {
 
 /// Reads every process of a GIL trace. A file with no GIL slice is refused: it is not a GIL trace.
 pub fn load(path: &Path) -> Result<Vec<ProcessTrace>> {
-    load_events(path, false).map(|(processes, _)| processes)
+    load_events(path, Reading::Whole).map(|(processes, _)| processes)
+}
+
+/// `load` for the complete trace a recording of this process just wrote, read back for its
+/// summary: faster, from a map of the file, which no other process may change meanwhile
+/// (merge/document.rs, `for_each_event_of_own_trace`).
+pub fn load_own_trace(path: &Path) -> Result<Vec<ProcessTrace>> {
+    load_events(path, Reading::OwnTrace).map(|(processes, _)| processes)
 }
 
 /// Reads a trace that may have been cut off while it was written (a `.partial` file of an
@@ -244,23 +253,36 @@ pub fn load(path: &Path) -> Result<Vec<ProcessTrace>> {
 /// file has no `otherData` (its window is that of its slices), and the thread names written before
 /// the cut.
 pub fn load_to_cut(path: &Path) -> Result<(Vec<ProcessTrace>, Option<String>)> {
-    load_events(path, true)
+    load_events(path, Reading::ToCut)
 }
 
 /// `load`, or `load_to_cut` where `path` is an interrupted recording's temporary file
 /// (`is_partial`), as `for_each_event_of_trace` reads events.
 pub fn load_trace(path: &Path) -> Result<(Vec<ProcessTrace>, Option<String>)> {
-    load_events(path, crate::trace::output::is_partial(path))
+    if crate::trace::output::is_partial(path) {
+        load_events(path, Reading::ToCut)
+    } else {
+        load_events(path, Reading::Whole)
+    }
 }
 
-fn load_events(path: &Path, cut_allowed: bool) -> Result<(Vec<ProcessTrace>, Option<String>)> {
+/// How a trace is read: whole (an error where it is cut off), to its cut, or as this process's own
+/// finished trace.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    Whole,
+    ToCut,
+    OwnTrace,
+}
+
+fn load_events(path: &Path, reading: Reading) -> Result<(Vec<ProcessTrace>, Option<String>)> {
     let mut processes: BTreeMap<u32, ProcessTrace> = BTreeMap::new();
     let mut shape = Shape::default();
     let accept_event = |index, event: Value| accept(index, &event, &mut processes, &mut shape);
-    let (header, cut) = if cut_allowed {
-        for_each_event_to_cut(path, accept_event)?
-    } else {
-        (for_each_event(path, accept_event)?, None)
+    let (header, cut) = match reading {
+        Reading::Whole => (for_each_event(path, accept_event)?, None),
+        Reading::ToCut => for_each_event_to_cut(path, accept_event)?,
+        Reading::OwnTrace => (for_each_event_of_own_trace(path, accept_event)?, None),
     };
     let other = header.keys.get("otherData").and_then(Value::as_object);
     // A gilsample recording in which no thread touched the GIL (all asleep) is a real answer.
@@ -508,99 +530,5 @@ fn infer_holds(process: &mut ProcessTrace) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn frames_read_as_function_file_and_line() {
-        assert_eq!(
-            frame_text(&json!({"function": "parse", "file": "/a/b/pipe.py", "line": 41})),
-            Some("parse (pipe.py:41)".into())
-        );
-        assert_eq!(frame_text(&json!("f (x.py:1)")), Some("f (x.py:1)".into()));
-        assert_eq!(
-            frame_text(&json!("f (/srv/app/x.py:1)")),
-            Some("f (x.py:1)".into())
-        );
-        assert_eq!(frame_text(&json!(3)), None);
-    }
-
-    #[test]
-    fn a_native_call_is_labelled_where_it_was_called_and_keeps_its_call_site() {
-        let args = json!({
-            "stack": ["main (/srv/w.py:147)"],
-            "native_call": true,
-            "call_site": {"function": "iterencode", "file": "/usr/lib/json/encoder.py", "line": 258,
-                          "source": "return _iterencode(o, 0)"},
-            "callee": null,
-        });
-        let (call, frame) = held_in(args.as_object().unwrap()).unwrap().unwrap();
-        assert_eq!(frame.as_deref(), Some("iterencode (encoder.py:258)"));
-        assert_eq!(call.callee, None);
-        let site = call.call_site.unwrap();
-        assert_eq!(
-            (site.file.as_deref(), site.line, site.source.as_deref()),
-            (
-                Some("/usr/lib/json/encoder.py"),
-                Some(258),
-                Some("return _iterencode(o, 0)")
-            )
-        );
-        let python = json!({"stack": ["f (a.py:1)"], "native_call": false});
-        assert_eq!(held_in(python.as_object().unwrap()), Some(None));
-        assert_eq!(held_in(json!({"stack": []}).as_object().unwrap()), None);
-        // Judged native without a stack: no call site.
-        let bare = json!({"native_call": true, "call_site": null, "callee": null});
-        let (call, frame) = held_in(bare.as_object().unwrap()).unwrap().unwrap();
-        assert_eq!((call.call_site, frame), (None, None));
-    }
-
-    #[test]
-    fn a_hold_is_labelled_by_its_most_seen_stack() {
-        let args = json!({"stacks": [
-            {"stack": [{"function": "a"}], "samples": 2},
-            {"stack": [{"function": "b"}, {"function": "main"}], "samples": 5},
-        ]});
-        assert_eq!(
-            slice_label(SliceKind::Hold, args.as_object().unwrap()),
-            Some("b".into())
-        );
-        let blocked = json!({"syscall": "read"});
-        assert_eq!(
-            slice_label(SliceKind::HeldWhileBlocked, blocked.as_object().unwrap()),
-            Some("read".into())
-        );
-    }
-
-    #[test]
-    fn a_hold_whose_stack_passes_through_the_import_system_is_importing() {
-        let mut process = ProcessTrace::default();
-        let hold = |process: &mut ProcessTrace, args: Value| {
-            process.add_slice(SliceKind::Hold, 1, (0, 10), args.as_object());
-            process.slices.last().unwrap().importing
-        };
-        let importing = json!({"stack": [
-            "<module> (/srv/heavy.py:3)",
-            "_call_with_frames_removed (<frozen importlib._bootstrap>:241)",
-            "<module> (/srv/train.py:1)",
-        ]});
-        assert!(hold(&mut process, importing));
-        let as_objects = json!({"stacks": [{"samples": 1, "stack": [
-            {"function": "exec_module", "file": "<frozen importlib._bootstrap_external>", "line": 940},
-        ]}]});
-        assert!(hold(&mut process, as_objects));
-        // At work, or without a stack: not importing.
-        assert!(!hold(
-            &mut process,
-            json!({"stack": ["step (/srv/train.py:9)"]})
-        ));
-        assert!(!hold(&mut process, json!({})));
-        process.add_slice(SliceKind::Take, 2, (0, 10), importing_args().as_object());
-        assert!(!process.slices.last().unwrap().importing, "only holds");
-    }
-
-    fn importing_args() -> Value {
-        json!({"stack": ["f (<frozen importlib._bootstrap>:1)"]})
-    }
-}
+#[path = "load_tests.rs"]
+mod tests;

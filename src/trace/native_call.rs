@@ -110,12 +110,9 @@ pub enum HoldKind {
 impl Serialize for HoldKind {
     fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
         let mut fields = to.serialize_struct("HoldKind", 3)?;
-        match self {
-            HoldKind::Python => fields.skip_field("call_site")?,
-            HoldKind::NativeCall { call_site, callee } => {
-                fields.serialize_field("call_site", call_site)?;
-                fields.serialize_field("callee", callee)?;
-            }
+        if let HoldKind::NativeCall { call_site, callee } = self {
+            fields.serialize_field("call_site", call_site)?;
+            fields.serialize_field("callee", callee)?;
         }
         fields.serialize_field("native_call", &matches!(self, HoldKind::NativeCall { .. }))?;
         fields.end()

@@ -11,6 +11,7 @@ mod checks;
 mod discovery;
 mod first_targets;
 mod metadata;
+mod named_thread;
 mod outcome;
 pub mod recorded_process;
 mod save;

@@ -14,6 +14,7 @@ use crate::infer::findings::Finding;
 use crate::infer::stats::Totals;
 use crate::python::target::Target;
 use crate::record::metadata::trace_metadata;
+use crate::record::named_thread::spawn_named;
 use crate::record::recorded_process::RecordedProcess;
 use crate::record::save::{Saving, samples_path, save_samples_to};
 use crate::record::{RecordOptions, TargetReport};
@@ -245,10 +246,10 @@ impl TraceWriting {
             }
         };
         let process_name = process_name(process);
-        // Named, so that `top -H` or a profile tells it from the sampler thread that starts it
-        // (a thread's name is its creator's until it is given one).
-        let writer_thread = thread::Builder::new().name(format!("write-{}", process.pid));
-        let writer_thread = writer_thread.spawn(move || -> (Result<ChromeWriter>, Totals) {
+        // Named before it runs, so that `top -H` or a profile tells it from the sampler thread that
+        // starts it (record/named_thread.rs).
+        let writer_name = format!("write-{}", process.pid);
+        let writer_thread = spawn_named(writer_name, move || -> (Result<ChromeWriter>, Totals) {
             let mut totals = Totals::default();
             // First, so that a file cut short still says whose it is.
             if let Err(error) = writer.write_process_name(&process_name) {

@@ -10,11 +10,12 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::fuzz::fuzz_config as config;
+use common::fuzz::{fuzz_config as config, persisted_memories};
 use proptest::prelude::*;
+use proptest::test_runner::{RngAlgorithm, TestRng};
 
 use gilsample::addr::RemoteAddr;
-use gilsample::process::memory::SnapshotMemory;
+use gilsample::process::memory::{MemorySource, SnapshotMemory};
 use gilsample::python::layout::{Flavour, Layout, find_shipped};
 use gilsample::python::linetable::LineTableFormat;
 use gilsample::python::names::{MAX_NAME_CHARS, ThreadNamer};
@@ -24,45 +25,94 @@ use gilsample::python::stacks::{RecentTops, SHOWN_FRAMES, StackReader};
 use gilsample::python::thread_list::{ThreadWalker, find_tid_source};
 use gilsample::python::version::PyVersion;
 
-/// Memory where the runtime, a few interpreters and thread states could be, filled by the fuzzer.
-/// Pointer-sized values are drawn mostly from addresses inside those regions, so walks go somewhere.
+/// Memory where the runtime, a few interpreters and thread states could be, filled by the fuzzer:
+/// 4 regions of 2,048 words. Pointer-sized values are drawn mostly from addresses inside those
+/// regions, so walks go somewhere: 3 in 5 such an address, 1 in 5 any value, 1 in 5 zero.
+///
+/// The words come from a seed proptest draws, not from a strategy each: 8,192 value trees a case
+/// spent almost all of the fuzzer's time in proptest's own code (5 ms a case; CI runs 10,000). A
+/// failure is shrunk as far as its seed goes, and the memory is printed with it.
 fn memory_strategy() -> impl Strategy<Value = SnapshotMemory> {
-    let base = 0x10_0000u64;
-    let region = 0x4000u64;
-    let word = prop_oneof![
-        3 => (0u64..4, 0u64..region / 8).prop_map(move |(r, w)| base + r * 0x10_0000 + w * 8),
-        1 => any::<u64>(),
-        1 => Just(0u64),
-    ];
-    prop::collection::vec(prop::collection::vec(word, (region / 8) as usize), 4).prop_map(
-        move |regions| {
-            let mut mem = SnapshotMemory::new();
-            for (r, words) in regions.into_iter().enumerate() {
-                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-                mem.insert(RemoteAddr(base + r as u64 * 0x10_0000), bytes);
-            }
-            mem
-        },
-    )
+    any::<[u8; 32]>().prop_map(memory_from_seed)
+}
+
+fn memory_from_seed(seed: [u8; 32]) -> SnapshotMemory {
+    const BASE: u64 = 0x10_0000;
+    const REGION: u64 = 0x4000;
+    let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
+    let mut mem = SnapshotMemory::new();
+    for r in 0..4 {
+        let mut bytes = Vec::with_capacity(REGION as usize);
+        for _ in 0..REGION / 8 {
+            let word = match rng.next_u64() % 5 {
+                0..=2 => {
+                    BASE + (rng.next_u64() % 4) * 0x10_0000 + (rng.next_u64() % (REGION / 8)) * 8
+                }
+                3 => rng.next_u64(),
+                _ => 0,
+            };
+            bytes.extend_from_slice(&word.to_ne_bytes());
+        }
+        mem.insert(RemoteAddr(BASE + r * 0x10_0000), bytes);
+    }
+    mem
 }
 
 proptest! {
     #![proptest_config(config("runtime-walk"))]
     #[test]
     fn runtime_walk_over_arbitrary_memory_terminates_without_panic(mem in memory_strategy()) {
-        let runtime = RemoteAddr(0x10_0000);
-        for key in ["3.9", "3.12", "3.14"] {
-            let layout = find_shipped(key, Flavour::Default, "x86_64").unwrap().unwrap();
-            let _ = read_interpreters(&mem, &layout, runtime);
-            let _ = find_gil(&mem, &layout, runtime);
-            let tids = std::collections::HashSet::from([1u32, 2, 3]);
-            let _ = find_tid_source(&mem, &layout, runtime, &tids);
-            let mut out = Vec::new();
-            for source in [TidSource::NativeThreadId, TidSource::PthreadTid { offset: 720 }] {
-                let _ = ThreadWalker::default().walk(&mem, &layout, runtime, source, &mut out);
-                prop_assert!(out.len() <= gilsample::python::runtime::MAX_THREADS);
-            }
+        runtime_walk_ends(&mem)?;
+    }
+}
+
+/// The runtime's and the thread list's walks over `mem` end, within their bounds.
+fn runtime_walk_ends(mem: &SnapshotMemory) -> Result<(), TestCaseError> {
+    let runtime = RemoteAddr(0x10_0000);
+    for key in ["3.9", "3.12", "3.14"] {
+        let layout = find_shipped(key, Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap();
+        let _ = read_interpreters(mem, &layout, runtime);
+        let _ = find_gil(mem, &layout, runtime);
+        let tids = std::collections::HashSet::from([1u32, 2, 3]);
+        let _ = find_tid_source(mem, &layout, runtime, &tids);
+        let mut out = Vec::new();
+        for source in [
+            TidSource::NativeThreadId,
+            TidSource::PthreadTid { offset: 720 },
+        ] {
+            let _ = ThreadWalker::default().walk(mem, &layout, runtime, source, &mut out);
+            prop_assert!(out.len() <= gilsample::python::runtime::MAX_THREADS);
         }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_memories_of_failures_found_before_still_pass() {
+    // Their kept seeds were drawn by an earlier memory strategy: the shrunk memories proptest
+    // printed beside them are what replays those cases now.
+    let walks = persisted_memories("runtime-walk");
+    let names = persisted_memories("thread-names");
+    assert!(
+        !walks.is_empty() && !names.is_empty(),
+        "fixtures/fuzz-corpus/ lost its memories"
+    );
+    // Each as the strategy of the time drew it: 4 regions of 16 KiB, 1 MiB apart.
+    for mem in walks.iter().chain(&names) {
+        for r in 0..4u64 {
+            let mut last = [0u8; 8];
+            let end = 0x10_0000 * (r + 1) + 0x4000 - 8;
+            assert!(mem.read_into(RemoteAddr(end), &mut last).is_ok());
+            assert!(mem.read_into(RemoteAddr(end + 8), &mut last).is_err());
+        }
+    }
+    for mem in &walks {
+        runtime_walk_ends(mem).unwrap();
+    }
+    for mem in &names {
+        thread_names_end(mem).unwrap();
     }
 }
 
@@ -167,37 +217,54 @@ proptest! {
     #![proptest_config(config("thread-names"))]
     #[test]
     fn thread_names_over_arbitrary_memory_terminate_without_panic(mem in memory_strategy()) {
-        // The same memory, read as `sys.modules` → threading → `_active` → each Thread's `_name`,
-        // with every dict layout (sized tables, log2 tables, managed dicts, inline values).
-        let runtime = RemoteAddr(0x10_0000);
-        let threads: Vec<ThreadRef> = (0..4)
-            .map(|i| ThreadRef { tstate: RemoteAddr(0x20_0000 + i * 0x100), tid: i as u32 + 1, their_tid: i as u32 + 1 })
-            .collect();
-        for (key, hex) in [("3.9", 0x0309_00f0), ("3.11", 0x030b_00f0), ("3.12", 0x030c_00f0), ("3.14", 0x030e_00f0)] {
-            let layout = find_shipped(key, Flavour::Default, "x86_64").unwrap().unwrap();
-            let version = PyVersion::from_hex(hex);
-            let types = TypeObjects::default();
-            let reader = ObjectReader::new(&layout, version, types).unwrap();
-            let mut names = BTreeMap::new();
-            let mut namer = ThreadNamer::new(Ok(reader.clone()));
-            namer.name_new_threads(&mem, &layout, runtime, &threads, &mut names);
-            namer.name_threads(&mem, &layout, runtime, &threads, &mut names);
-            for name in names.values() {
-                prop_assert!(name.chars().count() as u64 <= MAX_NAME_CHARS);
+        thread_names_end(&mem)?;
+    }
+}
+
+/// Thread names and every object reader entry point over `mem` end, within their bounds.
+fn thread_names_end(mem: &SnapshotMemory) -> Result<(), TestCaseError> {
+    // The same memory, read as `sys.modules` → threading → `_active` → each Thread's `_name`,
+    // with every dict layout (sized tables, log2 tables, managed dicts, inline values).
+    let runtime = RemoteAddr(0x10_0000);
+    let threads: Vec<ThreadRef> = (0..4)
+        .map(|i| ThreadRef {
+            tstate: RemoteAddr(0x20_0000 + i * 0x100),
+            tid: i as u32 + 1,
+            their_tid: i as u32 + 1,
+        })
+        .collect();
+    for (key, hex) in [
+        ("3.9", 0x0309_00f0),
+        ("3.11", 0x030b_00f0),
+        ("3.12", 0x030c_00f0),
+        ("3.14", 0x030e_00f0),
+    ] {
+        let layout = find_shipped(key, Flavour::Default, "x86_64")
+            .unwrap()
+            .unwrap();
+        let version = PyVersion::from_hex(hex);
+        let types = TypeObjects::default();
+        let reader = ObjectReader::new(&layout, version, types).unwrap();
+        let mut names = BTreeMap::new();
+        let mut namer = ThreadNamer::new(Ok(reader.clone()));
+        namer.name_new_threads(mem, &layout, runtime, &threads, &mut names);
+        namer.name_threads(mem, &layout, runtime, &threads, &mut names);
+        for name in names.values() {
+            prop_assert!(name.chars().count() as u64 <= MAX_NAME_CHARS);
+        }
+        // Every object reader entry point, at addresses inside the fuzzed regions.
+        for at in [0x10_0000u64, 0x20_0000, 0x30_0008, 0x40_0010] {
+            let at = RemoteAddr(at);
+            if let Ok(items) = reader.dict_items(mem, at, MAX_DICT_ENTRIES) {
+                prop_assert!(items.len() as u64 <= MAX_DICT_ENTRIES);
             }
-            // Every object reader entry point, at addresses inside the fuzzed regions.
-            for at in [0x10_0000u64, 0x20_0000, 0x30_0008, 0x40_0010] {
-                let at = RemoteAddr(at);
-                if let Ok(items) = reader.dict_items(&mem, at, MAX_DICT_ENTRIES) {
-                    prop_assert!(items.len() as u64 <= MAX_DICT_ENTRIES);
-                }
-                let _ = reader.read_str(&mem, at, MAX_NAME_CHARS);
-                let _ = reader.read_u64_int(&mem, at);
-                let _ = reader.attribute(&mem, at, "_name");
-                let _ = reader.module_dict(&mem, at);
-            }
+            let _ = reader.read_str(mem, at, MAX_NAME_CHARS);
+            let _ = reader.read_u64_int(mem, at);
+            let _ = reader.attribute(mem, at, "_name");
+            let _ = reader.module_dict(mem, at);
         }
     }
+    Ok(())
 }
 
 proptest! {

@@ -19,10 +19,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
-scripts/make-sid-root.sh
-scripts/fetch-arm64-builds.sh
-cargo test --locked "$@"
-scripts/check-wheels.sh
-scripts/check-readme-install.sh
-scripts/test-python.sh
-scripts/test-viewer.sh
+# Each part's wall time is printed as it ends (.ci/run keeps CI under 25 minutes with them).
+part() {
+    local started=$SECONDS
+    "$@"
+    echo "test.sh: $* took $((SECONDS - started)) s" >&2
+}
+part scripts/make-sid-root.sh
+part scripts/fetch-arm64-builds.sh
+part cargo test --locked "$@"
+part scripts/check-wheels.sh
+part scripts/check-readme-install.sh
+part scripts/test-python.sh
+part scripts/test-viewer.sh

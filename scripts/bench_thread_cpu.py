@@ -10,8 +10,9 @@ second after the recording began until one second before it ends), then the same
 Rounds alternate the builds, so the drift of a shared machine hits both alike. Prints per build and
 thread the median and range over the rounds, in CPU milliseconds per second of window.
 
-Usage: scripts/bench_thread_cpu.py --baseline OTHER_GILSAMPLE [--python PY] [--rounds 6] [--seconds 5]
-                                   [--workload queue --threads 3 ...]
+Usage: scripts/bench_thread_cpu.py (--baseline OTHER_GILSAMPLE | --ab FLAG) [--python PY] [--rounds 6]
+                                   [--seconds 5] [--workload queue --threads 3 ...]
+--ab FLAG compares this build with itself given FLAG (`--ab=--no-stacks`: what stacks cost, by thread).
 The workload's arguments after --workload are gil_workload.py's (default: queue --threads 3). Needs a
 release build (cargo build --release) and root (or ptrace rights over the workload).
 """
@@ -58,14 +59,15 @@ def thread_kind(name):
     return prefix if prefix in THREAD_KINDS else "main and others"
 
 
-def one_round(args, binary, out_dir):
-    """CPU ms per second of each of `binary`'s threads over the window of one recording."""
+def one_round(args, command, out_dir):
+    """CPU ms per second of each of the threads of `command` (a gilsample and its extra flags) over
+    the window of one recording."""
     proc, pid = start_workload(workload_command(args.python, "-W", "ignore::UserWarning") + args.workload
                                + ["--seconds", str(args.seconds + 3)])
     trace = os.path.join(out_dir, "trace.json")
-    recorder = subprocess.Popen([binary, "record", "--pid", str(pid), "--duration", str(args.seconds),
-                                 "-o", trace, "--force"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
+    recorder = subprocess.Popen([command[0], "record", "--pid", str(pid), "--duration", str(args.seconds),
+                                 "-o", trace, "--force"] + command[1:], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
     window = args.seconds - 2
     time.sleep(1)
     before, t0 = thread_cpu(recorder.pid), time.monotonic()
@@ -75,13 +77,15 @@ def one_round(args, binary, out_dir):
     proc.kill()
     proc.wait()
     if recorder.returncode != 0:
-        sys.exit("%s failed:\n%s" % (binary, err))
+        sys.exit("%s failed:\n%s" % (" ".join(command), err))
     return {kind: 1000 * (after[kind] - before.get(kind, 0.0)) / (t1 - t0) for kind in after}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--baseline", required=True, metavar="BINARY", help="the other gilsample build")
+    other = parser.add_mutually_exclusive_group(required=True)
+    other.add_argument("--baseline", metavar="BINARY", help="the other gilsample build")
+    other.add_argument("--ab", metavar="FLAG", help="compare this build with itself given FLAG (--ab=--no-stacks)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the workload")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=5.0, help="each recording's length (the window is 2 s less)")
@@ -91,15 +95,18 @@ def main():
     if args.seconds < 3:
         sys.exit("--seconds must be at least 3: the window leaves a second at either end")
     require(BINARY, "cargo build --release")
-    require(args.baseline, "the build to compare with")
-    builds = [("baseline", args.baseline), ("this build", BINARY)]
+    if args.baseline:
+        require(args.baseline, "the build to compare with")
+        builds = [("baseline", [args.baseline]), ("this build", [BINARY])]
+    else:
+        builds = [("this build " + args.ab, [BINARY, args.ab]), ("this build", [BINARY])]
     seen = {name: [] for name, _ in builds}
     with tempfile.TemporaryDirectory() as out_dir:
         for round_ in range(args.rounds):
             # Alternate which build goes first: a drift within a round hits each first as often.
             order = builds if round_ % 2 == 0 else builds[::-1]
-            for name, binary in order:
-                seen[name].append(one_round(args, binary, out_dir))
+            for name, command in order:
+                seen[name].append(one_round(args, command, out_dir))
     kinds = sorted({kind for rounds in seen.values() for cpu in rounds for kind in cpu})
     print("gilsample's threads, CPU ms per second of a %.0f s window, %d rounds: median (min-max); workload %s"
           % (args.seconds - 2, args.rounds, " ".join(args.workload)))

@@ -25,8 +25,10 @@ cargo build --locked --quiet
 check() { node tests/viewer/check_perfetto.js "$out/venv/bin/vizviewer" "$@"; }
 
 rm -f "$out/GIL_contended.json" "$out/merged.json"
+# Launched, recorded for its first second; gilsample then waits for the command to exit, so the
+# workloads run a few seconds, not more.
 target/debug/gilsample --quiet --duration 1 -o "$out/GIL_contended.json" -- \
-    "$python" fixtures/workloads/gil_workload.py contention --threads 4 --seconds 30
+    "$python" fixtures/workloads/gil_workload.py contention --threads 4 --seconds 4
 check "$out/GIL_contended.json" --expect-gil 4 --expect-text "GIL waiters" --zoom 1500 \
     --expect-thread spinner-0 --expect-thread spinner-3 --expect-flows 10 \
     --expect-stack-arg "take_gil:spin (" --expect-stack-arg "hold_gil:gil_workload.py:" \
@@ -38,7 +40,7 @@ check "$out/GIL_contended.json" --expect-gil 4 --select-slice take_gil --zoom 15
 # A holder that keeps the GIL while asleep in a syscall: its stretches are slices of their own.
 rm -f "$out/GIL_blocker.json"
 target/debug/gilsample --quiet --duration 1 -o "$out/GIL_blocker.json" -- \
-    "$python" fixtures/workloads/gil_workload.py blocker --threads 2 --seconds 30
+    "$python" fixtures/workloads/gil_workload.py blocker --threads 2 --seconds 4
 check "$out/GIL_blocker.json" --expect-gil 2 --expect-slice-like 'held_while_blocked'
 
 gil=$(ls fixtures/torch-profiler/GIL_*_rank_0.json)

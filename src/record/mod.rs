@@ -4,7 +4,7 @@
 //!
 //! The targets attached at the start share sampler threads (`targets_per_thread` a thread:
 //! sampler/shared_thread.rs); a target found later gets one of its own (`target`). The session's own
-//! thread discovers new targets every `DISCOVERY_PERIOD`, reports progress, and reaps a launched
+//! thread discovers new targets every `ROUND`, reports progress, and reaps a launched
 //! command.
 
 mod checks;
@@ -41,7 +41,7 @@ use crate::python::attach::LayoutChoice;
 use crate::python::target::Target;
 use crate::sampler::affinity::pin_own_threads;
 use crate::sampler::clock::{monotonic_ns, monotonic_to_wall_offset_ns};
-use crate::sampler::config::{LiveCounters, SamplerConfig};
+use crate::sampler::config::{LiveCounters, SamplerConfig, SessionWake};
 use crate::sampler::priority::Priority;
 use crate::sampler::shared_thread::targets_per_thread;
 use crate::trace::chrome::{ChromeWriter, TraceClock};
@@ -105,8 +105,9 @@ pub struct RecordOptions {
     pub stop_command_when_stopped: bool,
 }
 
-/// How often the session looks for new targets; new processes are picked up within this.
-const DISCOVERY_PERIOD: Duration = Duration::from_millis(50);
+/// How often the session looks for new targets (new processes are picked up within this), and the
+/// longest it waits between looks at its samplers, which wake it sooner when they have news.
+const ROUND: Duration = Duration::from_millis(50);
 /// How many discovery rounds a process may stay "Python, but not started yet" before it is given up.
 const MAX_NOT_READY_ROUNDS: u32 = 200;
 
@@ -332,11 +333,10 @@ impl Session<'_> {
             if all_done && (!following || ending || roots_gone) {
                 break;
             }
-            thread::sleep(if following {
-                DISCOVERY_PERIOD
-            } else {
-                Duration::from_millis(5)
-            });
+            // Woken early by a sampler's first sample, its target stopping or continuing, or its
+            // end (`LiveCounters::wake_session`); the rest (new targets, a launched command's
+            // exit, the progress shown) can wait a round.
+            thread::park_timeout(ROUND);
         }
         Ok(())
     }
@@ -419,6 +419,8 @@ impl Session<'_> {
                 writer.set_tap((watch.tap_for)(target.pid, rank));
             }
             let live = Arc::new(LiveCounters::default());
+            // `start` runs on the session's thread, which `follow` parks between its rounds.
+            let _ = live.session.set(SessionWake::unpark(thread::current()));
             let (outcome, finished) = mpsc::channel();
             self.running.push(Running {
                 pid: target.pid,

@@ -68,7 +68,7 @@ pub(super) fn record_members(members: Vec<Member>, shared: &Shared<'_>) {
                 targets.push((target, live));
                 outputs.push(output);
             }
-            None => live.done.store(true, Ordering::Release),
+            None => live.set_done(),
         }
     }
     let lanes = targets

@@ -2,7 +2,9 @@
 //! threads read, and where samples go besides inference. Plain data, so that the session, the saver
 //! and replay need not import the loop.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::thread::Thread;
 
 use crate::infer::findings::Finding;
 use crate::infer::sample::Sample;
@@ -65,6 +67,57 @@ pub struct LiveCounters {
     /// How the target is stopped now: `T` (SIGSTOP, Ctrl+Z) or `t` (a debugger), 0 when it runs
     /// (sampler/stop_watch.rs).
     pub stopped: AtomicU8,
+    /// The thread that follows the session (record/mod.rs), if it asked to be woken: at the first
+    /// sample, when the target stops or continues, and when sampling ends. It waits for these
+    /// instead of looking every few milliseconds, a wake-up that would preempt the job's threads
+    /// on busy cores.
+    pub session: OnceLock<SessionWake>,
+}
+
+/// How a sampler wakes the session's thread (`LiveCounters::session`).
+pub struct SessionWake(Box<dyn Fn() + Send + Sync>);
+
+impl SessionWake {
+    /// Unparks `thread`, which waits with `thread::park_timeout`.
+    pub fn unpark(thread: Thread) -> SessionWake {
+        SessionWake(Box::new(move || thread.unpark()))
+    }
+}
+
+impl std::fmt::Debug for SessionWake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionWake")
+    }
+}
+
+impl LiveCounters {
+    /// Wakes the session's thread, where one asked to be woken (`session`).
+    pub fn wake_session(&self) {
+        if let Some(wake) = self.session.get() {
+            (wake.0)();
+        }
+    }
+
+    /// Counts the samples taken so far; the first wakes the session (it says the recording has
+    /// begun).
+    pub fn set_samples(&self, samples: u64) {
+        if self.samples.swap(samples, Ordering::Relaxed) == 0 && samples > 0 {
+            self.wake_session();
+        }
+    }
+
+    /// Says how the target is stopped now (`stopped`), waking the session when that changed.
+    pub fn set_stopped(&self, letter: u8) {
+        if self.stopped.swap(letter, Ordering::Relaxed) != letter {
+            self.wake_session();
+        }
+    }
+
+    /// Says the sampler has finished, and wakes the session.
+    pub fn set_done(&self) {
+        self.done.store(true, Ordering::Release);
+        self.wake_session();
+    }
 }
 
 /// Where the samples and the stacks read go besides inference (`--save-samples`, stream/).
@@ -75,4 +128,59 @@ pub trait SampleLog {
     fn stack(&mut self, stack: &Finding);
     /// Saving failed (the disk is full): the recording stops.
     fn failed(&self) -> bool;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU32;
+
+    use super::*;
+
+    fn counted() -> (LiveCounters, Arc<AtomicU32>) {
+        let live = LiveCounters::default();
+        let wakes = Arc::new(AtomicU32::new(0));
+        let count = wakes.clone();
+        let wake = SessionWake(Box::new(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        }));
+        live.session.set(wake).unwrap();
+        (live, wakes)
+    }
+
+    #[test]
+    fn the_session_is_woken_by_news_only() {
+        let (live, wakes) = counted();
+        let woken = || wakes.load(Ordering::SeqCst);
+        live.set_samples(0);
+        assert_eq!(woken(), 0, "no sample yet");
+        live.set_samples(1);
+        assert_eq!(woken(), 1, "the first sample: the recording has begun");
+        live.set_samples(2);
+        live.set_samples(3000);
+        assert_eq!(woken(), 1, "later samples are no news");
+        assert_eq!(live.samples.load(Ordering::Relaxed), 3000);
+        live.set_stopped(0);
+        assert_eq!(woken(), 1, "still running");
+        live.set_stopped(b'T');
+        live.set_stopped(b'T');
+        assert_eq!(woken(), 2, "stopped, once");
+        live.set_stopped(0);
+        assert_eq!(woken(), 3, "running again");
+        assert!(!live.done.load(Ordering::Acquire));
+        live.set_done();
+        assert_eq!(woken(), 4);
+        assert!(live.done.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn without_a_session_to_wake_the_counters_still_count() {
+        let live = LiveCounters::default();
+        live.set_samples(5);
+        live.set_stopped(b't');
+        live.set_done();
+        assert_eq!(live.samples.load(Ordering::Relaxed), 5);
+        assert_eq!(live.stopped.load(Ordering::Relaxed), b't');
+        assert!(live.done.load(Ordering::Acquire));
+    }
 }

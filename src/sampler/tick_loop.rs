@@ -225,7 +225,7 @@ impl<'a> Sampler<'a> {
             self.report.stalled_reads += 1;
             self.report.longest_stall_ns = self.report.longest_stall_ns.max(t0 - woke);
         }
-        live.stopped.store(self.stops.tick(t0), Ordering::Relaxed);
+        live.set_stopped(self.stops.tick(t0));
         if let Err(end) = self.walk_if_due(t0, &reading, live) {
             return end;
         }
@@ -285,7 +285,7 @@ impl<'a> Sampler<'a> {
         self.report.stopped_at_end = is_stopped(self.target.pid);
         self.report.stopped_spans = self.stops.finish(self.report.end_ns);
         (self.report.cpu_ns, self.report.syscalls) = cost;
-        live.done.store(true, Ordering::Release);
+        live.set_done();
         self.report
     }
 
@@ -435,7 +435,7 @@ impl<'a> Sampler<'a> {
         }
         self.report.samples += 1;
         self.report.end_ns = sample.t_ns;
-        live.samples.store(self.report.samples, Ordering::Relaxed);
+        live.set_samples(self.report.samples);
         self.pace.rest_until = monotonic_ns() + period / 4;
     }
 

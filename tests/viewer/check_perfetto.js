@@ -79,6 +79,9 @@ async function main() {
   const failures = [];
   try {
     const page = await browser.newPage({ viewport: { width: 1600, height: args.select ? 1000 : 520 } });
+    // The cookie banner answered before the UI starts, as a returning user's: dismissed by its
+    // button instead, the UI never settled again (\`idle\` then waits its whole bound, 15 s a check).
+    await page.addInitScript(() => localStorage.setItem('cookieAck', 'true'));
     await page.goto(url);
     // The UI publishes the loaded trace on window.app once the import is done.
     await page.waitForFunction(() => window.app && window.app.trace, null, { timeout: 120000 });
@@ -135,6 +138,7 @@ async function main() {
       await page.keyboard.down('w');
       await page.waitForTimeout(args.zoom); // how far to zoom, in ms of key hold: not a synchronisation
       await page.keyboard.up('w');
+      await page.mouse.move(5, 5); // no hover card over the screenshot
     }
     if (args.select) {
       // Open the details of the longest slice NAME that has a stack, so the screenshot shows its args.
@@ -154,6 +158,9 @@ async function main() {
           await page.mouse.down();
           await page.mouse.move(box.x + box.width + 300, 330, { steps: 10 });
           await page.mouse.up();
+          // Off the panel's edge: a pointer left over it keeps the UI redrawing, and \`idle\` would
+          // wait its whole bound.
+          await page.mouse.move(5, 5);
         }
       }
     }

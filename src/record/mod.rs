@@ -418,9 +418,11 @@ impl Session<'_> {
             if let Some(watch) = &self.opts.watch {
                 writer.set_tap((watch.tap_for)(target.pid, rank));
             }
-            let live = Arc::new(LiveCounters::default());
             // `start` runs on the session's thread, which `follow` parks between its rounds.
-            let _ = live.session.set(SessionWake::unpark(thread::current()));
+            let live = Arc::new(LiveCounters {
+                session: Some(SessionWake::unpark(thread::current())),
+                ..LiveCounters::default()
+            });
             let (outcome, finished) = mpsc::channel();
             self.running.push(Running {
                 pid: target.pid,

@@ -2,7 +2,6 @@
 //! threads read, and where samples go besides inference. Plain data, so that the session, the saver
 //! and replay need not import the loop.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread::Thread;
 
@@ -70,8 +69,8 @@ pub struct LiveCounters {
     /// The thread that follows the session (record/mod.rs), if it asked to be woken: at the first
     /// sample, when the target stops or continues, and when sampling ends. It waits for these
     /// instead of looking every few milliseconds, a wake-up that would preempt the job's threads
-    /// on busy cores.
-    pub session: OnceLock<SessionWake>,
+    /// on busy cores. Given when the counters are made, before any other thread sees them.
+    pub session: Option<SessionWake>,
 }
 
 /// How a sampler wakes the session's thread (`LiveCounters::session`).
@@ -93,7 +92,7 @@ impl std::fmt::Debug for SessionWake {
 impl LiveCounters {
     /// Wakes the session's thread, where one asked to be woken (`session`).
     pub fn wake_session(&self) {
-        if let Some(wake) = self.session.get() {
+        if let Some(wake) = &self.session {
             (wake.0)();
         }
     }
@@ -138,13 +137,15 @@ mod tests {
     use super::*;
 
     fn counted() -> (LiveCounters, Arc<AtomicU32>) {
-        let live = LiveCounters::default();
         let wakes = Arc::new(AtomicU32::new(0));
         let count = wakes.clone();
         let wake = SessionWake(Box::new(move || {
             count.fetch_add(1, Ordering::SeqCst);
         }));
-        live.session.set(wake).unwrap();
+        let live = LiveCounters {
+            session: Some(wake),
+            ..LiveCounters::default()
+        };
         (live, wakes)
     }
 

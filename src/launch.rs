@@ -427,13 +427,19 @@ mod tests {
     fn what_the_command_starts_while_stopping_is_stopped_too() {
         let dir = tempfile::tempdir().unwrap();
         let late = dir.path().join("late");
+        let armed = dir.path().join("armed");
         // A child of the command that, on SIGTERM, starts another (and says which), then keeps
-        // running until it is killed.
+        // running until it is killed. It says when its trap is set: the pid spawn_tree waits for
+        // is written as the child is forked, and a SIGTERM before the trap ends it unhandled.
         let script = format!(
-            "(trap 'sleep 600 & echo $! > {0}.tmp; mv {0}.tmp {0}' TERM; while :; do sleep 0.01; done)",
-            late.display()
+            "(trap 'sleep 600 & echo $! > {0}.tmp; mv {0}.tmp {0}' TERM; : > {1}; while :; do sleep 0.01; done)",
+            late.display(),
+            armed.display()
         );
         let (mut launched, children) = spawn_tree(&script);
+        while !armed.exists() {
+            thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(launched.stop(), Stopped::Killed);
         assert!(children.iter().all(|&c| gone(c)));
         let late: u32 = std::fs::read_to_string(&late)

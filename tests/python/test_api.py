@@ -36,13 +36,32 @@ class Spinners(object):
         self.tids = []
         self._stop = threading.Event()
         self._started = threading.Barrier(count + 1)
+        # Turns: how often the GIL passed from one spinner to another (each found running Python
+        # where another ran last), so a test can wait for holds that a sampler saw whole.
+        self._turns = 0
+        self._last = None
+        self._turned = threading.Condition()
 
     def _spin(self):
-        self.tids.append(native_tid())
+        me = native_tid()
+        self.tids.append(me)
         self._started.wait()
         n = 0
         while not self._stop.is_set():
             n += 1
+            if self._last != me:
+                self._last = me
+                with self._turned:
+                    self._turns += 1
+                    self._turned.notify_all()
+
+    def wait_turns(self, count=3):
+        """Blocks, without the GIL, until it has passed between spinners `count` more times: each
+        turn but the last is a spinner's whole hold (a switch interval), which a recording started
+        before this call samples, however soon it is stopped after."""
+        with self._turned:
+            target = self._turns + count
+            self._turned.wait_for(lambda: self._turns >= target)
 
     def __enter__(self):
         self._threads = [threading.Thread(target=self._spin) for _ in range(self.count)]
@@ -78,6 +97,7 @@ class StartStop(TempDirTest):
             recording = gilsample.start(output_dir=self.dir)
             returned_ns = time.monotonic_ns()
             self.assertTrue(recording.started, "a started event arrived before start() returned")
+            spinners.wait_turns()
             files = recording.stop()
         self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
         trace = load(files[0])
@@ -516,6 +536,7 @@ class ReferenceNames(TempDirTest):
     def test_gil_trace_record_start_and_stop(self):
         with Spinners(2) as spinners:
             gilsample.gil_trace_record_start(pid_list=[os.getpid()], duration=-1)
+            spinners.wait_turns()
             files = gilsample.gil_trace_record_stop()
         self.assertEqual(files, [os.path.join(self.dir, "GIL_%d_rank_0.json" % os.getpid())])
         self.assertTrue(set(spinners.tids) & tids_holding(load(files[0])))

@@ -49,8 +49,9 @@ pub struct StackStats {
     pub stacks: u64,
     /// Frames decoded, over all stacks.
     pub frames: u64,
-    /// Stacks that did not decode (a frame or code object changing under the read), and stacks
-    /// whose innermost frame did not read (counted by sampler/stack_watch.rs): not shown.
+    /// Reads of a stack that did not decode (a frame or code object changing under the read), and
+    /// of an innermost frame that did not (counted by sampler/stack_watch.rs, which reads such a
+    /// stack once more; where that fails too, the slice goes without one).
     pub torn: u64,
     /// Code objects read (the rest came from the cache).
     pub code_objects_read: u64,

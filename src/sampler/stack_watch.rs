@@ -116,14 +116,15 @@ impl StackWatch {
     }
 
     /// The stack of `tstate` at `t`, reused from one of the thread's recent reads whose innermost
-    /// frame is the same frame at the same instruction; `None` where it does not decode. With it,
-    /// the innermost frame as a hold's watch compares it (`WatchedFrame`).
+    /// frame is the same frame at the same instruction; `None` where it does not decode, twice.
+    /// With it, the innermost frame as a hold's watch compares it (`WatchedFrame`). `innermost`:
+    /// that frame where this sample has read it already (a hold's check that found it moved).
     fn stack_of(
         &mut self,
         mem: &dyn crate::process::memory::MemorySource,
-        tid: u32,
-        tstate: RemoteAddr,
+        (tid, tstate): (u32, RemoteAddr),
         t: u64,
+        innermost: Option<Option<WatchedFrame>>,
     ) -> Option<(Option<WatchedFrame>, Frames)> {
         if t.saturating_sub(self.swept_ns) >= STACK_KEPT_FOR_NS {
             // Once per period a kept stack lasts: what a thread that stopped moving keeps.
@@ -132,16 +133,45 @@ impl StackWatch {
             }
             self.swept_ns = t;
         }
+        // A read that does not decode is a frame that changed under it (the thread ran on, or
+        // returned): read once more, so that the slice gets the stack it is in now.
+        let first = match innermost {
+            Some(watched) => self.stack_at(mem, tid, watched, t),
+            None => self.read_stack_of(mem, tid, tstate, t),
+        };
+        first.or_else(|| self.read_stack_of(mem, tid, tstate, t))
+    }
+
+    /// `stack_of`, its innermost frame read now.
+    fn read_stack_of(
+        &mut self,
+        mem: &dyn crate::process::memory::MemorySource,
+        tid: u32,
+        tstate: RemoteAddr,
+        t: u64,
+    ) -> Option<(Option<WatchedFrame>, Frames)> {
         let places = self.threads.entry(tid).or_default();
         let Ok(watched) = self
             .reader
             .innermost_watched_near(mem, tstate, &mut places.tops)
         else {
-            // The frame changed under the read, as in a walk that does not decode: the slice goes
-            // without a stack, and the trace counts it where it counts those.
+            // The trace counts it where it counts stacks that do not decode.
             self.reader.stats.torn += 1;
             return None;
         };
+        self.stack_at(mem, tid, watched, t)
+    }
+
+    /// The stack whose innermost frame `watched` this sample read: a kept one where that frame is
+    /// at the same instruction (or, with the callers kept, at another), else walked.
+    fn stack_at(
+        &mut self,
+        mem: &dyn crate::process::memory::MemorySource,
+        tid: u32,
+        watched: Option<WatchedFrame>,
+        t: u64,
+    ) -> Option<(Option<WatchedFrame>, Frames)> {
+        let places = self.threads.entry(tid).or_default();
         let innermost = watched.map(|w| w.id);
         if let Some(now) = innermost {
             match places.stacks.find(now, t) {
@@ -202,7 +232,7 @@ impl StackWatch {
                     || decided.after_gap
                     || decided.after_stretch =>
             {
-                if let Some((_, frames)) = self.stack_of(mem, tid, tstate, t) {
+                if let Some((_, frames)) = self.stack_of(mem, (tid, tstate), t, None) {
                     sink(stack(tid, t, GilState::Take, frames, 1, true));
                 }
             }
@@ -219,7 +249,7 @@ impl StackWatch {
                         self.close_hold(tid, hold, sink);
                     }
                     let begins = Begins::Slice;
-                    self.begin_hold(mem, (tid, tstate), t, Holder::of(seen), begins, sink);
+                    self.begin_hold(mem, seen, t, begins, None, sink);
                     return;
                 }
                 let Some(hold) = watched.map(|at| &mut self.holds[at].1) else {
@@ -268,7 +298,8 @@ impl StackWatch {
                 } else {
                     Begins::FrameInHold
                 };
-                self.begin_hold(mem, (tid, tstate), t, Holder::of(seen), begins, sink);
+                // The check's read stands for the new hold's first: no second read of the frame.
+                self.begin_hold(mem, seen, t, begins, now, sink);
             }
             _ => {}
         }
@@ -277,15 +308,16 @@ impl StackWatch {
     fn begin_hold(
         &mut self,
         mem: &dyn crate::process::memory::MemorySource,
-        (tid, tstate): (u32, RemoteAddr),
+        seen: &ThreadSample,
         t: u64,
-        holder: Holder,
         begins: Begins,
+        innermost: Option<Option<WatchedFrame>>,
         sink: &mut dyn FnMut(Finding),
     ) {
+        let (tid, tstate) = (seen.tid, seen.tstate);
         // A stack that does not decode is watched as empty (and not shown), so that a holder whose
         // memory keeps changing under the reads is not read again at every sample.
-        let (first, in_frame, frames) = match self.stack_of(mem, tid, tstate, t) {
+        let (first, in_frame, frames) = match self.stack_of(mem, (tid, tstate), t, innermost) {
             Some((watched, frames)) => (watched, FrameInCode::of(watched), frames),
             None => (None, None, Arc::new(Vec::new())),
         };
@@ -298,7 +330,7 @@ impl StackWatch {
                 last_ns: t,
                 unreported: 0,
                 until_check: CHECK_EVERY,
-                still: Stillness::new(first, t, holder),
+                still: Stillness::new(first, t, Holder::of(seen)),
             },
         ));
     }

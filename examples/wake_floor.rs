@@ -25,7 +25,7 @@ fn main() {
     let (pids, rate_hz, priority) = match parse_args(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(why) => {
-            eprintln!(
+            gilsample::stderr_line!(
                 "wake_floor: {why}\nusage: wake_floor --pid PID[,PID...] [--rate 10khz] [--priority realtime|high|normal]"
             );
             std::process::exit(2);
@@ -33,13 +33,13 @@ fn main() {
     };
     let proc_dirs: Vec<String> = pids.iter().map(|pid| format!("/proc/{pid}")).collect();
     if let Some(missing) = proc_dirs.iter().find(|dir| !Path::new(dir).exists()) {
-        eprintln!("wake_floor: no process {}", &missing["/proc/".len()..]);
+        gilsample::stderr_line!("wake_floor: no process {}", &missing["/proc/".len()..]);
         std::process::exit(1);
     }
     let scheduling = apply_to_current_thread(priority);
     let period = (1e9 / rate_hz) as u64;
     let listed: Vec<String> = pids.iter().map(u32::to_string).collect();
-    eprintln!(
+    gilsample::stderr_line!(
         "wake_floor: waking for process {} at {rate_hz} Hz, {scheduling}",
         listed.join(",")
     );
@@ -62,7 +62,7 @@ fn main() {
         }
     }
     let secs = (monotonic_ns() - start) as f64 / 1e9;
-    eprintln!(
+    gilsample::stderr_line!(
         "wake_floor: {wakes} wake-ups in {secs:.2} s ({:.0} Hz), {late} late, {:.3} CPU s",
         wakes as f64 / secs,
         thread_cpu_ns() as f64 / 1e9

@@ -23,13 +23,13 @@ pub(crate) fn run_convert(args: &ConvertArgs) -> Result<()> {
     }
     let (path, report) = converted?;
     if report.sorted_threads > 0 {
-        eprintln!(
+        gilsample::stderr_line!(
             "gilsample: {} threads' events were not in time order in the file; sorted by ts \
              before pairing, as the reference tool does",
             report.sorted_threads
         );
     }
-    eprintln!(
+    gilsample::stderr_line!(
         "gilsample: {} events, {} hold_gil inserted, {} take{} without a drop -> {}",
         report.events,
         report.holds,

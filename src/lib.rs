@@ -26,6 +26,7 @@ pub mod replay;
 pub mod report;
 pub mod sampler;
 pub mod signals;
+pub mod stderr_text;
 pub mod stream;
 pub mod summary;
 pub mod symbols;

@@ -62,7 +62,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            eprintln!("gilsample: error: {e}");
+            gilsample::stderr_line!("gilsample: error: {e}");
             ExitCode::from(e.exit_code() as u8)
         }
     }
@@ -263,7 +263,7 @@ fn run_record(
         if let Some(command) = report.command.as_mut()
             && command.try_status().is_none()
         {
-            eprintln!("gilsample: error: {error}");
+            gilsample::stderr_line!("gilsample: error: {error}");
             wait_for_command(command, args.quiet)?;
             return Ok(error.exit_code());
         }
@@ -322,11 +322,11 @@ fn print_summary(
     rate_hz: f64,
 ) {
     if !args.quiet {
-        eprint!("{}", format_summary(report, answers, args.verbose, rate_hz));
+        gilsample::stderr_text!("{}", format_summary(report, answers, args.verbose, rate_hz));
     } else {
         // Quiet drops the summary, never an error.
         for (pid, error) in report.errors() {
-            eprintln!("gilsample: error: process {pid}: {error}");
+            gilsample::stderr_line!("gilsample: error: process {pid}: {error}");
         }
     }
 }
@@ -404,7 +404,7 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
     let outcome = gilsample::top::run(&plan, opts.clone(), stop, Box::new(std::io::stdout()))?;
     let mut report = outcome.report?;
     if outcome.reader_left && !args.record.quiet {
-        eprintln!(
+        gilsample::stderr_line!(
             "gilsample: top stopped: the reader of its table closed the pipe (as | head does){}",
             if plan.saves() {
                 "; the trace holds what was recorded until then"
@@ -416,16 +416,16 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
     something_recorded(&report, &opts.targets)?;
     if plan.saves() && !args.record.quiet {
         let answers = answers(&report);
-        eprint!(
+        gilsample::stderr_text!(
             "{}",
             format_summary(&report, &answers, args.record.verbose, opts.rate_hz)
         );
     } else {
         for (pid, error) in report.errors() {
-            eprintln!("gilsample: error: process {pid}: {error}");
+            gilsample::stderr_line!("gilsample: error: process {pid}: {error}");
         }
         if !outcome.quit && !args.record.quiet {
-            eprintln!("gilsample: the recording ended: {}", how_top_ended(&report));
+            gilsample::stderr_line!("gilsample: the recording ended: {}", how_top_ended(&report));
         }
     }
     let mut code = exit_status(&report);
@@ -434,7 +434,7 @@ fn run_top(mut args: TopArgs) -> Result<i32> {
         if let Some(how) = command.stopped()
             && !args.record.quiet
         {
-            eprintln!(
+            gilsample::stderr_line!(
                 "gilsample: top ended, and with it the command it launched (pid {}): {}. To let a \
                  command run to its end, record it (gilsample record -o DIR -- COMMAND)",
                 command.pid(),
@@ -474,7 +474,7 @@ fn how_top_ended(report: &RecordReport) -> &'static str {
 fn wait_for_command(command: &mut Launched, quiet: bool) -> Result<i32> {
     if command.try_status().is_none() && !quiet {
         let pid = command.pid();
-        eprintln!(
+        gilsample::stderr_line!(
             "gilsample: the recording has ended, but the command (pid {pid}) is still running; \
              gilsample waits for it and exits with its status. To stop it: Ctrl+C, or kill {pid}"
         );
@@ -483,7 +483,7 @@ fn wait_for_command(command: &mut Launched, quiet: bool) -> Result<i32> {
     // Said where it failed: where gilsample's own run went well its status is the command's, whose
     // numbers are not gilsample's own (README, "Exit status").
     if status != exit::OK && !quiet {
-        eprintln!(
+        gilsample::stderr_line!(
             "gilsample: the command (pid {}) {}",
             command.pid(),
             ended_in_words(status)
@@ -519,10 +519,10 @@ fn with_common_commands(error: Error, targets: &Targets) -> Error {
 fn run_report(args: &ReportArgs) -> Result<()> {
     let report = gilsample::report::report(&args.inputs)?;
     for (path, why) in &report.skipped {
-        eprintln!("gilsample: warning: {}: skipped: {why}", path.display());
+        gilsample::stderr_line!("gilsample: warning: {}: skipped: {why}", path.display());
     }
     for (path, how) in &report.interrupted {
-        eprintln!("gilsample: note: {}: {how}", path.display());
+        gilsample::stderr_line!("gilsample: note: {}: {how}", path.display());
     }
     if args.json {
         let json =
@@ -568,7 +568,7 @@ fn run_layout(args: &LayoutArgs) -> Result<()> {
                 path: path.clone(),
                 why: e.to_string(),
             })?;
-            eprintln!("wrote {}", Path::new(&path).display());
+            gilsample::stderr_line!("wrote {}", Path::new(&path).display());
         }
         None => print_text(&layout.to_json())?,
     }

@@ -14,7 +14,7 @@ pub(crate) fn run_merge(args: &MergeArgs) -> Result<()> {
     };
     let report = merge(&args.inputs, &args.output, &opts)?;
     for (path, why) in &report.left_out {
-        eprintln!("gilsample: {}: left out: {why}", path.display());
+        gilsample::stderr_line!("gilsample: {}: left out: {why}", path.display());
     }
     for input in &report.inputs {
         let mut line = format!(
@@ -31,15 +31,15 @@ pub(crate) fn run_merge(args: &MergeArgs) -> Result<()> {
         for (from, to) in &input.renumbered {
             line += &format!(", pid {from} renumbered {to}");
         }
-        eprintln!("{line}");
+        gilsample::stderr_line!("{line}");
         match &input.partial {
-            Some(Some(cut)) => eprintln!(
+            Some(Some(cut)) => gilsample::stderr_line!(
                 "gilsample: note: {}: an interrupted recording's temporary file, cut off ({cut}): \
                  merged up to its last complete event; without the metadata written at its end, \
                  its clock is taken as written (wall-clock µs, the default; not --clock monotonic)",
                 input.path.display()
             ),
-            Some(None) => eprintln!(
+            Some(None) => gilsample::stderr_line!(
                 "gilsample: note: {}: an interrupted recording's temporary file, complete: merged \
                  whole",
                 input.path.display()
@@ -47,10 +47,10 @@ pub(crate) fn run_merge(args: &MergeArgs) -> Result<()> {
             None => {}
         }
         if input.overlaps_gil == Some(false) {
-            eprintln!("gilsample: warning: {}", no_overlap_in_words(input));
+            gilsample::stderr_line!("gilsample: warning: {}", no_overlap_in_words(input));
         }
     }
-    eprintln!("gilsample: merged -> {}", report.output.display());
+    gilsample::stderr_line!("gilsample: merged -> {}", report.output.display());
     Ok(())
 }
 

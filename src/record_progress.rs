@@ -80,7 +80,7 @@ impl ProgressDisplay {
     fn say(&self, line: String) {
         match &self.bar {
             Some(bar) => bar.println(line),
-            None => eprintln!("{line}"),
+            None => gilsample::stderr_line!("{line}"),
         }
     }
 

@@ -77,7 +77,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     if let Some(error) = failure {
         if !args.quiet {
-            eprintln!(
+            crate::stderr_line!(
                 "gilsample: {} holds what the stream had before the problem below",
                 target.path.display()
             );
@@ -85,7 +85,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         return Err(error);
     }
     if !reader.ended_cleanly() && !args.quiet {
-        eprintln!(
+        crate::stderr_line!(
             "gilsample: {} ends without the recording's end record (the recording was cut off): \
              the trace holds every sample it has",
             args.input.display()
@@ -146,7 +146,7 @@ fn replay(
             Item::End(report) => {
                 match serde_json::from_value(report) {
                     Ok(report) => saved = Some(report),
-                    Err(e) => eprintln!(
+                    Err(e) => crate::stderr_line!(
                         "gilsample: {}: the recording's report at the end does not read ({e}): \
                          its counts are left out",
                         reader.path().display()
@@ -242,7 +242,7 @@ fn print_summary(target: TargetReport, rate_hz: f64, verbose: bool) {
         samplers_pinned: false,
     };
     let answers = answers(&report);
-    eprint!("{}", format_summary(&report, &answers, verbose, rate_hz));
+    crate::stderr_text!("{}", format_summary(&report, &answers, verbose, rate_hz));
 }
 
 /// A kernel state as `--explain` writes it: `"running"`, `"blocked"`, or the system call a thread is

@@ -166,7 +166,7 @@ fn no_thread_stays_unread_in_the_gil(label: &str) {
         left_unread > 0,
         "{label}: no idle thread was ever left unread in {judged} ticks"
     );
-    eprintln!(
+    gilsample::stderr_line!(
         "{label}: {judged} ticks, {left_unread} readings left out, {missed_once} of them one tick \
          of a wait that began and ended between two ticks"
     );

@@ -473,3 +473,31 @@ fn a_launcher_that_started_no_python_before_the_duration_is_said_and_waited_for_
     // The error's status, once the command ended by itself (it was not stopped).
     assert_eq!(recording.wait().unwrap().code(), Some(NO_SUCH_PROCESS));
 }
+
+#[test]
+fn a_closed_standard_error_neither_ends_the_recording_nor_changes_the_commands_status() {
+    // `gilsample ... 2>&1 | head -1`: the reader has gone by the time the messages come. They are
+    // dropped; the trace is finished and the command's exit status is gilsample's.
+    let python = interpreter("3.12");
+    let dir = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let script = format!(
+        "import runpy, sys; sys.argv = [{w:?}, 'short', '--threads', '1', '--seconds', '0.2']; \
+         runpy.run_path({w:?}, run_name='__main__'); sys.exit(3)",
+        w = python.workload
+    );
+    let status = gilsample()
+        .arg("-o")
+        .arg(dir.path())
+        .arg("--")
+        .args(&python.command)
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "{status:?}");
+    let trace = Trace::load_single(dir.path());
+    assert_eq!(trace.other("end_reason").as_str(), Some("TargetExited"));
+}

@@ -25,7 +25,7 @@ fn waiters_left_unread_are_still_waiting(label: &str) {
         "kernel_reads_proven_waiting",
         "proven_waiting_check",
     );
-    eprintln!("{label}: {judged} readings judged, none out of the wait");
+    gilsample::stderr_line!("{label}: {judged} readings judged, none out of the wait");
 }
 
 macro_rules! proven_waiting_tests {

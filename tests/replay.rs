@@ -377,7 +377,7 @@ fn parking_idle_threads_changes_no_record() {
         with.finish(&mut |r| from_with.push(r));
         without.finish(&mut |r| from_without.push(r));
         assert_eq!(without.parked_thread_samples(), 0);
-        eprintln!(
+        gilsample::stderr_line!(
             "{}: {} parked",
             case.display(),
             with.parked_thread_samples()

@@ -26,7 +26,7 @@ fn running_threads_left_unread_are_still_running(label: &str) {
         "kernel_reads_proven_running",
         "running_proof_check",
     );
-    eprintln!("{label}: {judged} readings judged, all running");
+    gilsample::stderr_line!("{label}: {judged} readings judged, all running");
 }
 
 macro_rules! running_proof_tests {

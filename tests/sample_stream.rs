@@ -502,7 +502,7 @@ fn the_writer_allocates_nothing_per_sample() {
     }
     let elapsed = started.elapsed();
     assert_eq!(allocations() - before, 0);
-    eprintln!(
+    gilsample::stderr_line!(
         "encoding: {:.0} ns/sample of 8-10 threads",
         elapsed.as_nanos() as f64 / (items.len() - 100) as f64
     );

@@ -238,7 +238,7 @@ mod tests {
                     .iter()
                     .filter(|p| **p == target.binary.opened_as)
                     .count();
-                eprintln!(
+                crate::stderr_line!(
                     "Python {minor} {choice:?} ({}): the interpreter parsed {interpreter} times; all parses: {parsed:?}",
                     target.layout_source
                 );

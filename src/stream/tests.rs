@@ -342,7 +342,7 @@ fn bytes_per_sample(n: u32) -> f64 {
     let (back, _) = decode(&bytes).unwrap();
     assert_eq!(back, items);
     let per = (bytes.len() - encode(&[]).len()) as f64 / ticks as f64;
-    eprintln!(
+    crate::stderr_line!(
         "{n} threads: {per:.2} bytes/sample, {:.0} KB/s at 10 kHz",
         per * 10.0
     );
@@ -458,7 +458,7 @@ fn a_hand_off_every_tick_stays_under_40_bytes_a_sample() {
     let bytes = encode(&items);
     assert_eq!(decode(&bytes).unwrap().0, items);
     let per = (bytes.len() - encode(&[]).len()) as f64 / items.len() as f64;
-    eprintln!("4 threads, a hand-off every tick: {per:.2} bytes/sample");
+    crate::stderr_line!("4 threads, a hand-off every tick: {per:.2} bytes/sample");
     assert!(per < 40.0, "{per} bytes/sample");
 }
 

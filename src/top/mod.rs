@@ -176,7 +176,7 @@ impl Console {
         if *up {
             *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
         } else {
-            eprintln!("gilsample: {text}");
+            crate::stderr_line!("gilsample: {text}");
         }
     }
 

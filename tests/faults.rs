@@ -306,6 +306,44 @@ fn a_target_stopped_while_recorded_is_said_to_be_stopped() {
 }
 
 #[test]
+fn a_target_stopped_for_the_whole_recording_gets_no_figures() {
+    // Stopped before the recording starts and through its end: the threads' slices of those
+    // samples are the stop's, none of it is time the process ran (it printed "waited 234% of the
+    // recording": slices past the recording's end, and a stop placed at its first read).
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let target = Pid::from_raw(workload.pid as i32);
+    kill(target, Signal::SIGSTOP).unwrap();
+    let stat = format!("/proc/{}/stat", workload.pid);
+    let stopped = || {
+        std::fs::read_to_string(&stat)
+            .unwrap()
+            .rsplit(") ")
+            .next()
+            .unwrap()
+            .starts_with('T')
+    };
+    while !stopped() {
+        std::thread::yield_now();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recording = start_recording(workload.pid, dir.path(), &["--duration", "0.3"]);
+    let (status, stderr) = recording.finish();
+    kill(target, Signal::SIGCONT).unwrap();
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert!(stderr.contains("stopped for all of it"), "{stderr}");
+    let (report, _) = common::report_json(&[dir.path()]);
+    let process = &report["processes"][0];
+    assert_eq!(process["window_s"].as_f64(), Some(0.0), "{process}");
+    let waits: Vec<f64> = process["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["wait_s"].as_f64().unwrap())
+        .collect();
+    assert!(waits.iter().all(|&w| w == 0.0), "{waits:?}");
+}
+
+#[test]
 fn a_stop_and_continue_while_recorded_is_said_and_left_out_of_the_answer() {
     // Three spinners: one holds the GIL and two wait, so whenever the stop comes (a hand-off
     // included) at least one of them is in take_gil through it.

@@ -451,10 +451,9 @@ fn unfinished(
         let spans = sampler.stopped_spans.iter();
         let monotonic = spans.map(|&(from, to)| (i128::from(from), i128::from(to)));
         trace.facts.stops_ns = stopped::on_trace_clock(monotonic, to_trace);
-        if !trace.facts.stops_ns.is_empty() {
-            stopped::cut_out(&mut trace.slices, &trace.facts.stops_ns);
-            trace.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
-        }
+        let (stops, window) = (&trace.facts.stops_ns, trace.facts.window_ns);
+        stopped::keep_time_it_ran(&mut trace.slices, stops, window);
+        trace.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
         let mut answer = analyze(&trace);
         answer.file = partial.display().to_string();
         Some(answer)

@@ -321,7 +321,8 @@ fn load_events(path: &Path, reading: Reading) -> Result<(Vec<ProcessTrace>, Opti
         if shape.holds == 0 && recorded_pid.is_none() {
             infer_holds(process);
         }
-        stopped::cut_out(&mut process.slices, &process.facts.stops_ns);
+        let (stops, window) = (&process.facts.stops_ns, process.facts.window_ns);
+        stopped::keep_time_it_ran(&mut process.slices, stops, window);
         process.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
     }
     Ok((out, cut))

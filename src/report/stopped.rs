@@ -2,7 +2,8 @@
 //! `process_stopped_monotonic_ns`, sampler/stop_watch.rs). Its threads did not run then, and the
 //! one holding the GIL kept it: the waits of those spans were the stop's, not the GIL's, and blaming
 //! them on the holder's code would send its user to the wrong code. So they are left out of every
-//! figure: the slices are cut at them, and the window is the time the process ran.
+//! figure: the slices are cut at them and at the recording's ends (`keep_time_it_ran`), and the
+//! window is the time the process ran.
 
 use serde_json::Value;
 
@@ -85,6 +86,29 @@ pub fn cut_out<S: Span>(slices: &mut Vec<S>, stops: &[(i128, i128)]) {
     *slices = kept;
 }
 
+/// `slices` cut to the time the recorded process ran: without their parts inside `stops` and, where
+/// the recording's `window` is known, outside it. A slice ends at the sample after its last, which
+/// can come after the recording's end on the trace's clock (tens of microseconds): a process
+/// stopped to the end would keep that piece, and its waits would outgrow a window of nothing.
+pub fn keep_time_it_ran<S: Span>(
+    slices: &mut Vec<S>,
+    stops: &[(i128, i128)],
+    window: Option<(i128, i128)>,
+) {
+    cut_out(slices, stops);
+    if let Some((start, end)) = window {
+        slices.retain_mut(|slice| {
+            let (from, to) = slice.span();
+            let (from, to) = (from.max(start), to.min(end));
+            if from >= to {
+                return false;
+            }
+            *slice = slice.part(from, to);
+            true
+        });
+    }
+}
+
 /// The sampler's first check of the process's state comes at its first tick, and a check every
 /// 10 ms (sampler/stop_watch.rs): a stop found then begins within this of the recording's start
 /// (at 100 Hz or faster; slower rates add their period).
@@ -142,6 +166,23 @@ mod tests {
         assert_eq!(read(Some(&value), 1000), vec![(1010, 1030), (1050, 1060)]);
         assert!(read(None, 0).is_empty());
         assert!(read(Some(&json!({"a": 1})), 0).is_empty());
+    }
+
+    #[test]
+    fn a_process_stopped_to_the_end_keeps_nothing_past_the_recording() {
+        // Stopped from the recording's start (100) to its end (1000); the samples' slices run
+        // from 90 to 1050 on the trace's clock: nothing of them is time the process ran.
+        let mut slices: Vec<Piece> = vec![(1, 90, 500), (1, 500, 1050), (2, 90, 1050)];
+        keep_time_it_ran(&mut slices, &[(100, 1000)], Some((100, 1000)));
+        assert_eq!(slices, Vec::<Piece>::new());
+        // Running, the window still bounds them.
+        let mut running: Vec<Piece> = vec![(1, 90, 500), (2, 600, 1050)];
+        keep_time_it_ran(&mut running, &[], Some((100, 1000)));
+        assert_eq!(running, vec![(1, 100, 500), (2, 600, 1000)]);
+        // Without a window (another tool's file), only the stops cut.
+        let mut unknown: Vec<Piece> = vec![(1, 90, 1050)];
+        keep_time_it_ran(&mut unknown, &[(100, 1000)], None);
+        assert_eq!(unknown, vec![(1, 90, 100), (1, 1000, 1050)]);
     }
 
     #[test]

@@ -36,6 +36,13 @@ fn thousands(n: u64) -> String {
 /// The headline of one process.
 pub fn headline(p: &ProcessAnswer) -> String {
     let whose = whose(p);
+    if stopped_throughout(p) {
+        return format!(
+            "{whose} — {:.1} s, stopped for all of it (SIGSTOP, Ctrl+Z or a debugger): none of its \
+             threads ran, so nothing is told of its GIL",
+            p.stopped_s
+        );
+    }
     // Its waits while stopped were the stop's: left out of every figure (report/stopped.rs).
     let length = if p.stopped_s > 0.0 {
         format!(
@@ -63,6 +70,12 @@ pub fn headline(p: &ProcessAnswer) -> String {
         100.0 * p.gil_busy_share,
         p.mean_waiters
     )
+}
+
+/// Whether the process was stopped for the whole recording: it ran for none of the window, so
+/// every figure would be a share of nothing.
+fn stopped_throughout(p: &ProcessAnswer) -> bool {
+    p.window_s <= 0.0 && p.stopped_s > 0.0
 }
 
 /// Which process: its pid, with its rank, host and parent where known.
@@ -197,7 +210,7 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
         .iter()
         .filter(|t| t.wait_s > 0.0 && pct(t.wait_s, p.window_s) >= 100.0 * NOTABLE_WAIT_SHARE)
         .collect();
-    if notable.is_empty() {
+    if notable.is_empty() && !stopped_throughout(p) {
         let _ = writeln!(
             out,
             "  no thread waited noticeably for the GIL{}",

@@ -391,3 +391,26 @@ fn two_windows_of_one_process_are_told_apart_by_their_files_in_the_ranking() {
     // A process given once keeps its short label.
     assert!(out.contains("waiting  process 2; most:"), "{out}");
 }
+
+#[test]
+fn a_process_stopped_for_the_whole_recording_says_so_and_no_figures() {
+    let mut p = process(0.0);
+    for t in &mut p.threads {
+        t.wait_s = 0.0;
+    }
+    (p.window_s, p.stopped_s, p.gil_busy_share, p.mean_waiters) = (0.0, 2.0, 0.0, 0.0);
+    let mut out = String::new();
+    format_process(&mut out, &p);
+    assert!(
+        out.starts_with("process 1 — 2.0 s, stopped for all of it"),
+        "{out}"
+    );
+    assert!(!out.contains("held 0%"), "{out}");
+    assert!(!out.contains("no thread waited"), "{out}");
+    // Stopped for part of it: the figures are of the time it ran.
+    p.window_s = 1.0;
+    let mut out = String::new();
+    format_process(&mut out, &p);
+    assert!(out.contains("stopped for 2.0 s of it"), "{out}");
+    assert!(out.contains("no thread waited noticeably"), "{out}");
+}

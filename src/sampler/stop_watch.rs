@@ -32,6 +32,10 @@ pub struct StopWatch {
     /// `/proc/PID/task/PID/stat`: the main thread's state, without the sums over every thread
     /// that `/proc/PID/stat` makes. `None` where it could not be opened: nothing is told then.
     stat: Option<File>,
+    /// When the watch began: a stop its first read finds began before it, so its span starts
+    /// here, not at that read (which can come after the recording's first samples).
+    start_ns: u64,
+    checked: bool,
     next_check_ns: u64,
     /// The first read that found it stopped, how many reads in a row have, and the last state
     /// letter read (`T` or `t`).
@@ -44,6 +48,8 @@ impl StopWatch {
     pub fn new(pid: u32, start_ns: u64) -> StopWatch {
         StopWatch {
             stat: File::open(format!("/proc/{pid}/task/{pid}/stat")).ok(),
+            start_ns,
+            checked: false,
             next_check_ns: start_ns,
             stopped_since: None,
             spans: Vec::new(),
@@ -64,11 +70,13 @@ impl StopWatch {
 
     /// One read's `state` (the letter /proc gives) at `now_ns`.
     fn saw(&mut self, state: u8, now_ns: u64) {
+        let first = !std::mem::replace(&mut self.checked, true);
         if !matches!(state, b'T' | b't') {
             self.close(now_ns);
             return;
         }
-        let (since, reads, _) = self.stopped_since.unwrap_or((now_ns, 0, state));
+        let began = if first { self.start_ns } else { now_ns };
+        let (since, reads, _) = self.stopped_since.unwrap_or((began, 0, state));
         // A signal's stop counts from its first read; a debugger's once it has lasted.
         let reads = if state == b'T' {
             reads.max(TRACE_STOP_READS)
@@ -132,9 +140,15 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn watched(states: &[(u64, u8)], end_ns: u64) -> Vec<(u64, u64)> {
+        watched_from(0, states, end_ns)
+    }
+
+    fn watched_from(start_ns: u64, states: &[(u64, u8)], end_ns: u64) -> Vec<(u64, u64)> {
         let mut watch = StopWatch {
             stat: None,
-            next_check_ns: 0,
+            start_ns,
+            checked: false,
+            next_check_ns: start_ns,
             stopped_since: None,
             spans: Vec::new(),
         };
@@ -156,6 +170,23 @@ mod tests {
         assert_eq!(
             watched(&[(0, b'T'), (10 * MS, b'T')], 40 * MS),
             vec![(0, 40 * MS)]
+        );
+    }
+
+    #[test]
+    fn a_stop_the_first_read_finds_began_before_the_watch() {
+        // The recording began at 2 ms; its first read came at 5 ms, after its first samples, and
+        // found the process stopped: it was stopped all along, not from 5 ms.
+        let stopped = [(5 * MS, b'T'), (15 * MS, b'T')];
+        assert_eq!(
+            watched_from(2 * MS, &stopped, 40 * MS),
+            vec![(2 * MS, 40 * MS)]
+        );
+        // A stop a later read finds began at that read, as far as the reads tell.
+        let later = [(5 * MS, b'R'), (15 * MS, b'T')];
+        assert_eq!(
+            watched_from(2 * MS, &later, 40 * MS),
+            vec![(15 * MS, 40 * MS)]
         );
     }
 

@@ -387,8 +387,10 @@ fn something_recorded(report: &RecordReport, targets: &Targets) -> Result<()> {
 /// A finished recording's exit status, before a launched command's own: the first failure's when
 /// no trace is complete, 1 when some failed, else 0.
 fn exit_status(report: &RecordReport) -> i32 {
+    // One target's only errors are its outputs' (its samples could not be saved): their status.
+    let one_target = report.failures.is_empty() && report.targets.len() == 1;
     match report.errors().next() {
-        Some((_, first)) if report.nothing_complete() => first.exit_code(),
+        Some((_, first)) if report.nothing_complete() || one_target => first.exit_code(),
         Some(_) => exit::FAILURE,
         None => exit::OK,
     }

@@ -89,6 +89,13 @@ pub fn format_summary(
                 let _ = writeln!(out, "  {note}");
             }
         }
+        if let Some(error) = &target.save_error {
+            let _ = writeln!(
+                out,
+                "  samples: not saved whole: {error}; the trace above is whole, and a replay of \
+                 the samples reads them to where writing failed"
+            );
+        }
         if verbose {
             format_target(&mut out, target);
         }
@@ -391,6 +398,7 @@ mod tests {
                 totals: Totals::default(),
                 answer: None,
                 write_error: None,
+                save_error: None,
             }],
             failures: Vec::new(),
             skipped: Vec::new(),

@@ -1,5 +1,5 @@
 //! Faults while recording, each with a real process: the target execs, forks, is stopped, churns
-//! threads; gilsample is signalled (once, twice); the output disk fills up or is read-only. In every
+//! threads; gilsample is signalled (once, twice) (a full or read-only disk: full_disk.rs). In every
 //! case: no crash, no hang, no interval on a thread that is not the target's, and either a complete
 //! file or an error that says where the data is.
 
@@ -13,8 +13,10 @@ use std::process::{Command, Stdio};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use common::{Event, KilledOnDrop, Trace, Workload, interpreter, run, start_recording};
-use gilsample::error::exit::{INTERRUPTED, OK, OUTPUT};
+use common::{
+    Event, KilledOnDrop, Trace, Workload, interpreter, partial_files, run, start_recording,
+};
+use gilsample::error::exit::{INTERRUPTED, OK};
 
 fn assert_tids_belong(trace: &Trace, allowed: &HashSet<u32>) {
     for event in trace.events() {
@@ -400,7 +402,11 @@ fn a_stop_and_continue_while_recorded_is_said_and_left_out_of_the_answer() {
         .filter(|e| e.name == "take_gil")
         .collect();
     let inside = |e: &Event| ((e.ts + e.dur).min(to) - e.ts.max(from)).max(0.0);
-    let outside_us: f64 = waits.iter().map(|e| e.dur - inside(e)).sum();
+    // The answer counts the recording's window only: a last slice runs to the sample after it.
+    let [start, end] = ["recording_start_monotonic_ns", "recording_end_monotonic_ns"]
+        .map(|key| (trace.other(key).as_f64().unwrap() + to_trace) / 1000.0);
+    let in_window = |e: &Event| ((e.ts + e.dur).min(end) - e.ts.max(start)).max(0.0);
+    let outside_us: f64 = waits.iter().map(|e| in_window(e) - inside(e)).sum();
     // While one spinner held the GIL through the stop, the others waited through it.
     let inside_us: f64 = waits.iter().map(inside).sum();
     assert!(
@@ -493,100 +499,4 @@ fn thread_churn_is_attributed_to_the_right_threads() {
     let trace = Trace::load_single(dir.path());
     assert_tids_belong(&trace, &allowed);
     assert_no_overlaps(&trace);
-}
-
-/// A small tmpfs mounted for one test, unmounted when dropped.
-struct Tmpfs(tempfile::TempDir);
-
-impl Tmpfs {
-    fn mount(options: &str) -> Tmpfs {
-        let dir = tempfile::tempdir().unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount tmpfs needs root");
-        Tmpfs(dir)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0.path()).status();
-    }
-}
-
-/// The `.partial` files in `dir`.
-fn partial_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".partial"))
-        .collect()
-}
-
-#[test]
-fn full_disk_is_an_error_that_says_where_the_data_is() {
-    let disk = Tmpfs::mount("size=64k");
-    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "3"]);
-    let (status, stderr) = run(
-        &["--pid", &workload.pid.to_string(), "--duration", "30"],
-        disk.0.path(),
-    );
-    assert_eq!(status.code(), Some(OUTPUT), "{stderr}");
-    let partial = partial_files(disk.0.path());
-    assert_eq!(partial.len(), 1, "the partial data was removed: {stderr}");
-    assert!(
-        stderr.contains(&format!("partial data is in {}", partial[0].display())),
-        "{stderr}"
-    );
-}
-
-#[test]
-fn full_disk_is_said_while_the_command_runs_with_the_answer_for_what_was_written() {
-    let disk = Tmpfs::mount("size=64k");
-    let mut launched =
-        common::LaunchedRecording::start(&[], disk.0.path(), &["contention", "--threads", "3"]);
-    let pid = launched.pid;
-    // Everything up to the line saying the command still runs: the command waits for a line on
-    // stdin that it gets only after, so all of it was said while it ran.
-    let seen = launched.read_until("is still running");
-    let partial = partial_files(disk.0.path());
-    assert_eq!(partial.len(), 1, "{seen}");
-    assert!(seen.contains("No space left on device"), "{seen}");
-    assert!(
-        seen.contains(&format!("partial data is in {}", partial[0].display())),
-        "{seen}"
-    );
-    // The answer for what was written: the headline and what the threads did. What fits on the
-    // disk is a few events, from the launch on: whether one of them is a wait that counts (and
-    // whose) is chance, so the answer may name a thread that waited or say that none did.
-    assert!(seen.contains(&format!("process {pid} (host ")), "{seen}");
-    assert!(
-        ["MainThread", "spinner-0", "spinner-1", "spinner-2"]
-            .iter()
-            .any(|name| seen.contains(&format!("{name} waited")))
-            || seen.contains("no thread waited noticeably for the GIL"),
-        "{seen}"
-    );
-    assert!(
-        seen.contains("the answer above is for the events written before"),
-        "{seen}"
-    );
-    launched.stdin.write_all(b"\n").unwrap();
-    assert_eq!(launched.recording.wait().unwrap().code(), Some(OUTPUT));
-}
-
-#[test]
-fn read_only_output_is_refused_with_exit_6() {
-    let disk = Tmpfs::mount("size=64k,ro");
-    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
-    let (status, stderr) = run(
-        &["--pid", &workload.pid.to_string(), "--duration", "0.2"],
-        disk.0.path(),
-    );
-    assert_eq!(status.code(), Some(OUTPUT), "{stderr}");
-    assert!(stderr.contains("Read-only"), "{stderr}");
 }

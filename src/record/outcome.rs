@@ -34,6 +34,9 @@ pub struct TargetReport {
     /// Writing the trace failed (a full disk, an I/O error): `path` is then the partial file that
     /// holds what was written, and the error says so.
     pub write_error: Option<Error>,
+    /// Saving its samples (`--save-samples`) failed: the trace is whole, the saved stream ends
+    /// where writing it failed (a replay reads it to there), and the error says so.
+    pub save_error: Option<Error>,
 }
 
 impl TargetReport {
@@ -68,12 +71,13 @@ pub struct RecordReport {
 }
 
 impl RecordReport {
-    /// The errors of targets that failed, and of those whose trace could not be written whole.
+    /// The errors of targets that failed, and of those whose trace or saved samples could not be
+    /// written whole.
     pub fn errors(&self) -> impl Iterator<Item = (u32, &Error)> {
-        let unwritten = self
-            .targets
-            .iter()
-            .filter_map(|t| t.write_error.as_ref().map(|e| (t.pid, e)));
+        let unwritten = self.targets.iter().flat_map(|t| {
+            let errors = t.write_error.iter().chain(&t.save_error);
+            errors.map(|e| (t.pid, e))
+        });
         self.failures
             .iter()
             .map(|(pid, e)| (*pid, e))

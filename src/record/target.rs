@@ -140,9 +140,11 @@ impl LaneOutput for TraceOutput {
         (push, log)
     }
 
+    /// The trace could not be written: sampling on would fill memory for nothing. Saved samples
+    /// that could not be written are not a reason to stop: the trace goes on whole, and its
+    /// report says the stream is cut short (`TargetReport::save_error`).
     fn failed(&self) -> bool {
         self.writer_failed.load(Ordering::Relaxed)
-            || self.saver.as_ref().is_some_and(|s| s.failed())
     }
 
     /// The saved stream is finished first (the trace's metadata gives its size), then the trace,
@@ -169,10 +171,10 @@ impl LaneOutput for TraceOutput {
         let finishing = thread::Builder::new().name(format!("finish-{}", process.pid));
         let spawned = finishing.spawn(move || {
             let finished = writing.finish(&process, force, report);
-            let _ = outcome.send(match (finished, save_failed) {
-                (Ok(_), Some(e)) => Err(e),
-                (finished, _) => finished,
-            });
+            let _ = outcome.send(finished.map(|report| TargetReport {
+                save_error: save_failed,
+                ..report
+            }));
         });
         spawned.expect("failed to spawn a thread to finish a trace");
     }
@@ -336,6 +338,7 @@ impl TraceWriting {
             totals,
             answer,
             write_error: None,
+            save_error: None,
         })
     }
 }
@@ -468,6 +471,7 @@ fn unfinished(
         totals,
         answer,
         write_error: Some(error),
+        save_error: None,
     }
 }
 

@@ -15,7 +15,7 @@ pub(crate) struct ProgressDisplay {
     verbose: bool,
     /// Without a bar or a duration, how the recording ends is said once, after the first start:
     /// the bar says it on a terminal; piped, nothing else would until the end.
-    how_it_ends: Cell<Option<&'static str>>,
+    how_it_ends: Cell<Option<String>>,
     /// A warning about how the sampler will run (real-time scheduling refused), said before the
     /// first start line: a run refused before any target starts (no access to it) says only why.
     warning_at_start: Cell<Option<String>>,
@@ -35,15 +35,9 @@ impl ProgressDisplay {
         let show_progress = !quiet && std::io::stderr().is_terminal();
         let bar = show_progress.then(|| new_progress_bar(duration));
         Self {
-            how_it_ends: Cell::new((bar.is_none() && !quiet && duration.is_none()).then_some(
-                if launched {
-                    "gilsample: recording until the command exits, or Ctrl+C (SIGINT, SIGTERM or SIGHUP); \
-                     --duration sets a length"
-                } else {
-                    "gilsample: recording until Ctrl+C (SIGINT, SIGTERM or SIGHUP) or the processes exit; \
-                     --duration sets a length"
-                },
-            )),
+            how_it_ends: Cell::new(
+                (bar.is_none() && !quiet).then(|| how_it_ends(duration, launched)),
+            ),
             bar,
             quiet,
             verbose,
@@ -63,7 +57,7 @@ impl ProgressDisplay {
                     self.say(line);
                 }
                 if started && let Some(line) = self.how_it_ends.take() {
-                    self.say(line.into());
+                    self.say(line);
                 }
             }
         }
@@ -196,5 +190,23 @@ fn new_progress_bar(duration: Option<Duration>) -> ProgressBar {
             bar.enable_steady_tick(Duration::from_millis(200));
             bar
         }
+    }
+}
+
+/// Said once, as the first target starts (without a progress bar to show it): how the recording
+/// will end. A duration is said in words: `-d 500` is 500 seconds, and a user who meant
+/// milliseconds reads "8.3 min" at once, not when the recording has not ended.
+fn how_it_ends(duration: Option<Duration>, launched: bool) -> String {
+    let until = if launched {
+        "the command exits, or Ctrl+C (SIGINT, SIGTERM or SIGHUP)"
+    } else {
+        "Ctrl+C (SIGINT, SIGTERM or SIGHUP) or the processes exit"
+    };
+    match duration {
+        Some(length) => format!(
+            "gilsample: recording for {} (--duration), or until {until}",
+            waiting::humantime_short(length)
+        ),
+        None => format!("gilsample: recording until {until}; --duration sets a length"),
     }
 }

@@ -76,6 +76,21 @@ fn stop_signal_finishes_the_file(sig: Signal) {
 }
 
 #[test]
+fn a_duration_is_said_in_words_as_the_recording_starts() {
+    // `-d 500` is 500 seconds: a user who meant milliseconds reads it at once.
+    let workload = Workload::start(&interpreter("3.12"), &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let recording = start_recording(workload.pid, dir.path(), &["-d", "500"]);
+    recording.signal(Signal::SIGINT);
+    let (status, stderr) = recording.finish();
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert!(
+        stderr.contains("recording for 8.3 min (--duration), or until Ctrl+C"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn sigterm_finishes_the_file() {
     stop_signal_finishes_the_file(Signal::SIGTERM);
 }

@@ -81,7 +81,7 @@ pub fn for_devices(kind: DeviceKind, duration: Duration, nodes_here: bool) -> St
 }
 
 /// `90 s`, `2 min`, `1.5 h`: a duration as the user gave it, near enough.
-fn humantime_short(duration: Duration) -> String {
+pub fn humantime_short(duration: Duration) -> String {
     let secs = duration.as_secs_f64();
     if secs >= 3600.0 {
         format!("{} h", trim(secs / 3600.0))

@@ -526,6 +526,10 @@ fn run_report(args: &ReportArgs) -> Result<()> {
     for (path, how) in &report.interrupted {
         gilsample::stderr_line!("gilsample: note: {}: {how}", path.display());
     }
+    let not_read = gilsample::report::not_read_in_words(&report.not_read);
+    if let Some(words) = not_read.strip_prefix("; ") {
+        gilsample::stderr_line!("gilsample: note: {words}");
+    }
     if args.json {
         let json =
             serde_json::to_string_pretty(&report.to_json()).expect("a JSON value serializes");

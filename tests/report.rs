@@ -370,6 +370,31 @@ fn bad_files_among_good_ones_are_skipped_with_a_warning_and_duplicates_counted_o
 }
 
 #[test]
+fn other_json_files_in_a_directory_are_named_as_not_read() {
+    // A recording with `-o NAME.json` beside the others: a directory is searched for GIL_*.json,
+    // and the file passed over is said, so that it is given by name.
+    let good =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference/GIL_12345_rank_0.json");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&good, dir.path().join("single.json")).unwrap();
+    let out = gilsample().arg("report").arg(dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(INPUT), "{stderr}");
+    let named = format!(
+        "1 other .json file in the directories searched, not read (a trace among them is read when given by name): {}",
+        dir.path().join("single.json").display()
+    );
+    assert!(stderr.contains(&named), "{stderr}");
+    std::fs::copy(&good, dir.path().join("GIL_12345_rank_0.json")).unwrap();
+    let (doc, stderr) = report_json(&[dir.path()]);
+    assert_eq!(doc["processes"].as_array().unwrap().len(), 1, "{doc}");
+    assert!(
+        stderr.contains(&format!("gilsample: note: {named}")),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_missing_path_is_an_input_error() {
     let out = gilsample()
         .args(["report", "/nonexistent/gil_traces"])

@@ -33,6 +33,20 @@ pub struct Report {
     pub skipped: Vec<Skipped>,
     /// Interrupted recordings (`.partial` files) read, with how.
     pub interrupted: Vec<Skipped>,
+    /// Other `.json` files in the directories searched, not read (`FoundTraces::not_read`).
+    pub not_read: Vec<PathBuf>,
+}
+
+/// What `find_traces` found.
+pub struct FoundTraces {
+    /// The trace files, sorted, without duplicates.
+    pub files: Vec<PathBuf>,
+    /// Inputs passed over, with why (a file given twice).
+    pub skipped: Vec<Skipped>,
+    /// `.json` files in the directories searched that are not named as traces: a recording with
+    /// `-o NAME.json`, a profiler's trace. Not read (a directory also holds other tools' JSON), but
+    /// said, so that a trace among them is given by name.
+    pub not_read: Vec<PathBuf>,
 }
 
 /// An input passed over, with why.
@@ -45,16 +59,17 @@ const MAX_DEPTH: usize = 16;
 /// The trace files named by `inputs`: files as given, directories searched for `GIL_*.json`
 /// (not `GIL_merged.json`, which repeats the per-process files) and for interrupted recordings'
 /// `.partial` files, sorted, without duplicates.
-pub fn find_traces(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<Skipped>)> {
+pub fn find_traces(inputs: &[PathBuf]) -> Result<FoundTraces> {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
+    let mut not_read = Vec::new();
     for input in inputs {
         let meta = std::fs::metadata(input).map_err(|e| Error::Input {
             path: input.clone(),
             why: e.to_string(),
         })?;
         if meta.is_dir() {
-            walk(input, 0, &mut found);
+            walk(input, 0, &mut found, &mut not_read);
         } else {
             found.push(input.clone());
         }
@@ -70,10 +85,15 @@ pub fn find_traces(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<Skipped>)> {
         }
     }
     unique.sort();
-    Ok((unique, skipped))
+    not_read.sort();
+    Ok(FoundTraces {
+        files: unique,
+        skipped,
+        not_read,
+    })
 }
 
-fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
+fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>, not_read: &mut Vec<PathBuf>) {
     if depth > MAX_DEPTH {
         return;
     }
@@ -86,15 +106,17 @@ fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
             continue;
         };
         if kind.is_dir() {
-            walk(&path, depth + 1, found);
+            walk(&path, depth + 1, found, not_read);
         } else if kind.is_file()
             && let Some(name) = path.file_name().and_then(|n| n.to_str())
-            && ((name.starts_with("GIL_")
-                && name.ends_with(".json")
-                && name != crate::trace::output::MERGED_FILE_NAME)
-                || is_partial(&path))
         {
-            found.push(path);
+            let json = name.ends_with(".json");
+            let merged = name == crate::trace::output::MERGED_FILE_NAME;
+            if (json && name.starts_with("GIL_") && !merged) || is_partial(&path) {
+                found.push(path);
+            } else if json && !merged {
+                not_read.push(path);
+            }
         }
     }
 }
@@ -131,13 +153,19 @@ fn read_trace(path: &Path) -> Result<(Vec<ProcessAnswer>, Option<String>)> {
 /// Reads and analyses every trace of `inputs`. Unreadable or non-GIL files are passed over with a
 /// reason; when none is left the first reason is the error (exit 7).
 pub fn report(inputs: &[PathBuf]) -> Result<Report> {
-    let (files, mut skipped) = find_traces(inputs)?;
+    let FoundTraces {
+        files,
+        mut skipped,
+        not_read,
+    } = find_traces(inputs)?;
     if files.is_empty() {
         return Err(Error::Input {
             path: inputs.first().cloned().unwrap_or_default(),
-            why: "no GIL trace found (files named GIL_*.json, interrupted recordings' \
-                  .NAME.json.PID.partial, or files given by name)"
-                .into(),
+            why: format!(
+                "no GIL trace found (files named GIL_*.json, interrupted recordings' \
+                 .NAME.json.PID.partial, or files given by name){}",
+                not_read_in_words(&not_read)
+            ),
         });
     }
     type Read = Result<(Vec<ProcessAnswer>, Option<String>)>;
@@ -174,7 +202,34 @@ pub fn report(inputs: &[PathBuf]) -> Result<Report> {
         processes,
         skipped,
         interrupted,
+        not_read,
     })
+}
+
+/// Other `.json` files shown at most, by name.
+const NOT_READ_NAMED: usize = 3;
+
+/// `; other .json files, not read (a trace among them is read when given by name): a.json, ...`,
+/// or nothing where there are none.
+pub fn not_read_in_words(not_read: &[PathBuf]) -> String {
+    if not_read.is_empty() {
+        return String::new();
+    }
+    let mut named: Vec<String> = not_read
+        .iter()
+        .take(NOT_READ_NAMED)
+        .map(|p| p.display().to_string())
+        .collect();
+    if not_read.len() > NOT_READ_NAMED {
+        named.push(format!("and {} more", not_read.len() - NOT_READ_NAMED));
+    }
+    format!(
+        "; {} other .json {} in the directories searched, not read (a trace among them is read \
+         when given by name): {}",
+        not_read.len(),
+        if not_read.len() == 1 { "file" } else { "files" },
+        named.join(", ")
+    )
 }
 
 /// The processes read, each recording once: a copied file, or a recording's own file beside a

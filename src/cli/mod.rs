@@ -16,7 +16,7 @@ pub use record::RecordArgs;
 pub use top::TopArgs;
 pub use values::{
     CpuList, DurationArg, MAX_RATE_HZ, MIN_RATE_HZ, PidList, Rate, parse_cpus, parse_duration,
-    parse_pids, parse_rate,
+    parse_one_pid, parse_pids, parse_rate,
 };
 
 const ABOUT: &str = "Show when each Python thread waits for the GIL, holds it, and lets it go — on a timeline, \
@@ -204,7 +204,7 @@ Examples:
 #[derive(Args, Debug)]
 pub struct InfoArgs {
     /// The process to describe.
-    #[arg(short, long)]
+    #[arg(short, long, value_parser = parse_one_pid)]
     pub pid: u32,
     /// Where the interpreter's struct layouts come from, as record's --layout-source: to see what
     /// gilsample reads through a given source.

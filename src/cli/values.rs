@@ -55,6 +55,14 @@ pub fn parse_pids(text: &str) -> Result<PidList, String> {
     Ok(PidList(pids))
 }
 
+/// Parses `info`'s `--pid`: one process id, said as `record`'s `--pid` says it.
+pub fn parse_one_pid(text: &str) -> Result<u32, String> {
+    match parse_pids(text)?.0.as_slice() {
+        [pid] => Ok(*pid),
+        _ => Err("info describes one process: give one id (run it once for each)".into()),
+    }
+}
+
 /// What `--pid` says of a part that is not a number: a program's name is the usual slip, so it says
 /// how to find that program's process ids.
 fn not_a_pid(part: &str) -> String {
@@ -254,6 +262,16 @@ mod tests {
         let error = parse_duration("1m-3s").unwrap_err();
         assert!(error.contains("none can be negative"), "{error}");
         assert!(!error.contains("more than 0"), "{error}");
+    }
+
+    #[test]
+    fn info_takes_one_pid_and_says_why_not_as_record_does() {
+        assert_eq!(parse_one_pid("42"), Ok(42));
+        assert_eq!(parse_one_pid("42,42"), Ok(42));
+        let error = parse_one_pid("1,2").unwrap_err();
+        assert!(error.contains("give one id"), "{error}");
+        let error = parse_one_pid("python3").unwrap_err();
+        assert!(error.contains("`pgrep -af python3`"), "{error}");
     }
 
     #[test]

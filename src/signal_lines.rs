@@ -2,6 +2,7 @@
 //! lines on stderr (after `top`'s full-screen view, where it is up: top/terminal.rs), and the exits
 //! that leave unfinished traces at their temporary names, never half-written at the final name.
 
+use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 
 use gilsample::error::exit;
@@ -22,6 +23,13 @@ pub(crate) fn install_signal_thread(
 ) {
     let partial_dir = output.dir();
     let searching = state.searching.clone();
+    // On a terminal the line starts below the `^C` it echoed (or the progress bar); in a log it
+    // needs no blank line before it.
+    let below = if std::io::stderr().is_terminal() {
+        "\n"
+    } else {
+        ""
+    };
     watch_signals(state, move |step| match step {
         SignalStep::Stopping(_)
         | SignalStep::PassedOn { .. }
@@ -29,13 +37,13 @@ pub(crate) fn install_signal_thread(
         | SignalStep::Repeated { .. }
             if quiet => {}
         SignalStep::Stopping(signal) if !keeps_trace => say(&format!(
-            "\ngilsample: {signal:?} received, stopping (again to abort)"
+            "{below}gilsample: {signal:?} received, stopping (again to abort)"
         )),
         SignalStep::Stopping(signal) if searching.load(Ordering::SeqCst) => say(&format!(
-            "\ngilsample: {signal:?} received, stopping the search: no process found to record yet"
+            "{below}gilsample: {signal:?} received, stopping the search: no process found to record yet"
         )),
         SignalStep::Stopping(signal) => say(&format!(
-            "\ngilsample: {signal:?} received, finishing the trace (again to abort)"
+            "{below}gilsample: {signal:?} received, finishing the trace (again to abort)"
         )),
         // top's own temporary directory: exiting skips the drop that removes it.
         SignalStep::Abort if !keeps_trace => {

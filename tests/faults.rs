@@ -65,6 +65,13 @@ fn stop_signal_finishes_the_file(sig: Signal) {
     recording.signal(sig);
     let (status, stderr) = recording.finish();
     assert!(status.success(), "{sig:?}: exit {status}: {stderr}");
+    // Piped: the signal's line follows the others, with no blank line (that is for a terminal's
+    // echoed ^C).
+    let line = format!("gilsample: {sig:?} received");
+    assert!(
+        stderr.contains(&line) && !stderr.contains(&format!("\n\n{line}")),
+        "{stderr}"
+    );
     // Piped, without a duration: how the recording ends is said once it starts.
     assert_eq!(
         stderr.matches("recording until Ctrl+C").count(),

@@ -149,13 +149,7 @@ fn record_options(args: &RecordArgs) -> Result<RecordOptions> {
             "--subprocesses needs --pid or a command to start from".into(),
         ));
     }
-    let output = OutputSpec::resolve(
-        args.output.as_deref(),
-        // Set but empty is unset, as the Python API takes it.
-        std::env::var_os(DIR_ENV)
-            .filter(|dir| !dir.is_empty())
-            .map(Into::into),
-    );
+    let output = OutputSpec::resolve(args.output.as_deref(), default_output_dir());
     if let (OutputSpec::File(path), Targets::Pids(pids)) = (&output, &targets)
         && pids.len() > 1
     {
@@ -518,8 +512,33 @@ fn with_common_commands(error: Error, targets: &Targets) -> Error {
     }
 }
 
+/// `$GILSAMPLE_DIR`, where record writes without `-o` (set but empty is unset, as the Python API
+/// takes it).
+fn default_output_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os(DIR_ENV)
+        .filter(|dir| !dir.is_empty())
+        .map(Into::into)
+}
+
 fn run_report(args: &ReportArgs) -> Result<()> {
-    let report = gilsample::report::report(&args.inputs)?;
+    // Without a path: where record writes without -o.
+    let inputs = if args.inputs.is_empty() {
+        let OutputSpec::Directory(dir) = OutputSpec::resolve(None, default_output_dir()) else {
+            unreachable!("without -o the output is a directory");
+        };
+        if !dir.exists() {
+            return Err(Error::Input {
+                path: dir,
+                why: "no such directory: record writes its traces there without -o; give \
+                      `gilsample report` the trace files or directories to read"
+                    .into(),
+            });
+        }
+        vec![dir]
+    } else {
+        args.inputs.clone()
+    };
+    let report = gilsample::report::report(&inputs)?;
     for (path, why) in &report.skipped {
         gilsample::stderr_line!("gilsample: warning: {}: skipped: {why}", path.display());
     }

@@ -175,6 +175,7 @@ of that holder's part, by the function it ran. `nobody holding it` is waiting du
 seen.
 
 Examples:
+  gilsample report                            the traces record wrote by default (./gil_traces/)
   gilsample report gil_traces/GIL_1234_rank_0.json
   gilsample report /shared/job-42/            every GIL_*.json below it, all hosts and ranks
   gilsample report /shared/job-42/ --json     one JSON document (docs/report-json.md)";
@@ -184,7 +185,9 @@ Examples:
 pub struct ReportArgs {
     /// Trace files, or directories searched for GIL_*.json (and interrupted recordings' .partial
     /// files).
-    #[arg(required = true, value_name = "PATH")]
+    ///
+    /// Default: where record writes by default, $GILSAMPLE_DIR, else ./gil_traces/.
+    #[arg(value_name = "PATH")]
     pub inputs: Vec<PathBuf>,
     /// Print one JSON document instead of text.
     #[arg(long)]

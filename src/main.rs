@@ -203,6 +203,9 @@ fn run_record(
     reader: Option<std::fs::File>,
 ) -> Result<i32> {
     let opts = record_options(&args)?;
+    if let Some(note) = output_taken_as_a_directory(&opts.output).filter(|_| !args.quiet) {
+        gilsample::stderr_line!("{note}");
+    }
     let state = SessionState::default();
     let (stop, waiting_for_command) = (state.stop.clone(), state.waiting_for_command.clone());
     let searching = state.searching.clone();
@@ -510,6 +513,25 @@ fn with_common_commands(error: Error, targets: &Targets) -> Error {
         }
         (error, _) => error,
     }
+}
+
+/// `-o trace.txt` is a directory to be made (only a name ending in `.json` is one file): said, so
+/// that a user who meant a file is not surprised by a directory of that name.
+fn output_taken_as_a_directory(output: &OutputSpec) -> Option<String> {
+    let OutputSpec::Directory(dir) = output else {
+        return None;
+    };
+    let suffix = dir.extension()?.to_str()?;
+    let file_like = !dir.as_os_str().to_string_lossy().ends_with('/')
+        && suffix.chars().all(|c| c.is_ascii_alphanumeric())
+        && suffix.chars().any(|c| c.is_ascii_alphabetic());
+    (file_like && !dir.exists()).then(|| {
+        format!(
+            "gilsample: note: -o {} will be a directory, its traces GIL_<pid>_rank_<rank>.json in \
+             it (one trace in one file: a name ending in .json)",
+            dir.display()
+        )
+    })
 }
 
 /// `$GILSAMPLE_DIR`, where record writes without `-o` (set but empty is unset, as the Python API

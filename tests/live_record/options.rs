@@ -183,3 +183,33 @@ fn every_metadata_key_is_in_the_architecture_table() {
         "written but not in the table: {missing:?}; in the table but not written: {stale:?}"
     );
 }
+
+/// Only a name ending in .json is one file: `-o trace.txt` is a directory, and said to be one.
+#[test]
+fn an_output_named_like_a_file_is_said_to_be_a_directory() {
+    let python = interpreter("3.12");
+    let workload = Workload::start(&python, &["contention", "--threads", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let named = dir.path().join("trace.txt");
+    let pid = workload.pid.to_string();
+    let out = gilsample()
+        .args(["--pid", &pid, "--duration", "0.2", "-o"])
+        .arg(&named)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let said = format!("note: -o {} will be a directory", named.display());
+    assert!(stderr.contains(&said), "{stderr}");
+    Trace::load_single(&named);
+    // A directory named with a date, or one that exists, is nothing to remark on.
+    let dated = dir.path().join("run.2026-12-07");
+    let out = gilsample()
+        .args(["--pid", &pid, "--duration", "0.2", "-o"])
+        .arg(&dated)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("will be a directory"), "{stderr}");
+}

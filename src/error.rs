@@ -171,8 +171,8 @@ impl fmt::Display for Error {
             Error::Permission { pid, what, why } => {
                 write!(
                     f,
-                    "permission denied: cannot read {what} of process {pid} (the kernel's ptrace \
-                     access check, which a debugger needs too). {why}"
+                    "permission denied: cannot read {what} of process {pid} (the kernel's checks \
+                     of who may read another process, which a debugger meets too). {why}"
                 )
             }
             Error::FilesUnreadable { pid, files } => {

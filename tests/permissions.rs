@@ -252,26 +252,8 @@ fn a_python_in_a_closed_directory_is_a_permission_error_with_the_capability_that
     let mut command = Command::new(&python);
     command.arg(&script).arg("sleeper");
     let workload = Workload::from_command(command);
-    // Copies of gilsample with file capabilities, where the user can run them.
-    let open = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mounted = nix::sys::statvfs::statvfs(open.path()).unwrap();
-    assert!(
-        !mounted
-            .flags()
-            .contains(nix::sys::statvfs::FsFlags::ST_NOSUID),
-        "{} is mounted nosuid: file capabilities are not honoured there (TMPDIR elsewhere)",
-        open.path().display()
-    );
     let run_with = |caps: &str| {
-        let binary = open.path().join(caps.replace([',', '+'], "-"));
-        std::fs::copy(env!("CARGO_BIN_EXE_gilsample"), &binary).unwrap();
-        let set = Command::new("setcap")
-            .arg(caps)
-            .arg(&binary)
-            .status()
-            .unwrap();
-        assert!(set.success(), "setcap {caps}");
+        let (_dir, binary) = with_capabilities(caps);
         Command::new("runuser")
             .args(["-u", user, "--"])
             .arg(&binary)
@@ -297,4 +279,86 @@ fn a_python_in_a_closed_directory_is_a_permission_error_with_the_capability_that
     let out = run_with("cap_sys_ptrace,cap_dac_read_search+ep");
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("3.11"));
+}
+
+/// A copy of gilsample with file capabilities `caps`, where an unprivileged user can run it, in a
+/// directory removed when the first value is dropped.
+fn with_capabilities(caps: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path();
+    std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mounted = nix::sys::statvfs::statvfs(open).unwrap();
+    assert!(
+        !mounted
+            .flags()
+            .contains(nix::sys::statvfs::FsFlags::ST_NOSUID),
+        "{} is mounted nosuid: file capabilities are not honoured there (TMPDIR elsewhere)",
+        open.display()
+    );
+    let binary = open.join(caps.replace([',', '+'], "-"));
+    std::fs::copy(env!("CARGO_BIN_EXE_gilsample"), &binary).unwrap();
+    let set = Command::new("setcap")
+        .arg(caps)
+        .arg(&binary)
+        .status()
+        .unwrap();
+    assert!(set.success(), "setcap {caps}");
+    (dir, binary)
+}
+
+/// Another user's process, read with CAP_SYS_PTRACE alone (the README's recipe before, root's
+/// capabilities dropped to that one): its memory reads, each thread's owner-only syscall file does
+/// not. Refused at attach with the file and the capability, not recorded as "held 0%"; with
+/// CAP_DAC_READ_SEARCH as well it records.
+#[test]
+fn another_users_process_with_cap_sys_ptrace_alone_is_refused_naming_cap_dac_read_search() {
+    let user = unprivileged_user();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/workloads/gil_workload.py");
+    let mut command = Command::new("/usr/bin/python3.11");
+    command.arg(&script).args(["contention", "--threads", "2"]);
+    let workload = Workload::from_command(command);
+    let out_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        out_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let record_with = |caps: &str| {
+        let (_dir, binary) = with_capabilities(caps);
+        Command::new("runuser")
+            .args(["-u", user, "--"])
+            .arg(&binary)
+            .args([
+                "--pid",
+                &workload.pid.to_string(),
+                "--duration",
+                "0.3",
+                "--force",
+                "-o",
+            ])
+            .arg(out_dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = record_with("cap_sys_ptrace+ep");
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(PERMISSION), "{message}");
+    let file = format!("/proc/{0}/task/{0}/syscall", workload.pid);
+    assert!(
+        message.contains(&format!("cannot read {file}")),
+        "{message}"
+    );
+    assert!(message.contains("without CAP_DAC_READ_SEARCH"), "{message}");
+    assert!(message.contains("cap_dac_read_search"), "{message}");
+    assert_truthful(&message);
+    let out = record_with("cap_sys_ptrace,cap_dac_read_search+ep");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let trace = common::Trace::load_single(out_dir.path());
+    let holds = trace
+        .events()
+        .into_iter()
+        .filter(|e| e.name == "hold_gil")
+        .count();
+    assert!(holds > 0, "{}", stderr(&out));
 }

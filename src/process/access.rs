@@ -16,6 +16,10 @@ use crate::error::Error;
 
 /// CAP_SYS_PTRACE's bit in the capability masks of /proc/PID/status.
 const CAP_SYS_PTRACE: u32 = 19;
+/// CAP_DAC_OVERRIDE's and CAP_DAC_READ_SEARCH's bits: either lets a process read another user's
+/// files, such as the owner-only /proc/PID/task/TID/syscall.
+const CAP_DAC_OVERRIDE: u32 = 1;
+const CAP_DAC_READ_SEARCH: u32 = 2;
 /// CAP_SYS_NICE's bit in the same masks (real-time scheduling).
 const CAP_SYS_NICE: u32 = 23;
 const YAMA_SCOPE: &str = "/proc/sys/kernel/yama/ptrace_scope";
@@ -85,6 +89,11 @@ impl Credentials {
 
     fn has_ptrace_capability(&self) -> bool {
         self.effective & (1 << CAP_SYS_PTRACE) != 0
+    }
+
+    /// Whether it may read files it does not own (CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE).
+    fn reads_others_files(&self) -> bool {
+        self.effective & (1 << CAP_DAC_READ_SEARCH | 1 << CAP_DAC_OVERRIDE) != 0
     }
 
     /// Whether CAP_SYS_PTRACE is in the bounding set: running as root or a setcap binary gives it.
@@ -218,7 +227,8 @@ const CONTAINER_FIX: &str = "run gilsample where CAP_SYS_PTRACE may be had: its 
 pub fn explain(facts: &Facts) -> String {
     let setcap = if facts.reader.may_gain_ptrace() {
         format!(
-            "give gilsample the capability (sudo setcap cap_sys_ptrace,cap_sys_nice+ep {})",
+            "give gilsample the capabilities (sudo setcap \
+             cap_sys_ptrace,cap_dac_read_search,cap_sys_nice+ep {})",
             facts.binary
         )
     } else {
@@ -284,6 +294,32 @@ fn explain_ids_and_capabilities(
                 .push(format!("run it as {}", user(target.uids[1])));
         }
         reasons.fixes.push(setcap.to_string());
+    } else if capable && target.uids[1] != me.uids[3] && !me.reads_others_files() {
+        // The ptrace check passes; the file's own mode does not.
+        reasons.why.push(format!(
+            "process {pid} runs as {}, gilsample as {} with CAP_SYS_PTRACE but without \
+             CAP_DAC_READ_SEARCH: each thread's kernel state (/proc/{pid}/task/TID/syscall) may \
+             be read by its owner alone, so another user's threads need that capability as well \
+             (their memory needs only CAP_SYS_PTRACE)",
+            user(target.uids[1]),
+            user(me.uids[0]),
+        ));
+        reasons.fixes.extend(as_root.clone());
+        if target.uids[1] != 0 {
+            reasons
+                .fixes
+                .push(format!("run it as {}", user(target.uids[1])));
+        }
+        // setcap gives what the bounding set allows: in a container without it, the container's.
+        reasons
+            .fixes
+            .push(if me.bounding & (1 << CAP_DAC_READ_SEARCH) != 0 {
+                setcap.to_string()
+            } else {
+                "in a container, add the capability as well (--cap-add DAC_READ_SEARCH for Docker, \
+             \"DAC_READ_SEARCH\" beside \"SYS_PTRACE\" for Kubernetes)"
+                    .to_string()
+            });
     } else if !capable {
         if facts.target_proc_owner == Some(0) && target.uids[1] != 0 {
             reasons.why.push(format!(
@@ -507,8 +543,35 @@ mod tests {
         let text = explain(&facts(user_creds(1000), root()));
         assert!(text.contains("runs as user 0"), "{text}");
         assert!(text.contains("gilsample as user 1000"), "{text}");
-        assert!(text.contains("setcap cap_sys_ptrace,cap_sys_nice+ep /opt/gilsample"));
+        let setcap = "setcap cap_sys_ptrace,cap_dac_read_search,cap_sys_nice+ep /opt/gilsample";
+        assert!(text.contains(setcap), "{text}");
         assert!(!text.contains("ptrace_scope"), "{text}");
+    }
+
+    #[test]
+    fn another_users_process_with_cap_sys_ptrace_alone_needs_cap_dac_read_search() {
+        // The README's old recipe: the memory reads, the owner-only syscall files do not.
+        let mut reader = user_creds(1000);
+        reader.effective = 1 << CAP_SYS_PTRACE;
+        let text = explain(&facts(reader.clone(), user_creds(1001)));
+        assert!(
+            text.contains("with CAP_SYS_PTRACE but without CAP_DAC_READ_SEARCH"),
+            "{text}"
+        );
+        assert!(text.contains("/proc/4242/task/TID/syscall"), "{text}");
+        assert!(text.contains("run it as user 1001"), "{text}");
+        assert!(text.contains("cap_dac_read_search"), "{text}");
+        // Root with SYS_PTRACE alone (a container's capabilities dropped but that one), in a
+        // bounding set without it to gain: the container's fix.
+        let mut root_alone = root();
+        root_alone.effective = 1 << CAP_SYS_PTRACE;
+        root_alone.bounding = 1 << CAP_SYS_PTRACE;
+        let text = explain(&facts(root_alone, user_creds(1001)));
+        assert!(text.contains("--cap-add DAC_READ_SEARCH"), "{text}");
+        // Either capability, or the same user, reads them: no such reason.
+        reader.effective |= 1 << CAP_DAC_READ_SEARCH;
+        let text = explain(&facts(reader, user_creds(1001)));
+        assert!(!text.contains("CAP_DAC_READ_SEARCH"), "{text}");
     }
 
     #[test]

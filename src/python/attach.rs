@@ -22,7 +22,8 @@ use crate::python::runtime::{GilWordFields, find_gil};
 use crate::python::target::Target;
 use crate::python::thread_list::find_tid_source;
 use crate::python::validate::{
-    check_gil_enabled, check_is_user_process, read_error, validate, walk_error,
+    check_gil_enabled, check_is_user_process, check_kernel_state_readable, read_error, validate,
+    walk_error,
 };
 use crate::python::version::PyVersion;
 
@@ -103,6 +104,7 @@ impl Located {
         memory
             .read_into(runtime, &mut probe)
             .map_err(|e| read_error(pid, e, "the memory (process_vm_readv)"))?;
+        check_kernel_state_readable(pid)?;
         let gil = find_gil(&memory, &self.layout, runtime).map_err(|e| walk_error(pid, e))?;
         // Thread ids in the target's own PID namespace: what its thread states hold.
         let mut tid_map = TidMap::new(pid)?;

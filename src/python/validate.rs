@@ -62,6 +62,22 @@ pub(crate) fn check_gil_enabled(target: &Target) -> Result<()> {
     Ok(())
 }
 
+/// Each thread's kernel state comes from `/proc/PID/task/TID/syscall`, which its owner alone may
+/// read (mode 0400): a reader with CAP_SYS_PTRACE but another user's uid reads the memory and is
+/// refused these files. Checked on the main thread at attach: without it such a recording had no
+/// thread (each one's files refused) and answered "held 0%".
+pub(crate) fn check_kernel_state_readable(pid: u32) -> Result<()> {
+    let path = format!("/proc/{pid}/task/{pid}/syscall");
+    match std::fs::File::open(&path) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(crate::process::access::target_errno_error(
+            pid,
+            e.raw_os_error().unwrap_or(libc::EIO),
+            &path,
+        )),
+    }
+}
+
 pub(crate) fn check_is_user_process(pid: u32) -> Result<()> {
     if pid == std::process::id() {
         return Err(Error::Usage(format!(

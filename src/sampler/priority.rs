@@ -130,8 +130,8 @@ pub fn realtime_refused_warning(cpus_given: bool, why: &RealtimeRefusal) -> Stri
         ),
         RealtimeRefusal::NoCapability => (
             ": it needs root or CAP_SYS_NICE".to_string(),
-            "Grant the capability (sudo setcap cap_sys_nice,cap_sys_ptrace+ep {exe}; in a \
-             container --cap-add SYS_NICE)",
+            "Grant the capability (sudo setcap cap_sys_ptrace,cap_dac_read_search,cap_sys_nice+ep \
+             {exe}, which keeps the others gilsample needs; in a container --cap-add SYS_NICE)",
         ),
     };
     // The binary itself, as the permission errors name it: setcap on a link or a wrapper does

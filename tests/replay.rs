@@ -57,7 +57,8 @@ fn summary(output: &Output, trace: &Path) -> String {
     String::from_utf8_lossy(&output.stderr)
         .replace(&trace.display().to_string(), "TRACE")
         .lines()
-        .filter(|l| !l.starts_with("gilsample: recording process"))
+        // The live run's start lines (the process, how the recording ends), which a replay has not.
+        .filter(|l| !l.starts_with("gilsample: recording "))
         .map(|l| format!("{l}\n"))
         .collect()
 }

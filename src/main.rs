@@ -47,7 +47,8 @@ use stdout_text::print_text;
 fn main() -> ExitCode {
     let cli = parse_command_line();
     let result = match cli.command {
-        Some(Command::Info(args)) => describe(args.pid, args.layout_source)
+        Some(Command::Info(args)) => gilsample::process::proc_view::check()
+            .and_then(|()| describe(args.pid, args.layout_source))
             .and_then(|text| print_text(&text))
             .map(|()| exit::OK),
         Some(Command::Layout(args)) => run_layout(&args).map(|()| exit::OK),
@@ -123,6 +124,7 @@ fn record_command(args: RecordArgs) -> Result<i32> {
 
 /// What to record, from `record`'s options (also `top`'s): the targets, checked against the output.
 fn record_options(args: &RecordArgs) -> Result<RecordOptions> {
+    gilsample::process::proc_view::check()?;
     let device = if args.all_gpu {
         DeviceKind::Gpu
     } else {

@@ -376,3 +376,34 @@ fn save_samples_refuses_an_existing_file() {
         "a trace was written"
     );
 }
+
+/// `nsenter -t PID -p` without `-m`: gilsample in a container's PID namespace with the host's
+/// /proc, where every pid names another process than the one it reads. Said so, with the fix, not
+/// "does not exist".
+#[test]
+fn a_proc_of_another_pid_namespace_is_said_with_the_fix() {
+    let workload = Workload::start(&interpreter("3.12"), &["sleeper"]);
+    for args in [
+        vec![
+            "--pid".to_string(),
+            workload.pid.to_string(),
+            "-d".into(),
+            "0.1".into(),
+        ],
+        vec!["info".to_string(), "--pid".into(), workload.pid.to_string()],
+    ] {
+        let out = Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "--"])
+            .arg(env!("CARGO_BIN_EXE_gilsample"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("/proc shows another PID namespace than gilsample's")
+                && stderr.contains("nsenter -m"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

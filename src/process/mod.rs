@@ -6,5 +6,6 @@ pub mod glibc;
 pub mod kernel;
 pub mod maps;
 pub mod memory;
+pub mod proc_view;
 pub mod syscalls;
 pub mod tasks;

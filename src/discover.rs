@@ -75,6 +75,30 @@ pub fn list_pids() -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// `; N processes were closed to this search ...`, where some processes' open files could not be
+/// looked at (another user's, without CAP_SYS_PTRACE): a search that found none says it may have
+/// missed those. Empty where every process could be looked at.
+pub fn closed_processes_note() -> String {
+    let own = std::process::id();
+    let closed = list_pids()
+        .into_iter()
+        .filter(|&pid| pid != own)
+        .filter(|pid| {
+            fs::read_dir(format!("/proc/{pid}/fd"))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+        })
+        .count();
+    match closed {
+        0 => String::new(),
+        n => format!(
+            "; {n} {} of other users could not be looked into (which files a process has open \
+             is shown only to its user or to a reader with CAP_SYS_PTRACE): run gilsample as root \
+             or with that capability, or give --pid",
+            if n == 1 { "process" } else { "processes" }
+        ),
+    }
+}
+
 /// Processes with a device of `kind` open, with the device they hold (first found). Processes whose
 /// fds cannot be read (other users, without privilege) are not listed.
 pub fn device_users(kind: DeviceKind) -> Vec<(u32, String)> {

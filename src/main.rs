@@ -357,7 +357,11 @@ fn something_recorded(report: &RecordReport, targets: &Targets) -> Result<()> {
     if report.targets.is_empty() && report.failures.is_empty() {
         let what = match targets {
             Targets::Devices(kind) => {
-                format!("no Python process with {} open was found", kind.describe())
+                format!(
+                    "no Python process with {} open was found{}",
+                    kind.describe(),
+                    gilsample::discover::closed_processes_note()
+                )
             }
             _ if !report.launchers.is_empty() => {
                 let launchers: Vec<String> = report

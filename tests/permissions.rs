@@ -362,3 +362,29 @@ fn another_users_process_with_cap_sys_ptrace_alone_is_refused_naming_cap_dac_rea
         .count();
     assert!(holds > 0, "{}", stderr(&out));
 }
+
+/// A device search by a user who cannot see other users' open files found none of theirs: it says
+/// it may have missed them, and how to look (the README's setcap binary run by a user misses a
+/// job run by root).
+#[test]
+fn a_device_search_that_could_not_look_into_other_users_processes_says_so() {
+    let user = unprivileged_user();
+    let (_dir, binary) = with_capabilities("cap_sys_nice+ep");
+    let out = Command::new("runuser")
+        .args(["-u", user, "--"])
+        .arg(&binary)
+        .args(["--all-gpu", "-o", "/tmp"])
+        .output()
+        .unwrap();
+    let message = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(gilsample::error::exit::NO_SUCH_PROCESS),
+        "{message}"
+    );
+    assert!(
+        message.contains("of other users could not be looked into")
+            && message.contains("CAP_SYS_PTRACE"),
+        "{message}"
+    );
+}

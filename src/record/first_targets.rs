@@ -112,9 +112,10 @@ impl Session<'_> {
             && opts.duration.is_none()
         {
             return Err(Error::NothingFound(format!(
-                "no Python process with {} open was found; give --pid PID[,PID...], {}, a command \
-                 after --, or --duration to wait for one",
+                "no Python process with {} open was found{}; give --pid PID[,PID...], {}, a \
+                 command after --, or --duration to wait for one",
                 kind.describe(),
+                crate::discover::closed_processes_note(),
                 kind.other_option()
             )));
         }

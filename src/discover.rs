@@ -93,7 +93,7 @@ pub fn closed_processes_note() -> String {
         n => format!(
             "; {n} {} of other users could not be looked into (which files a process has open \
              is shown only to its user or to a reader with CAP_SYS_PTRACE): run gilsample as root \
-             or with that capability, or give --pid",
+             or with that capability",
             if n == 1 { "process" } else { "processes" }
         ),
     }

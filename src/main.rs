@@ -13,7 +13,7 @@ use clap::error::{ContextKind, ContextValue};
 use serde_json::json;
 
 use gilsample::cli::suggest::{option_suggestion, suggestion_for_stray};
-use gilsample::cli::{COMMON_COMMANDS, Cli, Command, LayoutArgs, RecordArgs, ReportArgs, TopArgs};
+use gilsample::cli::{COMMON_COMMANDS, Cli, Command, LayoutArgs, RecordArgs, TopArgs};
 use gilsample::control::{Control, error_event, event_for};
 use gilsample::discover::DeviceKind;
 use gilsample::error::{Error, Result, exit};
@@ -30,17 +30,21 @@ use gilsample::sampler::priority::{
 use gilsample::signals::SessionState;
 use gilsample::summary::{answers, format_summary};
 use gilsample::symbols::elf::{self, ElfImage};
-use gilsample::trace::output::{DIR_ENV, OutputSpec};
+use gilsample::trace::output::OutputSpec;
 
 mod convert_lines;
 mod merge_lines;
+mod output_lines;
 mod record_progress;
+mod report_lines;
 mod signal_lines;
 mod stdout_text;
 
 use convert_lines::run_convert;
 use merge_lines::run_merge;
+use output_lines::{default_output_dir, output_taken_as_a_directory};
 use record_progress::ProgressDisplay;
+use report_lines::run_report;
 use signal_lines::install_signal_thread;
 use stdout_text::print_text;
 
@@ -518,71 +522,6 @@ fn with_common_commands(error: Error, targets: &Targets) -> Error {
             Error::NothingFound(format!("{what}\n\n{}", commands.join("\n")))
         }
         (error, _) => error,
-    }
-}
-
-/// `-o trace.txt` is a directory to be made (only a name ending in `.json` is one file): said, so
-/// that a user who meant a file is not surprised by a directory of that name.
-fn output_taken_as_a_directory(output: &OutputSpec) -> Option<String> {
-    let OutputSpec::Directory(dir) = output else {
-        return None;
-    };
-    let suffix = dir.extension()?.to_str()?;
-    let file_like = !dir.as_os_str().to_string_lossy().ends_with('/')
-        && suffix.chars().all(|c| c.is_ascii_alphanumeric())
-        && suffix.chars().any(|c| c.is_ascii_alphabetic());
-    (file_like && !dir.exists()).then(|| {
-        format!(
-            "gilsample: note: -o {} will be a directory, its traces GIL_<pid>_rank_<rank>.json in \
-             it (one trace in one file: a name ending in .json)",
-            dir.display()
-        )
-    })
-}
-
-/// `$GILSAMPLE_DIR`, where record writes without `-o` (set but empty is unset, as the Python API
-/// takes it).
-fn default_output_dir() -> Option<std::path::PathBuf> {
-    std::env::var_os(DIR_ENV)
-        .filter(|dir| !dir.is_empty())
-        .map(Into::into)
-}
-
-fn run_report(args: &ReportArgs) -> Result<()> {
-    // Without a path: where record writes without -o.
-    let inputs = if args.inputs.is_empty() {
-        let OutputSpec::Directory(dir) = OutputSpec::resolve(None, default_output_dir()) else {
-            unreachable!("without -o the output is a directory");
-        };
-        if !dir.exists() {
-            return Err(Error::Input {
-                path: dir,
-                why: "no such directory: record writes its traces there without -o; give \
-                      `gilsample report` the trace files or directories to read"
-                    .into(),
-            });
-        }
-        vec![dir]
-    } else {
-        args.inputs.clone()
-    };
-    let report = gilsample::report::report(&inputs)?;
-    for (path, why) in &report.skipped {
-        gilsample::stderr_line!("gilsample: warning: {}: skipped: {why}", path.display());
-    }
-    for (path, how) in &report.interrupted {
-        gilsample::stderr_line!("gilsample: note: {}: {how}", path.display());
-    }
-    let not_read = gilsample::report::not_read_in_words(&report.not_read);
-    if let Some(words) = not_read.strip_prefix("; ") {
-        gilsample::stderr_line!("gilsample: note: {words}");
-    }
-    if args.json {
-        let json =
-            serde_json::to_string_pretty(&report.to_json()).expect("a JSON value serializes");
-        print_text(&(json + "\n"))
-    } else {
-        print_text(&report.to_text())
     }
 }
 

@@ -7,6 +7,7 @@
 //! matches this process": a wrong one must be refused here, not show up as a wrong trace.
 
 use crate::error::{Error, Result};
+use crate::process::kernel::ThreadFiles;
 use crate::process::maps::proc_error;
 use crate::process::memory::{MemorySource, ReadError};
 use crate::process::tasks::TidMap;
@@ -65,15 +66,14 @@ pub(crate) fn check_gil_enabled(target: &Target) -> Result<()> {
 /// Each thread's kernel state comes from `/proc/PID/task/TID/syscall`, which its owner alone may
 /// read (mode 0400): a reader with CAP_SYS_PTRACE but another user's uid reads the memory and is
 /// refused these files. Checked on the main thread at attach: without it such a recording had no
-/// thread (each one's files refused) and answered "held 0%".
+/// thread (each one's files refused) and answered "held 0%". Opened as the sampler opens them.
 pub(crate) fn check_kernel_state_readable(pid: u32) -> Result<()> {
-    let path = format!("/proc/{pid}/task/{pid}/syscall");
-    match std::fs::File::open(&path) {
+    match ThreadFiles::open(pid, pid) {
         Ok(_) => Ok(()),
-        Err(e) => Err(crate::process::access::target_errno_error(
+        Err(e) => Err(read_error(
             pid,
-            e.raw_os_error().unwrap_or(libc::EIO),
-            &path,
+            e,
+            &format!("/proc/{pid}/task/{pid}/syscall"),
         )),
     }
 }

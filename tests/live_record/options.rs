@@ -190,26 +190,23 @@ fn an_output_named_like_a_file_is_said_to_be_a_directory() {
     let python = interpreter("3.12");
     let workload = Workload::start(&python, &["contention", "--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
-    let named = dir.path().join("trace.txt");
     let pid = workload.pid.to_string();
-    let out = gilsample()
-        .args(["--pid", &pid, "--duration", "0.2", "-o"])
-        .arg(&named)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let record_into = |output: &std::path::Path| {
+        let out = gilsample()
+            .args(["--pid", &pid, "--duration", "0.2", "-o"])
+            .arg(output)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        stderr
+    };
+    let named = dir.path().join("trace.txt");
+    let stderr = record_into(&named);
     let said = format!("note: -o {} will be a directory", named.display());
     assert!(stderr.contains(&said), "{stderr}");
     Trace::load_single(&named);
     // A directory named with a date, or one that exists, is nothing to remark on.
-    let dated = dir.path().join("run.2026-12-07");
-    let out = gilsample()
-        .args(["--pid", &pid, "--duration", "0.2", "-o"])
-        .arg(&dated)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = record_into(&dir.path().join("run.2026-12-07"));
     assert!(!stderr.contains("will be a directory"), "{stderr}");
 }

@@ -369,8 +369,11 @@ pub fn gaps_warning(
     (!holes.is_empty()).then(|| {
         format!(
             "warning: the timeline has holes where the sampler saw nothing: {}. Hand-offs inside them \
-             are missed; --verbose counts them.",
-            holes.join("; ")
+             are missed; those over {} periods are left out of the figures above and shown on the \
+             trace's \"{}\" track; --verbose counts them.",
+            holes.join("; "),
+            crate::infer::intervals::TimelineParams::GAP_PERIODS,
+            crate::trace::chrome::GAP_TRACK
         )
     })
 }

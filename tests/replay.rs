@@ -230,6 +230,88 @@ fn golden_streams_replay_into_their_expected_traces() {
     );
 }
 
+/// The spans a trace's "sampler saw nothing" track marks, (from, to) in the file's µs.
+fn gaps(trace: &Trace) -> Vec<(f64, f64)> {
+    let events = trace.value["traceEvents"].as_array().unwrap();
+    let marks: Vec<(f64, u64)> = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "sampler saw nothing")
+        .map(|e| {
+            (
+                e["ts"].as_f64().unwrap(),
+                e["args"]["gap"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Each gap is written as its start (1), then its end (0).
+    marks
+        .chunks(2)
+        .map(|pair| {
+            assert_eq!((pair[0].1, pair[1].1), (1, 0), "{pair:?}");
+            (pair[0].0, pair[1].0)
+        })
+        .collect()
+}
+
+#[test]
+fn gaps_in_the_samples_lie_between_slices_and_report_leaves_them_out() {
+    // Golden streams whose sampler fell behind now and then: the time it saw nothing of is marked,
+    // no slice of any thread reaches into it, and the answer's window is the rest.
+    let mut gaps_seen = 0;
+    for case in golden_cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("trace.json");
+        replay(&case.join("samples.gilsamples"), &out, &[]);
+        let trace = Trace::load(&out);
+        let gaps = gaps(&trace);
+        gaps_seen += gaps.len();
+        let events = trace.value["traceEvents"].as_array().unwrap();
+        for slice in events.iter().filter(|e| e["ph"] == "X") {
+            let (ts, dur) = (
+                slice["ts"].as_f64().unwrap(),
+                slice["dur"].as_f64().unwrap(),
+            );
+            for &(from, to) in &gaps {
+                assert!(to > from, "{}: gap {from}..{to}", case.display());
+                assert!(
+                    ts + dur <= from || ts >= to,
+                    "{}: {slice} reaches into the gap {from}..{to}",
+                    case.display()
+                );
+            }
+        }
+        let (report, _) = common::report_json(&[&out]);
+        let process = &report["processes"][0];
+        let unseen_s = process["unseen_s"].as_f64().unwrap();
+        let [start, end] = ["recording_start_monotonic_ns", "recording_end_monotonic_ns"]
+            .map(|key| trace.other(key).as_f64().unwrap());
+        let to_trace = trace
+            .other("monotonic_to_trace_offset_ns")
+            .as_f64()
+            .unwrap();
+        let (start, end) = ((start + to_trace) / 1000.0, (end + to_trace) / 1000.0);
+        let in_window_us: f64 = gaps
+            .iter()
+            .map(|&(from, to)| (to.min(end) - from.max(start)).max(0.0))
+            .sum();
+        assert!(
+            (unseen_s * 1e6 - in_window_us).abs() <= 1.0,
+            "{}: {unseen_s} s unseen, the gaps {in_window_us} µs",
+            case.display()
+        );
+        let window_s = process["window_s"].as_f64().unwrap();
+        assert!(
+            ((window_s + unseen_s) * 1e6 - (end - start)).abs() <= 1.0,
+            "{}: window {window_s} s",
+            case.display()
+        );
+    }
+    assert!(
+        gaps_seen > 0,
+        "no golden stream has a gap: this test tests nothing"
+    );
+}
+
 #[test]
 fn every_golden_case_says_how_it_was_made() {
     for case in golden_cases() {

@@ -98,23 +98,25 @@ fn a_hold_that_moved_lists_its_stacks(label: &str) {
     assert!(status.success(), "{label}: {stderr}");
     let trace = Trace::load_single(dir.path());
     let holds = slices(&trace, workload.tid("phases"), "hold_gil");
-    let moved = holds
-        .iter()
-        .find(|s| s["args"]["stack_changed"] == true)
-        .unwrap_or_else(|| panic!("{label}: no hold_gil slice says its stack changed: {holds:?}"));
-    let stacks = moved["args"]["stacks"].as_array().unwrap();
-    let seen_in = |function: &str| {
-        stacks.iter().any(|s| {
-            s["samples"].as_u64().unwrap() > 0
-                && s["stack"][0]
-                    .as_str()
-                    .unwrap()
-                    .starts_with(&format!("{function} ("))
+    // The stacks a hold that moved lists: each seen in some samples.
+    let seen_in = |hold: &Value, function: &str| {
+        hold["args"]["stacks"].as_array().is_some_and(|stacks| {
+            stacks.iter().any(|s| {
+                s["samples"].as_u64().unwrap() > 0
+                    && s["stack"][0]
+                        .as_str()
+                        .unwrap()
+                        .starts_with(&format!("{function} ("))
+            })
         })
     };
+    // One hold runs through both phases. Not necessarily the first that moved: on a loaded
+    // machine a gap in the samples can end a hold between the two (docs/classification.md).
     assert!(
-        seen_in("in_phase_a") && seen_in("in_phase_b"),
-        "{label}: {stacks:?}"
+        holds.iter().any(|h| h["args"]["stack_changed"] == true
+            && seen_in(h, "in_phase_a")
+            && seen_in(h, "in_phase_b")),
+        "{label}: no hold_gil slice lists both phases' stacks: {holds:?}"
     );
 }
 

@@ -269,13 +269,14 @@ impl Engine {
         let word = sample.word;
         self.handoff_age.observe(word.switch_number, sample.woke_ns);
         let params = params_for(self.params, sample);
+        let gap = self.note_gap(sample.t_ns, &params, sink);
         let facts = SampleFacts {
             census: self.census(sample),
             no_switch_request: word.interval_us.is_some_and(|interval_us| {
                 self.handoff_age.younger_than(interval_us, sample.read_ns)
             }),
             params,
-            gap: self.parked.gap_before(sample.t_ns, params.max_gap_ns),
+            gap,
         };
         self.decided.clear();
         self.holder_tid = None;
@@ -300,6 +301,20 @@ impl Engine {
         self.threads = threads;
         self.parked.stepped(sample.t_ns, word.switch_number);
         self.after_sample(sample, moved, sink);
+    }
+
+    /// Whether a sample at `t_ns` comes after a gap in the samples; if so, the time no interval
+    /// will cover goes to `sink` (`Finding::Gap`): from half a period after the last sample to half
+    /// a period before this one, where the timeline ends and begins the intervals around it.
+    fn note_gap(&self, t_ns: u64, params: &TimelineParams, sink: &mut dyn FnMut(Finding)) -> bool {
+        let Some(last_ns) = self.parked.gap_before(t_ns, params.max_gap_ns) else {
+            return false;
+        };
+        let (from_ns, to_ns) = (last_ns + params.half(), t_ns.saturating_sub(params.half()));
+        if to_ns > from_ns {
+            sink(Finding::Gap { from_ns, to_ns });
+        }
+        true
     }
 
     /// Thread `index` of `sample` (`seen`): decided, its stretch held back or its interval

@@ -113,3 +113,41 @@ fn a_holder_asleep_with_the_gil_at_both_reads_is_a_stretch() {
     let found = stretches(&slept_after_letting_go(Some(same)));
     assert_eq!(found.len(), 1, "{found:?}");
 }
+
+/// From when to when, nanoseconds.
+type Spans = Vec<(u64, u64)>;
+
+/// The gaps and hold intervals found over the samples, with the engine finished.
+fn gaps_and_holds(samples: &[Sample]) -> (Spans, Spans) {
+    let (mut gaps, mut holds) = (Vec::new(), Vec::new());
+    let mut engine = engine();
+    let mut sink = |f: Finding| match f {
+        Finding::Gap { from_ns, to_ns } => gaps.push((from_ns, to_ns)),
+        Finding::Interval(iv) if iv.state == GilState::Hold => holds.push((iv.start_ns, iv.end_ns)),
+        _ => {}
+    };
+    for sample in samples {
+        engine.step(sample, &mut sink);
+    }
+    engine.finish(&mut sink);
+    (gaps, holds)
+}
+
+#[test]
+fn a_gap_in_the_samples_is_told_as_the_time_no_interval_covers() {
+    const MS: u64 = 1_000_000;
+    // 10 Hz: the timeline bridges up to 4 periods (400 ms); the sampler then fell 500 ms behind.
+    let running = KernelState::Running;
+    let samples = [0, 100, 600, 700].map(|ms| held(ms * MS, 1, running));
+    let (gaps, holds) = gaps_and_holds(&samples);
+    assert_eq!(gaps, vec![(150 * MS, 550 * MS)]);
+    // The holds end and begin where the gap does: nothing covers it twice, nothing is lost.
+    assert_eq!(holds, vec![(0, 150 * MS), (550 * MS, 750 * MS)]);
+    // Bridged: 400 ms apart is no gap.
+    let bridged = [0, 100, 500].map(|ms| held(ms * MS, 1, running));
+    assert_eq!(gaps_and_holds(&bridged).0, vec![]);
+    // Nor is a tick at the quiet rate that was asked to skip the periods between.
+    let mut quiet = [0, 100, 600].map(|ms| held(ms * MS, 1, running));
+    quiet[2].skipped_periods = 4;
+    assert_eq!(gaps_and_holds(&quiet).0, vec![]);
+}

@@ -98,6 +98,16 @@ pub enum Finding {
         /// Each thread's id in gilsample's PID namespace and its name.
         names: Vec<(u32, String)>,
     },
+    /// The sampler saw nothing of the target from `from_ns` to `to_ns`: its samples came further
+    /// apart than the timeline bridges (`TimelineParams::max_gap_ns`: it fell behind, most often for
+    /// want of a CPU), so no thread's interval covers that time. `report` leaves it out of every
+    /// figure, where it would otherwise count as time the threads spent outside the GIL.
+    Gap {
+        /// Half a period after the last sample before the gap, monotonic nanoseconds.
+        from_ns: u64,
+        /// Half a period before the first sample after it.
+        to_ns: u64,
+    },
     /// Only for a live view that asked for it (`SamplerConfig::live_every_ns`): what is known at a
     /// sample beyond the findings closed so far. The trace writer hands it to its tap, if any
     /// (trace/tap.rs), and writes nothing of it.
@@ -129,6 +139,7 @@ impl Finding {
             Finding::HeldWhileBlocked(stretch) => stretch.end_ns,
             Finding::Handoff(handoff) => handoff.taken_ns,
             Finding::WaitingThreads { t_ns, .. } | Finding::Rate { t_ns, .. } => *t_ns,
+            Finding::Gap { to_ns, .. } => *to_ns,
             Finding::Stack(StackReading { t_ns, .. })
             | Finding::HoldFrames { t_ns, .. }
             | Finding::SwitchInterval { t_ns, .. }

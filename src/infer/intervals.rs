@@ -100,7 +100,8 @@ impl TimelineParams {
         }
     }
 
-    fn half(&self) -> u64 {
+    /// Half a period: how far an interval reaches past its last sample, or before its first.
+    pub fn half(&self) -> u64 {
         self.period_ns / 2
     }
 }

@@ -78,10 +78,11 @@ impl Parked {
         stays
     }
 
-    /// Whether the last sample came before `t_ns` by more than `max_gap_ns`.
-    pub fn gap_before(&self, t_ns: u64, max_gap_ns: u64) -> bool {
+    /// The last sample's time, where it came before `t_ns` by more than `max_gap_ns`.
+    pub fn gap_before(&self, t_ns: u64, max_gap_ns: u64) -> Option<u64> {
         self.last
-            .is_some_and(|(last_ns, _)| t_ns.saturating_sub(last_ns) > max_gap_ns)
+            .map(|(last_ns, _)| last_ns)
+            .filter(|&last_ns| t_ns.saturating_sub(last_ns) > max_gap_ns)
     }
 
     /// Brings thread `index`, if parked, up to the last sample, as if it had been stepped there,

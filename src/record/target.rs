@@ -383,6 +383,7 @@ fn write_finding(
         }
         Finding::WaitingThreads { t_ns, count } => writer.write_waiters(t_ns, count),
         Finding::Rate { t_ns, hz } => writer.write_rate(t_ns, hz),
+        Finding::Gap { from_ns, to_ns } => writer.write_gap(from_ns, to_ns),
         Finding::HeldWhileBlocked(stretch) => writer.write_held_while_blocked(&stretch),
         Finding::Handoff(handoff) if handoff_arrows => writer.write_handoff(&handoff),
         Finding::Handoff(_) => Ok(()),

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use crate::report::gaps;
 use crate::report::hold_code::{HeldIn, HoldKey, HoldTime, hold_key, places};
 use crate::report::load::{ProcessTrace, Slice, SliceKind};
 use crate::report::other_data::RecordingFacts;
@@ -32,6 +33,10 @@ pub struct ProcessAnswer {
     /// debugger): its waits then were the stop's, and are left out of every figure
     /// (report/stopped.rs).
     pub stopped_s: f64,
+    /// Seconds of the window the sampler saw nothing of, the process not stopped then: it fell
+    /// behind by more than the timeline bridges (report/gaps.rs), so no thread's state is known
+    /// there. Left out of every figure, as `stopped_s` is.
+    pub unseen_s: f64,
     /// The switch interval the holds were judged against: the trace's, else CPython's default.
     pub switch_interval_ms: f64,
     /// Share of the window during which some thread held the GIL.
@@ -49,6 +54,14 @@ pub struct ProcessAnswer {
     pub threads: Vec<ThreadAnswer>,
 }
 
+impl ProcessAnswer {
+    /// The whole time the answer is of, seconds: the window with the time left out of it (the
+    /// process stopped, the sampler seeing nothing) put back.
+    pub fn length_s(&self) -> f64 {
+        self.window_s + self.stopped_s + self.unseen_s
+    }
+}
+
 /// The answer for one thread (docs/report-json.md).
 #[derive(Clone, Debug, Serialize)]
 pub struct ThreadAnswer {
@@ -62,7 +75,8 @@ pub struct ThreadAnswer {
     pub wait_s: f64,
     /// Seconds handing it off (`drop_gil`).
     pub drop_s: f64,
-    /// Seconds between its first slice and its last spent in none of those.
+    /// Seconds between its first slice and its last spent in none of those, the time the
+    /// process was stopped or the sampler saw nothing of left out.
     pub released_s: f64,
     /// Its waits' count and lengths.
     pub waits: Durations,
@@ -285,8 +299,15 @@ impl<'a> Accumulator<'a> {
     }
 }
 
-fn thread_answer(process: &ProcessTrace, tid: u32, acc: ThreadAcc) -> ThreadAnswer {
-    let span = acc.last.unwrap_or(0) - acc.first.unwrap_or(0);
+/// One thread's answer; `left_out`: the spans no figure counts (stops and gaps, joined).
+fn thread_answer(
+    process: &ProcessTrace,
+    tid: u32,
+    acc: ThreadAcc,
+    left_out: &[(i128, i128)],
+) -> ThreadAnswer {
+    let (first, last) = (acc.first.unwrap_or(0), acc.last.unwrap_or(0));
+    let span = last - first - gaps::covered(left_out, (first, last));
     let in_gil: i128 = acc.wait_ns + acc.hold_ns + acc.drop_ns;
     let waited_for = {
         let totals: BTreeMap<u32, i128> = acc.waited_for.iter().map(|(k, v)| (*k, v.0)).collect();
@@ -356,8 +377,12 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         let end = slices.iter().map(|s| s.end_ns).max().unwrap_or(0);
         (start, end)
     });
-    let stopped = stopped::within(&process.facts.stops_ns, (window_start, window_end));
-    let window = (window_end - window_start - stopped).max(0);
+    let whole = (window_start, window_end);
+    let stopped = stopped::within(&process.facts.stops_ns, whole);
+    // What no figure counts: the stops, and the gaps outside them.
+    let left_out = gaps::union(&process.facts.stops_ns, &process.gaps_ns);
+    let not_running_or_unseen = gaps::covered(&left_out, whole);
+    let window = (window_end - window_start - not_running_or_unseen).max(0);
     let mut accumulator = Accumulator::new(process);
     for slice in slices {
         accumulator.add(slice);
@@ -365,7 +390,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
     let mut answers: Vec<ThreadAnswer> = accumulator
         .threads
         .into_iter()
-        .map(|(tid, acc)| thread_answer(process, tid, acc))
+        .map(|(tid, acc)| thread_answer(process, tid, acc, &left_out))
         .collect();
     answers.sort_by(|a, b| b.wait_s.total_cmp(&a.wait_s).then(a.tid.cmp(&b.tid)));
     let total_wait: i128 = slices
@@ -387,6 +412,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         file: process.file.display().to_string(),
         window_s: seconds(window),
         stopped_s: seconds(stopped),
+        unseen_s: seconds((not_running_or_unseen - stopped).max(0)),
         switch_interval_ms: process
             .facts
             .switch_interval_us
@@ -528,5 +554,36 @@ mod tests {
         assert_eq!(holder.held_while_blocked[0].syscall, "read");
         assert!((holder.held_while_blocked[0].s - 0.03).abs() < 1e-9);
         assert!((holder.held_while_blocked[0].others_waited_s - 0.05).abs() < 1e-9);
+    }
+    #[test]
+    fn what_the_sampler_saw_nothing_of_is_left_out_of_every_figure() {
+        // 100 ms recorded; the sampler saw nothing from 30 to 80 ms (a gap: no slice there).
+        let mut process = ProcessTrace::default();
+        process.pid = 1;
+        process.facts.window_ns = Some((0, 100_000_000));
+        process.slices = vec![
+            slice(SliceKind::Hold, 1, 0, 30),
+            slice(SliceKind::Take, 2, 0, 30),
+            slice(SliceKind::Hold, 1, 80, 100),
+            slice(SliceKind::Take, 2, 80, 100),
+        ];
+        let unseen = analyze(&process);
+        // Without the gap, its 50 ms read as the GIL free and the waiter released.
+        assert!((unseen.gil_busy_share - 0.5).abs() < 1e-9);
+        process.gaps_ns = vec![(30_000_000, 80_000_000)];
+        let answer = analyze(&process);
+        assert!((answer.window_s - 0.05).abs() < 1e-9, "{}", answer.window_s);
+        assert!((answer.unseen_s - 0.05).abs() < 1e-9);
+        assert_eq!(answer.stopped_s, 0.0);
+        assert!((answer.gil_busy_share - 1.0).abs() < 1e-9);
+        assert!((answer.mean_waiters - 1.0).abs() < 1e-9);
+        let waiter = answer.threads.iter().find(|t| t.tid == 2).unwrap();
+        assert_eq!(waiter.released_s, 0.0);
+        // A stop over part of the gap is the stop's, not counted twice.
+        process.facts.stops_ns = vec![(20_000_000, 40_000_000)];
+        let answer = analyze(&process);
+        assert!((answer.stopped_s - 0.02).abs() < 1e-9);
+        assert!((answer.unseen_s - 0.04).abs() < 1e-9);
+        assert!((answer.window_s - 0.04).abs() < 1e-9);
     }
 }

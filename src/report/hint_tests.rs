@@ -46,6 +46,7 @@ fn waiting_for(shares: &[f64], code: &[HeldIn]) -> ProcessAnswer {
         file: "t.json".into(),
         window_s: 10.0,
         stopped_s: 0.0,
+        unseen_s: 0.0,
         switch_interval_ms: 5.0,
         gil_busy_share: 1.0,
         importing_share: None,

@@ -14,8 +14,10 @@ use crate::error::{Error, Result};
 use crate::merge::document::{
     event_object, field_error, for_each_event, for_each_event_of_own_trace, for_each_event_to_cut,
 };
+use crate::report::gaps::GapMarks;
 use crate::report::other_data::{self, ProcessFacts, RecordingFacts};
 use crate::report::stopped;
+use crate::trace::chrome::{GAP_KEY, GAP_TRACK};
 
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -129,6 +131,10 @@ pub struct ProcessTrace {
     /// Interned native calls of `Held::NativeCall`.
     pub calls: Vec<NativeCall>,
     call_index: HashMap<NativeCall, u32>,
+    /// The spans the sampler saw nothing of (report/gaps.rs), trace clock, sorted and joined.
+    pub gaps_ns: Vec<(i128, i128)>,
+    /// Their counter samples as read, until the file is read whole.
+    gap_marks: GapMarks,
 }
 
 impl ProcessTrace {
@@ -186,7 +192,8 @@ impl ProcessTrace {
         });
     }
 
-    /// Everything but the slices (names, labels, header facts): for a trace of some of them.
+    /// Everything but the slices and gaps (names, labels, header facts): for a trace of some of
+    /// them.
     pub fn without_slices(&self) -> ProcessTrace {
         ProcessTrace {
             file: self.file.clone(),
@@ -198,6 +205,8 @@ impl ProcessTrace {
             label_index: self.label_index.clone(),
             calls: self.calls.clone(),
             call_index: self.call_index.clone(),
+            gaps_ns: Vec::new(),
+            gap_marks: GapMarks::default(),
         }
     }
 
@@ -324,6 +333,7 @@ fn load_events(path: &Path, reading: Reading) -> Result<(Vec<ProcessTrace>, Opti
         let (stops, window) = (&process.facts.stops_ns, process.facts.window_ns);
         stopped::keep_time_it_ran(&mut process.slices, stops, window);
         process.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
+        process.gaps_ns = std::mem::take(&mut process.gap_marks).spans();
     }
     Ok((out, cut))
 }
@@ -366,6 +376,17 @@ fn accept(
             let process = processes.entry(pid).or_default();
             process.pid = pid;
             process.name_thread(tid, text);
+        }
+        return Ok(());
+    }
+    if ph == "C" && name == GAP_TRACK {
+        // A malformed mark is passed over, as another tool's counter would be: gaps only narrow
+        // the window, and the slices stand without them.
+        if let (Ok(Some(pid)), Some(Ok(ts))) = (id("pid"), object.get("ts").map(parse_micros)) {
+            let value = object.get("args").and_then(|args| args.get(GAP_KEY));
+            let process = processes.entry(pid).or_default();
+            process.pid = pid;
+            process.gap_marks.add(ts, value);
         }
         return Ok(());
     }

@@ -4,6 +4,7 @@
 //! pass. The end-of-recording summary is the same analysis of the file just written.
 
 pub mod analyze;
+pub mod gaps;
 pub mod hint;
 pub mod hold_code;
 pub mod load;

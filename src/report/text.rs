@@ -20,6 +20,10 @@ const NOTABLE_WAIT_SHARE: f64 = 0.01;
 /// spent starting changes what its figures mean.
 const IMPORTING_SAID_SHARE: f64 = 0.1;
 
+/// From this share of the recording unseen (the sampler fell behind), the headline says how much
+/// was left out; under it the figures move by less than they round to.
+const UNSEEN_SAID_SHARE: f64 = 0.01;
+
 /// `1,267`
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -43,19 +47,26 @@ pub fn headline(p: &ProcessAnswer) -> String {
             p.stopped_s
         );
     }
-    // Its waits while stopped were the stop's: left out of every figure (report/stopped.rs).
-    let length = if p.stopped_s > 0.0 {
-        format!(
-            "{:.1} s, stopped for {} of it (SIGSTOP, Ctrl+Z or a debugger: left out below)",
-            p.window_s + p.stopped_s,
-            if p.stopped_s >= 1.0 {
-                format!("{:.1} s", p.stopped_s)
-            } else {
-                ms(1000.0 * p.stopped_s)
-            }
-        )
-    } else {
-        format!("{:.1} s", p.window_s)
+    // Its waits while stopped were the stop's, and the time the sampler saw nothing of has no
+    // slices: both are left out of every figure (report/stopped.rs, report/gaps.rs).
+    let whole_s = p.length_s();
+    let unseen_said = p.unseen_s > 0.0 && p.unseen_s >= UNSEEN_SAID_SHARE * whole_s;
+    let length = match (p.stopped_s > 0.0, unseen_said) {
+        (false, false) => format!("{whole_s:.1} s"),
+        (true, false) => format!(
+            "{whole_s:.1} s, stopped for {} of it (SIGSTOP, Ctrl+Z or a debugger: left out below)",
+            seconds_or_ms(p.stopped_s)
+        ),
+        (false, true) => format!(
+            "{whole_s:.1} s, {} of it unseen (the sampler fell behind: left out below)",
+            seconds_or_ms(p.unseen_s)
+        ),
+        (true, true) => format!(
+            "{whole_s:.1} s, stopped for {} of it (SIGSTOP, Ctrl+Z or a debugger) and {} unseen \
+             (the sampler fell behind): both left out below",
+            seconds_or_ms(p.stopped_s),
+            seconds_or_ms(p.unseen_s)
+        ),
     };
     // Imports are the program starting: said beside the share they make up (the hint says more).
     let importing = match p.importing_share {
@@ -70,6 +81,15 @@ pub fn headline(p: &ProcessAnswer) -> String {
         100.0 * p.gil_busy_share,
         p.mean_waiters
     )
+}
+
+/// `1.2 s`, or `340 ms` under a second.
+fn seconds_or_ms(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.1} s")
+    } else {
+        ms(1000.0 * s)
+    }
 }
 
 /// Whether the process was stopped for the whole recording: it ran for none of the window, so

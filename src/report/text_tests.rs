@@ -39,6 +39,7 @@ fn process(blocked_others_waited_s: f64) -> ProcessAnswer {
         file: "t.json".into(),
         window_s: 3.0,
         stopped_s: 0.0,
+        unseen_s: 0.0,
         switch_interval_ms: 5.0,
         gil_busy_share: 1.0,
         importing_share: None,
@@ -413,4 +414,33 @@ fn a_process_stopped_for_the_whole_recording_says_so_and_no_figures() {
     format_process(&mut out, &p);
     assert!(out.contains("stopped for 2.0 s of it"), "{out}");
     assert!(out.contains("no thread waited noticeably"), "{out}");
+}
+
+#[test]
+fn time_the_sampler_saw_nothing_of_is_said_beside_the_length_once_it_moves_the_figures() {
+    let mut p = process(0.0);
+    (p.window_s, p.unseen_s) = (3.0, 1.0);
+    let mut out = String::new();
+    format_process(&mut out, &p);
+    assert!(
+        out.starts_with(
+            "process 1 — 4.0 s, 1.0 s of it unseen (the sampler fell behind: left out below);"
+        ),
+        "{out}"
+    );
+    // With a stop as well, both are said.
+    p.stopped_s = 0.5;
+    let mut out = String::new();
+    format_process(&mut out, &p);
+    assert!(
+        out.contains(
+            "4.5 s, stopped for 500 ms of it (SIGSTOP, Ctrl+Z or a debugger) and 1.0 s unseen"
+        ),
+        "{out}"
+    );
+    // Under 1% of it: not worth a word, though still left out.
+    (p.window_s, p.stopped_s, p.unseen_s) = (10.0, 0.0, 0.05);
+    let mut out = String::new();
+    format_process(&mut out, &p);
+    assert!(out.starts_with("process 1 — 10.1 s;"), "{out}");
 }

@@ -180,6 +180,10 @@ impl LiveProcess {
                 ..*s
             });
         view.slices.extend(inside);
+        let gaps = self.trace.gaps_ns.iter();
+        let gaps_inside = gaps.filter(|&&(from, to)| to > start && from < end);
+        view.gaps_ns
+            .extend(gaps_inside.map(|&(from, to)| (from.max(start), to.min(end))));
         // In the order `load` leaves a file's slices.
         view.slices.sort_by_key(|s| (s.start_ns, s.tid, s.kind));
         Some(view)
@@ -203,6 +207,20 @@ impl LiveProcess {
             let oldest = self.trace.slices.drain(..self.max_slices.div_ceil(4));
             let until = oldest.map(|s| s.end_ns).max();
             self.kept_from_ns = self.kept_from_ns.max(until);
+        }
+    }
+
+    /// A gap the sampler saw nothing of: left out of the answers as `report` leaves it out. Kept
+    /// within `max_slices` as the slices are.
+    fn gap(&mut self, from_ns: i128, to_ns: i128) {
+        let gaps = &mut self.trace.gaps_ns;
+        match gaps.last_mut() {
+            Some(last) if from_ns <= last.1 => last.1 = last.1.max(to_ns),
+            _ if to_ns > from_ns => gaps.push((from_ns, to_ns)),
+            _ => {}
+        }
+        if gaps.len() > self.max_slices {
+            gaps.drain(..self.max_slices.div_ceil(4));
         }
     }
 
@@ -241,6 +259,12 @@ impl TraceTap for Tap {
     fn progress(&mut self, progress: &TappedProgress<'_>) {
         if let Some(process) = self.live.lock().get_mut(&self.pid) {
             process.progress(progress);
+        }
+    }
+
+    fn gap(&mut self, from_ns: i128, to_ns: i128) {
+        if let Some(process) = self.live.lock().get_mut(&self.pid) {
+            process.gap(from_ns, to_ns);
         }
     }
 }

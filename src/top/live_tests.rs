@@ -222,3 +222,20 @@ fn the_tap_gets_the_slices_report_reads_from_the_finished_file() {
     assert_eq!(tapped.started_ns, Some(1_500_000_900_000));
     assert_eq!(tapped.trace.names[&1], from_file.names[&1]);
 }
+
+#[test]
+fn a_gap_is_left_out_of_the_windows_it_reaches_into() {
+    let mut process = LiveProcess::default();
+    process.add(&slice("hold_gil", 1, 0, 300));
+    process.gap(300_000_000, 700_000_000);
+    process.add(&slice("hold_gil", 1, 700, 1000));
+    progress(&mut process, 1000, &[]);
+    // The last 500 ms hold 200 ms of the gap: 300 ms seen, all of it held.
+    let answer = analyze(&process.window(Span::Last(500_000_000), None).unwrap());
+    assert!((answer.unseen_s - 0.2).abs() < 1e-9, "{}", answer.unseen_s);
+    assert!((answer.window_s - 0.3).abs() < 1e-9, "{}", answer.window_s);
+    assert!((answer.gil_busy_share - 1.0).abs() < 1e-9);
+    // A window after it has none of it.
+    let after = process.window(Span::Last(200_000_000), None).unwrap();
+    assert!(after.gaps_ns.is_empty(), "{:?}", after.gaps_ns);
+}

@@ -358,7 +358,7 @@ fn tables(live: &Live, view: &View, interval: Duration) -> Tables {
             && let Some(answer) = &answer
         {
             out.rows = table::rows(answer, view.sort);
-            out.span_s = Some(answer.window_s);
+            out.span_s = Some(answer.length_s());
         }
         out.processes.push(ProcessLine {
             described,
@@ -557,7 +557,7 @@ fn plain_tables(live: &Live, view: &View, interval: Duration, lines: Option<usiz
         match (&answer, p.started_ns, view.paused_at) {
             (Some(answer), Some(start), Some(at)) => {
                 let to = (at - start) as f64 / 1e9;
-                let from = (to - answer.window_s).max(0.0);
+                let from = (to - answer.length_s()).max(0.0);
                 text += &format!(", {from:.1}-{to:.1} s: {}", table::headline(answer));
             }
             _ => text += ": no samples yet",

@@ -340,6 +340,7 @@ mod tests {
             file: String::new(),
             window_s: 2.0,
             stopped_s: 0.0,
+            unseen_s: 0.0,
             switch_interval_ms: 5.0,
             gil_busy_share: 0.987,
             importing_share: None,

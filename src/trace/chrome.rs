@@ -27,6 +27,12 @@ use crate::trace::output::{check_not_exists, create_partial, end_trace, publish}
 use crate::trace::stacks::{PendingStacks, StackReading};
 use crate::trace::tap::{TappedSlice, TraceTap, hand_live, tapped};
 
+/// The counter track of the spans the sampler saw nothing of (`ChromeWriter::write_gap`), and its
+/// key: 1 from a gap's start, 0 from its end.
+pub const GAP_TRACK: &str = "sampler saw nothing";
+/// The key of `GAP_TRACK`'s counter samples.
+pub const GAP_KEY: &str = "gap";
+
 /// Which clock trace timestamps use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum TraceClock {
@@ -275,6 +281,19 @@ impl ChromeWriter {
     pub fn write_stopped(&mut self, from_ns: u64, to_ns: u64) -> Result<()> {
         self.write_counter("process stopped", "stopped", from_ns, 1)?;
         self.write_counter("process stopped", "stopped", to_ns, 0)
+    }
+
+    /// A span the sampler saw nothing of (`Finding::Gap`), on a track of its own: 1 from
+    /// `from_ns`, 0 from `to_ns`. `report` reads it back (`GAP_TRACK`) and leaves the span out of
+    /// its figures; a live view's tap gets it too.
+    pub fn write_gap(&mut self, from_ns: u64, to_ns: u64) -> Result<()> {
+        if let Some(tap) = self.tap.as_mut() {
+            // On the file's whole microseconds, as a reader of the file gets the span.
+            let on_trace = |ns: u64| 1000 * whole_micros(ns as i128 + self.offset_ns as i128);
+            tap.gap(on_trace(from_ns), on_trace(to_ns));
+        }
+        self.write_counter(GAP_TRACK, GAP_KEY, from_ns, 1)?;
+        self.write_counter(GAP_TRACK, GAP_KEY, to_ns, 0)
     }
 
     fn write_counter(&mut self, track: &str, key: &str, t_ns: u64, value: u32) -> Result<()> {

@@ -49,6 +49,8 @@ pub trait TraceTap: Send {
     fn slice(&mut self, slice: &TappedSlice<'_>);
     /// What the recording knew at a sample beyond the slices written (`Finding::Live`).
     fn progress(&mut self, progress: &TappedProgress<'_>);
+    /// A span the sampler saw nothing of (`Finding::Gap`), on the trace clock, nanoseconds.
+    fn gap(&mut self, from_ns: i128, to_ns: i128);
 }
 
 /// A slice as a tap gets it, its args still to be lent: `ts`/`dur` in whole microseconds (the

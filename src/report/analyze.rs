@@ -54,11 +54,22 @@ pub struct ProcessAnswer {
     pub threads: Vec<ThreadAnswer>,
 }
 
+/// From this share of the recording unseen (the sampler fell behind), the answer's headline says
+/// how much was left out; under it the figures move by less than they round to.
+const UNSEEN_SAID_SHARE: f64 = 0.01;
+
 impl ProcessAnswer {
     /// The whole time the answer is of, seconds: the window with the time left out of it (the
     /// process stopped, the sampler seeing nothing) put back.
     pub fn length_s(&self) -> f64 {
         self.window_s + self.stopped_s + self.unseen_s
+    }
+
+    /// The share of `length_s` the sampler saw nothing of, where it is worth a word beside the
+    /// figures (`UNSEEN_SAID_SHARE`).
+    pub fn unseen_share_worth_saying(&self) -> Option<f64> {
+        let share = self.unseen_s / self.length_s();
+        (self.unseen_s > 0.0 && share >= UNSEEN_SAID_SHARE).then_some(share)
     }
 }
 

@@ -20,10 +20,6 @@ const NOTABLE_WAIT_SHARE: f64 = 0.01;
 /// spent starting changes what its figures mean.
 const IMPORTING_SAID_SHARE: f64 = 0.1;
 
-/// From this share of the recording unseen (the sampler fell behind), the headline says how much
-/// was left out; under it the figures move by less than they round to.
-const UNSEEN_SAID_SHARE: f64 = 0.01;
-
 /// `1,267`
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -50,7 +46,7 @@ pub fn headline(p: &ProcessAnswer) -> String {
     // Its waits while stopped were the stop's, and the time the sampler saw nothing of has no
     // slices: both are left out of every figure (report/stopped.rs, report/gaps.rs).
     let whole_s = p.length_s();
-    let unseen_said = p.unseen_s > 0.0 && p.unseen_s >= UNSEEN_SAID_SHARE * whole_s;
+    let unseen_said = p.unseen_share_worth_saying().is_some();
     let length = match (p.stopped_s > 0.0, unseen_said) {
         (false, false) => format!("{whole_s:.1} s"),
         (true, false) => format!(

@@ -193,8 +193,14 @@ pub fn rows(answer: &ProcessAnswer, sort: SortBy) -> Vec<ThreadRow> {
 /// A process's headline over the window: how busy the GIL was and how many threads queued for it,
 /// and, as the summary says it, where much of the waiting found the GIL free: busy cores.
 pub fn headline(answer: &ProcessAnswer) -> String {
+    // The figures are of the time seen: a sampler that fell behind (no real-time priority on busy
+    // cores) says how much it missed.
+    let unseen = answer
+        .unseen_share_worth_saying()
+        .map(|share| format!(" ({:.0}% unseen: the sampler fell behind)", 100.0 * share))
+        .unwrap_or_default();
     let mut line = format!(
-        "GIL busy {:.0}%, {:.1} waiting on average",
+        "GIL busy {:.0}%{unseen}, {:.1} waiting on average",
         100.0 * answer.gil_busy_share,
         answer.mean_waiters
     );
@@ -447,6 +453,18 @@ mod tests {
         let names = |sort| -> Vec<String> { rows(&a, sort).into_iter().map(|r| r.name).collect() };
         assert_eq!(names(SortBy::Wait), ["a", "b", "c"]);
         assert_eq!(names(SortBy::Hold), ["b", "c", "a"]);
+        assert_eq!(headline(&a), "GIL busy 99%, 2.0 waiting on average");
+    }
+
+    #[test]
+    fn the_headline_says_how_much_the_sampler_saw_nothing_of() {
+        let mut a = answer(vec![thread(2, "a", 1.0, 0.2)]);
+        a.unseen_s = 0.5;
+        assert_eq!(
+            headline(&a),
+            "GIL busy 99% (20% unseen: the sampler fell behind), 2.0 waiting on average"
+        );
+        a.unseen_s = 0.01;
         assert_eq!(headline(&a), "GIL busy 99%, 2.0 waiting on average");
     }
 

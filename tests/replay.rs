@@ -299,12 +299,6 @@ fn gaps_in_the_samples_lie_between_slices_and_report_leaves_them_out() {
             "{}: {unseen_s} s unseen, the gaps {in_window_us} µs",
             case.display()
         );
-        let window_s = process["window_s"].as_f64().unwrap();
-        assert!(
-            ((window_s + unseen_s) * 1e6 - (end - start)).abs() <= 1.0,
-            "{}: window {window_s} s",
-            case.display()
-        );
     }
     assert!(
         gaps_seen > 0,

@@ -264,12 +264,12 @@ impl Engine {
 
     /// One sample in; what it settles goes to `sink`.
     pub fn step(&mut self, sample: &Sample, sink: &mut dyn FnMut(Finding)) {
-        self.follow_threads(sample, sink);
+        let params = params_for(self.params, sample);
+        let gap = self.note_gap(sample.t_ns, &params, sink);
+        self.follow_threads(sample, &params, gap, sink);
         self.note_switch_interval(sample, sink);
         let word = sample.word;
         self.handoff_age.observe(word.switch_number, sample.woke_ns);
-        let params = params_for(self.params, sample);
-        let gap = self.note_gap(sample.t_ns, &params, sink);
         let facts = SampleFacts {
             census: self.census(sample),
             no_switch_request: word.interval_us.is_some_and(|interval_us| {
@@ -500,17 +500,26 @@ impl Engine {
     }
 
     /// Matches the tracked threads to the sample's: threads no longer in it are gone (closed at the
-    /// sample's read time, when the sampler's walk saw them missing), new ones begin.
-    fn follow_threads(&mut self, sample: &Sample, sink: &mut dyn FnMut(Finding)) {
+    /// sample's read time, when the sampler's walk saw them missing), new ones begin. After a
+    /// `gap` a gone thread's interval ends where the gap begins: its read time, earlier than the
+    /// sample's, can fall within the bridged distance of its last sample though the sample does
+    /// not, and the interval would reach into the gap.
+    fn follow_threads(
+        &mut self,
+        sample: &Sample,
+        params: &TimelineParams,
+        gap: bool,
+        sink: &mut dyn FnMut(Finding),
+    ) {
         if !self.has_the_threads_of(sample) {
             self.parked.catch_up_all(&mut self.threads);
-            let params = self.params;
             let counts = &mut self.counts.decisions;
             let mut kept: Vec<ThreadInference> = Vec::with_capacity(sample.threads.len());
             let mut old = std::mem::take(&mut self.threads);
+            let gone_at = Some(sample.read_ns).filter(|_| !gap);
             for thread in old.iter_mut() {
                 if !sample.threads.iter().any(|t| t.tid == thread.tid) {
-                    thread.close(Some(sample.read_ns), &params, counts, sink);
+                    thread.close(gone_at, params, counts, sink);
                 }
             }
             for seen in &sample.threads {

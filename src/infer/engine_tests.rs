@@ -151,3 +151,18 @@ fn a_gap_in_the_samples_is_told_as_the_time_no_interval_covers() {
     quiet[2].skipped_periods = 4;
     assert_eq!(gaps_and_holds(&quiet).0, vec![]);
 }
+
+#[test]
+fn a_thread_gone_at_the_sample_after_a_gap_ends_where_the_gap_begins() {
+    const MS: u64 = 1_000_000;
+    let running = KernelState::Running;
+    let mut after = held(550 * MS, 2, running);
+    // Another thread by then; the walk that found the first gone read 70 ms before the sample:
+    // within the 400 ms the timeline bridges of its last sample, though the sample is not.
+    after.threads[0].tid = 12;
+    after.read_ns = 480 * MS;
+    let samples = [held(0, 1, running), held(100 * MS, 1, running), after];
+    let (gaps, holds) = gaps_and_holds(&samples);
+    assert_eq!(gaps, vec![(150 * MS, 500 * MS)]);
+    assert_eq!(holds[0], (0, 150 * MS), "{holds:?}");
+}

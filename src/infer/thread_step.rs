@@ -123,6 +123,16 @@ pub fn hold_back(
     sink: &mut dyn FnMut(Finding),
 ) {
     let t = sample.t_ns;
+    // A stretch is a run of consecutive samples: where the sampler fell behind, the one open is
+    // settled at the gap, and this sample begins the next (dropped, it would leave the time from
+    // half a period before it to the next sample in no slice, and no gap: released to `report`).
+    let broken = thread
+        .pending
+        .as_ref()
+        .is_some_and(|stretch| t.saturating_sub(stretch.last_ns) > params.max_gap_ns);
+    if broken {
+        thread.settle(Some((t, seen.schedstat)), None, params, decisions, sink);
+    }
     if thread.pending.is_none() && after == GilState::Drop && previous == Some(GilState::Take) {
         decisions.count(Decision::StretchAfterUnseenHold);
     }
@@ -139,14 +149,11 @@ pub fn hold_back(
         at_start: seen.schedstat,
         arrival: None,
     });
-    // A stretch is a run of consecutive samples: where the sampler fell behind it is settled at the
-    // gap (this sample is dropped; the next starts afresh).
-    let broken = t.saturating_sub(stretch.last_ns) > params.max_gap_ns;
-    if !broken && stretch.last_ns != t {
+    if stretch.last_ns != t {
         stretch.watch(seen.schedstat, t);
         stretch.last_ns = t;
     }
-    if broken || t.saturating_sub(stretch.first_ns) > MAX_STRETCH_NS {
+    if t.saturating_sub(stretch.first_ns) > MAX_STRETCH_NS {
         thread.settle(Some((t, seen.schedstat)), None, params, decisions, sink);
     }
 }
@@ -215,5 +222,46 @@ mod tests {
             }
         }
         assert_eq!(checked, 3 * 4 * 4 * 8);
+    }
+    #[test]
+    fn a_stretch_broken_by_a_gap_is_settled_and_the_sample_after_it_begins_the_next() {
+        let params = TimelineParams::for_period(100_000);
+        let mut thread = ThreadInference::new(7);
+        let mut intervals = Vec::new();
+        let mut sink = |f: Finding| {
+            if let Finding::Interval(iv) = f {
+                intervals.push((iv.state, iv.start_ns, iv.end_ns));
+            }
+        };
+        let mut decisions = DecisionCounts::default();
+        let seen = ThreadSample::default();
+        let at = |t_ns: u64| Sample {
+            t_ns,
+            ..Sample::default()
+        };
+        // Held back at 1.0 and 1.1 ms; the sampler then fell 0.9 ms behind (over 4 periods).
+        for t in [1_000_000, 1_100_000, 2_000_000] {
+            let (state, sample) = (GilState::Hold, at(t));
+            hold_back(
+                &mut thread,
+                &seen,
+                state,
+                None,
+                &sample,
+                &params,
+                &mut decisions,
+                &mut sink,
+            );
+        }
+        let stretch = thread
+            .pending
+            .as_ref()
+            .expect("the sample after the gap is held back");
+        assert_eq!((stretch.first_ns, stretch.last_ns), (2_000_000, 2_000_000));
+        // The stretch before the gap ends where the gap begins: half a period after its last.
+        thread.close(None, &params, &mut decisions, &mut sink);
+        assert_eq!(intervals.len(), 2, "{intervals:?}");
+        assert_eq!(intervals[0].2, 1_150_000);
+        assert_eq!((intervals[1].1, intervals[1].2), (1_950_000, 2_050_000));
     }
 }

@@ -11,46 +11,49 @@
 
 use serde_json::Value;
 
-/// Counter samples read from one trace, at most: past that the file is not a gilsample recording's
-/// (10 minutes at 10 kHz with every other tick late would be 3 million).
-const MAX_MARKS: usize = 8_000_000;
+/// Gaps read from one process's track, at most: a gap is over 4 periods, so 10 minutes at 10 kHz
+/// has at most 1.2 million; past this the track is not a gilsample recording's.
+const MAX_GAPS: usize = 4_000_000;
 
-/// The `GAP_TRACK` counter samples of one process, as read: (trace-clock ns, the counter's value).
+/// The gaps of one process's `GAP_TRACK`, read from its counter samples in file order (the order
+/// gilsample writes them: each gap's start, 1, then its end, 0).
 #[derive(Clone, Debug, Default)]
-pub struct GapMarks(Vec<(i128, bool)>);
+pub struct GapMarks {
+    /// The gaps paired so far.
+    spans: Vec<(i128, i128)>,
+    /// A start read, its end not yet.
+    open: Option<i128>,
+}
 
 impl GapMarks {
     /// One counter sample: `value` is the event's `args.gap` (1 from a gap's start, 0 from its end).
-    /// Anything else is passed over.
+    /// A start pairs with the end right after it: a start after a start replaces it, so a stray
+    /// mark (a file edited, another tool's track of the name) can only shorten a gap, never widen
+    /// one over slices; an end without its start, and any other value, are passed over.
     pub fn add(&mut self, t_ns: i128, value: Option<&Value>) {
-        let Some(value) = value.and_then(Value::as_u64).filter(|&v| v <= 1) else {
-            return;
-        };
-        if self.0.len() < MAX_MARKS {
-            self.0.push((t_ns, value == 1));
+        match value.and_then(Value::as_f64) {
+            Some(1.0) => self.open = Some(t_ns),
+            Some(0.0) => {
+                if let Some(from) = self.open.take()
+                    && t_ns > from
+                    && self.spans.len() < MAX_GAPS
+                {
+                    self.spans.push((from, t_ns));
+                }
+            }
+            _ => {}
         }
     }
 
-    /// The gaps the samples mark: sorted, joined where they touch, each from a 1 to the next 0; a
-    /// 1 with no 0 after it (a file cut off there) ends nothing and is passed over.
+    /// The gaps read: sorted, joined where they meet. A start with no end after it (a file cut
+    /// off there) ends nothing and is passed over.
     pub fn spans(mut self) -> Vec<(i128, i128)> {
-        // At one moment a gap's end (0) comes before the next one's start (1): they join.
-        self.0.sort_unstable_by_key(|&(t, open)| (t, open));
-        let mut spans: Vec<(i128, i128)> = Vec::new();
-        let mut open: Option<i128> = None;
-        for (t, starts) in self.0 {
-            match (starts, open) {
-                (true, None) => open = Some(t),
-                (false, Some(from)) => {
-                    open = None;
-                    if t > from {
-                        push_joined(&mut spans, (from, t));
-                    }
-                }
-                _ => {}
-            }
+        self.spans.sort_unstable();
+        let mut joined: Vec<(i128, i128)> = Vec::with_capacity(self.spans.len());
+        for span in self.spans {
+            push_joined(&mut joined, span);
         }
-        spans
+        joined
     }
 }
 
@@ -100,18 +103,19 @@ mod tests {
     }
 
     #[test]
-    fn gaps_are_read_from_one_to_the_next_zero_in_time_order() {
+    fn each_start_pairs_with_the_end_after_it_and_the_gaps_come_out_sorted() {
+        // Two files merged: each one's gaps in order, the other's after them.
         let spans = marks(&[
-            (500, json!(0)),
-            (100, json!(1)),
             (400, json!(1)),
+            (500, json!(0)),
+            (100, json!(1.0)),
             (200, json!(0)),
         ]);
         assert_eq!(spans, vec![(100, 200), (400, 500)]);
     }
 
     #[test]
-    fn gaps_that_meet_join_and_bad_or_unended_marks_are_passed_over() {
+    fn gaps_that_meet_join_and_stray_or_unended_marks_are_passed_over() {
         let spans = marks(&[
             (100, json!(1)),
             (200, json!(0)),
@@ -120,9 +124,14 @@ mod tests {
             (350, json!(0)),   // ends nothing
             (360, json!(7)),   // not a counter value of this track
             (370, json!("1")), // nor this
-            (900, json!(1)),   // cut off: no end
+            (400, json!(1)),   // a stray start: the next one replaces it
+            (600, json!(1)),
+            (650, json!(0)),
+            (700, json!(1)),
+            (700, json!(0)), // ends nothing long
+            (900, json!(1)), // cut off: no end
         ]);
-        assert_eq!(spans, vec![(100, 300)]);
+        assert_eq!(spans, vec![(100, 300), (600, 650)]);
     }
 
     #[test]

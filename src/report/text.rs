@@ -36,12 +36,20 @@ fn thousands(n: u64) -> String {
 /// The headline of one process.
 pub fn headline(p: &ProcessAnswer) -> String {
     let whose = whose(p);
-    if stopped_throughout(p) {
-        return format!(
-            "{whose} — {:.1} s, stopped for all of it (SIGSTOP, Ctrl+Z or a debugger): none of its \
-             threads ran, so nothing is told of its GIL",
-            p.stopped_s
-        );
+    if nothing_seen_running(p) {
+        return if p.stopped_s > 0.0 {
+            format!(
+                "{whose} — {:.1} s, stopped for all of it (SIGSTOP, Ctrl+Z or a debugger): none of \
+                 its threads ran, so nothing is told of its GIL",
+                p.length_s()
+            )
+        } else {
+            format!(
+                "{whose} — {:.1} s, none of it seen: the sampler fell behind the whole time, so \
+                 nothing is told of its GIL (give it a CPU: --cpus, or real-time priority)",
+                p.length_s()
+            )
+        };
     }
     // Its waits while stopped were the stop's, and the time the sampler saw nothing of has no
     // slices: both are left out of every figure (report/stopped.rs, report/gaps.rs).
@@ -88,10 +96,10 @@ fn seconds_or_ms(s: f64) -> String {
     }
 }
 
-/// Whether the process was stopped for the whole recording: it ran for none of the window, so
-/// every figure would be a share of nothing.
-fn stopped_throughout(p: &ProcessAnswer) -> bool {
-    p.window_s <= 0.0 && p.stopped_s > 0.0
+/// Whether no time is left to tell of: the process was stopped, or the sampler saw nothing, for
+/// the whole recording, so every figure would be a share of nothing.
+fn nothing_seen_running(p: &ProcessAnswer) -> bool {
+    p.window_s <= 0.0 && (p.stopped_s > 0.0 || p.unseen_s > 0.0)
 }
 
 /// Which process: its pid, with its rank, host and parent where known.
@@ -226,7 +234,7 @@ pub fn format_process(out: &mut String, p: &ProcessAnswer) {
         .iter()
         .filter(|t| t.wait_s > 0.0 && pct(t.wait_s, p.window_s) >= 100.0 * NOTABLE_WAIT_SHARE)
         .collect();
-    if notable.is_empty() && !stopped_throughout(p) {
+    if notable.is_empty() && !nothing_seen_running(p) {
         let _ = writeln!(
             out,
             "  no thread waited noticeably for the GIL{}",

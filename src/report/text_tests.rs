@@ -438,6 +438,18 @@ fn time_the_sampler_saw_nothing_of_is_said_beside_the_length_once_it_moves_the_f
         ),
         "{out}"
     );
+    // None of it seen: no figures.
+    (p.window_s, p.stopped_s, p.unseen_s, p.gil_busy_share) = (0.0, 0.0, 2.0, 0.0);
+    let mut out = String::new();
+    format_process(&mut out, &p);
+    assert!(
+        out.starts_with("process 1 — 2.0 s, none of it seen"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("held 0%") && !out.contains("no thread waited"),
+        "{out}"
+    );
     // Under 1% of it: not worth a word, though still left out.
     (p.window_s, p.stopped_s, p.unseen_s) = (10.0, 0.0, 0.05);
     let mut out = String::new();

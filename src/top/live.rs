@@ -220,7 +220,12 @@ impl LiveProcess {
             _ => {}
         }
         if gaps.len() > self.max_slices {
-            gaps.drain(..self.max_slices.div_ceil(4));
+            // As with the slices: the view counts from where what it keeps begins.
+            let until = gaps
+                .drain(..self.max_slices.div_ceil(4))
+                .map(|(_, to)| to)
+                .max();
+            self.kept_from_ns = self.kept_from_ns.max(until);
         }
     }
 

@@ -7,7 +7,9 @@
 //! said beside the length (`ProcessAnswer::unseen_s`).
 //!
 //! The trace keeps them as a counter track (`GAP_TRACK`: 1 from a gap's start, 0 from its end), so
-//! that they move with the events when `merge` moves a file's clock, and a viewer shows them.
+//! that they move with the events when `merge` moves a file's clock, and a viewer shows them. The
+//! stops have such a track too (`STOPPED_TRACK`), read the same way where a merged file's
+//! `otherData` no longer gives them on its clock.
 
 use serde_json::Value;
 
@@ -15,17 +17,17 @@ use serde_json::Value;
 /// has at most 1.2 million; past this the track is not a gilsample recording's.
 const MAX_GAPS: usize = 4_000_000;
 
-/// The gaps of one process's `GAP_TRACK`, read from its counter samples in file order (the order
-/// gilsample writes them: each gap's start, 1, then its end, 0).
+/// The spans one process's counter track marks (`GAP_TRACK`, `STOPPED_TRACK`), read from its
+/// samples in file order (the order gilsample writes them: each span's start, 1, then its end, 0).
 #[derive(Clone, Debug, Default)]
-pub struct GapMarks {
+pub struct TrackSpans {
     /// The gaps paired so far.
     spans: Vec<(i128, i128)>,
     /// A start read, its end not yet.
     open: Option<i128>,
 }
 
-impl GapMarks {
+impl TrackSpans {
     /// One counter sample: `value` is the event's `args.gap` (1 from a gap's start, 0 from its end).
     /// A start pairs with the end right after it: a start after a start replaces it, so a stray
     /// mark (a file edited, another tool's track of the name) can only shorten a gap, never widen
@@ -95,7 +97,7 @@ mod tests {
     use serde_json::json;
 
     fn marks(samples: &[(i128, Value)]) -> Vec<(i128, i128)> {
-        let mut marks = GapMarks::default();
+        let mut marks = TrackSpans::default();
         for (t, value) in samples {
             marks.add(*t, Some(value));
         }

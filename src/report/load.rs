@@ -14,10 +14,10 @@ use crate::error::{Error, Result};
 use crate::merge::document::{
     event_object, field_error, for_each_event, for_each_event_of_own_trace, for_each_event_to_cut,
 };
-use crate::report::gaps::GapMarks;
+use crate::report::gaps::TrackSpans;
 use crate::report::other_data::{self, ProcessFacts, RecordingFacts};
 use crate::report::stopped;
-use crate::trace::chrome::{GAP_KEY, GAP_TRACK};
+use crate::trace::chrome::{GAP_KEY, GAP_TRACK, STOPPED_KEY, STOPPED_TRACK};
 
 /// What a slice shows a thread doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -134,7 +134,10 @@ pub struct ProcessTrace {
     /// The spans the sampler saw nothing of (report/gaps.rs), trace clock, sorted and joined.
     pub gaps_ns: Vec<(i128, i128)>,
     /// Their counter samples as read, until the file is read whole.
-    gap_marks: GapMarks,
+    gap_marks: TrackSpans,
+    /// The stops' counter samples (`STOPPED_TRACK`): the stops where `otherData` does not give
+    /// them on this file's clock (a merged file's copy of a recording).
+    stop_marks: TrackSpans,
 }
 
 impl ProcessTrace {
@@ -206,7 +209,8 @@ impl ProcessTrace {
             calls: self.calls.clone(),
             call_index: self.call_index.clone(),
             gaps_ns: Vec::new(),
-            gap_marks: GapMarks::default(),
+            gap_marks: TrackSpans::default(),
+            stop_marks: TrackSpans::default(),
         }
     }
 
@@ -330,6 +334,10 @@ fn load_events(path: &Path, reading: Reading) -> Result<(Vec<ProcessTrace>, Opti
         if shape.holds == 0 && recorded_pid.is_none() {
             infer_holds(process);
         }
+        let stops_on_track = std::mem::take(&mut process.stop_marks).spans();
+        if process.facts.stops_ns.is_empty() {
+            process.facts.stops_ns = stops_on_track;
+        }
         let (stops, window) = (&process.facts.stops_ns, process.facts.window_ns);
         stopped::keep_time_it_ran(&mut process.slices, stops, window);
         process.gaps_ns = std::mem::take(&mut process.gap_marks).spans();
@@ -382,14 +390,24 @@ fn accept(
         }
         return Ok(());
     }
-    if ph == "C" && name == GAP_TRACK {
-        // A malformed mark is passed over, as another tool's counter would be: gaps only narrow
-        // the window, and the slices stand without them.
+    if ph == "C" && (name == GAP_TRACK || name == STOPPED_TRACK) {
+        // A malformed mark is passed over, as another tool's counter would be: these spans only
+        // narrow the window, and the slices stand without them.
         if let (Ok(Some(pid)), Some(Ok(ts))) = (id("pid"), object.get("ts").map(parse_micros)) {
-            let value = object.get("args").and_then(|args| args.get(GAP_KEY));
+            let key = if name == GAP_TRACK {
+                GAP_KEY
+            } else {
+                STOPPED_KEY
+            };
+            let value = object.get("args").and_then(|args| args.get(key));
             let process = processes.entry(pid).or_default();
             process.pid = pid;
-            process.gap_marks.add(ts, value);
+            let marks = if name == GAP_TRACK {
+                &mut process.gap_marks
+            } else {
+                &mut process.stop_marks
+            };
+            marks.add(ts, value);
         }
         return Ok(());
     }

@@ -94,3 +94,48 @@ fn a_hold_whose_stack_passes_through_the_import_system_is_importing() {
 fn importing_args() -> Value {
     json!({"stack": ["f (<frozen importlib._bootstrap>:1)"]})
 }
+
+#[test]
+fn stops_and_gaps_are_read_from_their_tracks_where_other_data_does_not_give_them() {
+    // As a merged file holds a recording: its events on the merge's clock, no stops in otherData.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("merged.json");
+    let counter = |name: &str, key: &str, ts: u64, value: u32| json!({"name": name, "ph": "C", "ts": ts, "pid": 1, "args": {key: value}});
+    let trace = json!({"traceEvents": [
+        {"name": "take_gil", "ph": "X", "ts": 0, "dur": 1000, "pid": 1, "tid": 2},
+        {"name": "hold_gil", "ph": "X", "ts": 0, "dur": 600, "pid": 1, "tid": 3},
+        counter("process stopped", "stopped", 200, 1),
+        counter("process stopped", "stopped", 500, 0),
+        counter("sampler saw nothing", "gap", 600, 1),
+        counter("sampler saw nothing", "gap", 800, 0),
+    ]});
+    std::fs::write(&path, trace.to_string()).unwrap();
+    let processes = load(&path).unwrap();
+    let process = &processes[0];
+    assert_eq!(process.facts.stops_ns, vec![(200_000, 500_000)]);
+    assert_eq!(process.gaps_ns, vec![(600_000, 800_000)]);
+    // The wait is cut at the stop, and at the gap (gilsample writes none into one).
+    let waits: Vec<(i128, i128)> = process
+        .slices
+        .iter()
+        .filter(|s| s.kind == SliceKind::Take)
+        .map(|s| (s.start_ns / 1000, s.end_ns / 1000))
+        .collect();
+    assert_eq!(waits, vec![(0, 200), (500, 600), (800, 1000)]);
+    let answer = crate::report::analyze::analyze(process);
+    assert!(
+        (answer.stopped_s - 0.0003).abs() < 1e-12,
+        "{}",
+        answer.stopped_s
+    );
+    assert!(
+        (answer.unseen_s - 0.0002).abs() < 1e-12,
+        "{}",
+        answer.unseen_s
+    );
+    assert!(
+        (answer.window_s - 0.0005).abs() < 1e-12,
+        "{}",
+        answer.window_s
+    );
+}

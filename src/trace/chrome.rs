@@ -33,6 +33,12 @@ pub const GAP_TRACK: &str = "sampler saw nothing";
 /// The key of `GAP_TRACK`'s counter samples.
 pub const GAP_KEY: &str = "gap";
 
+/// The counter track of the spans the process was found stopped (`ChromeWriter::write_stopped`),
+/// and its key.
+pub const STOPPED_TRACK: &str = "process stopped";
+/// The key of `STOPPED_TRACK`'s counter samples.
+pub const STOPPED_KEY: &str = "stopped";
+
 /// Which clock trace timestamps use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum TraceClock {
@@ -279,8 +285,8 @@ impl ChromeWriter {
     /// A span during which the process was found stopped (sampler/stop_watch.rs), on a track of its
     /// own: 1 from `from_ns`, 0 from `to_ns`.
     pub fn write_stopped(&mut self, from_ns: u64, to_ns: u64) -> Result<()> {
-        self.write_counter("process stopped", "stopped", from_ns, 1)?;
-        self.write_counter("process stopped", "stopped", to_ns, 0)
+        self.write_counter(STOPPED_TRACK, STOPPED_KEY, from_ns, 1)?;
+        self.write_counter(STOPPED_TRACK, STOPPED_KEY, to_ns, 0)
     }
 
     /// A span the sampler saw nothing of (`Finding::Gap`), on a track of its own: 1 from

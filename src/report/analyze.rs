@@ -13,7 +13,6 @@ use crate::report::hold_code::{HeldIn, HoldKey, HoldTime, hold_key, places};
 use crate::report::load::{ProcessTrace, Slice, SliceKind};
 use crate::report::other_data::RecordingFacts;
 use crate::report::slice_index::SliceIndex;
-use crate::report::stopped;
 
 /// The answer for one process; the shape of `gilsample report --json` (docs/report-json.md).
 #[derive(Clone, Debug, Serialize)]
@@ -389,7 +388,7 @@ pub fn analyze(process: &ProcessTrace) -> ProcessAnswer {
         (start, end)
     });
     let whole = (window_start, window_end);
-    let stopped = stopped::within(&process.facts.stops_ns, whole);
+    let stopped = gaps::covered(&process.facts.stops_ns, whole);
     // What no figure counts: the stops, and the gaps outside them.
     let left_out = gaps::union(&process.facts.stops_ns, &process.gaps_ns);
     let not_running_or_unseen = gaps::covered(&left_out, whole);

@@ -49,35 +49,34 @@ impl TrackSpans {
 
     /// The gaps read: sorted, joined where they meet. A start with no end after it (a file cut
     /// off there) ends nothing and is passed over.
-    pub fn spans(mut self) -> Vec<(i128, i128)> {
-        self.spans.sort_unstable();
-        let mut joined: Vec<(i128, i128)> = Vec::with_capacity(self.spans.len());
-        for span in self.spans {
-            push_joined(&mut joined, span);
-        }
-        joined
+    pub fn spans(self) -> Vec<(i128, i128)> {
+        sorted_and_joined(self.spans)
     }
 }
 
 /// Adds `span` (starting at or after the last one's start) to `spans`, joined with the last where
 /// they meet or overlap.
-fn push_joined(spans: &mut Vec<(i128, i128)>, (from, to): (i128, i128)) {
+pub fn push_joined(spans: &mut Vec<(i128, i128)>, (from, to): (i128, i128)) {
     match spans.last_mut() {
         Some(last) if from <= last.1 => last.1 = last.1.max(to),
         _ => spans.push((from, to)),
     }
 }
 
-/// The union of two sorted, joined span lists (the stops and the gaps): what is left out of the
-/// figures, sorted and joined.
-pub fn union(a: &[(i128, i128)], b: &[(i128, i128)]) -> Vec<(i128, i128)> {
-    let mut all: Vec<(i128, i128)> = a.iter().chain(b).copied().collect();
-    all.sort_unstable();
-    let mut joined = Vec::with_capacity(all.len());
-    for span in all {
+/// `spans` sorted, and joined where they meet or overlap: the form `covered` and `union` take.
+pub fn sorted_and_joined(mut spans: Vec<(i128, i128)>) -> Vec<(i128, i128)> {
+    spans.sort_unstable();
+    let mut joined = Vec::with_capacity(spans.len());
+    for span in spans {
         push_joined(&mut joined, span);
     }
     joined
+}
+
+/// The union of two sorted, joined span lists (the stops and the gaps): what is left out of the
+/// figures, sorted and joined.
+pub fn union(a: &[(i128, i128)], b: &[(i128, i128)]) -> Vec<(i128, i128)> {
+    sorted_and_joined(a.iter().chain(b).copied().collect())
 }
 
 /// How long the sorted, joined `spans` cover of `(start, end)`, nanoseconds: the spans that end
@@ -146,5 +145,8 @@ mod tests {
         assert_eq!(covered(&left_out, (200, 350)), 50 + 50);
         assert_eq!(covered(&left_out, (400, 600)), 0);
         assert_eq!(covered(&[], (0, 10)), 0);
+        // The stops alone, as report counts stopped_s.
+        assert_eq!(covered(&[(0, 50), (90, 200)], (10, 100)), 50);
+        assert_eq!(covered(&[], (10, 100)), 0);
     }
 }

@@ -394,20 +394,14 @@ fn accept(
         // A malformed mark is passed over, as another tool's counter would be: these spans only
         // narrow the window, and the slices stand without them.
         if let (Ok(Some(pid)), Some(Ok(ts))) = (id("pid"), object.get("ts").map(parse_micros)) {
-            let key = if name == GAP_TRACK {
-                GAP_KEY
-            } else {
-                STOPPED_KEY
-            };
-            let value = object.get("args").and_then(|args| args.get(key));
             let process = processes.entry(pid).or_default();
             process.pid = pid;
-            let marks = if name == GAP_TRACK {
-                &mut process.gap_marks
+            let (key, marks) = if name == GAP_TRACK {
+                (GAP_KEY, &mut process.gap_marks)
             } else {
-                &mut process.stop_marks
+                (STOPPED_KEY, &mut process.stop_marks)
             };
-            marks.add(ts, value);
+            marks.add(ts, object.get("args").and_then(|args| args.get(key)));
         }
         return Ok(());
     }

@@ -7,6 +7,8 @@
 
 use serde_json::Value;
 
+use crate::report::gaps;
+
 /// Spans read from one trace, at most: a recording with more is a debugger's stepping session.
 const MAX_STOPS: usize = 100_000;
 
@@ -30,20 +32,12 @@ pub fn on_trace_clock(
     monotonic: impl Iterator<Item = (i128, i128)>,
     to_trace: i128,
 ) -> Vec<(i128, i128)> {
-    let mut spans: Vec<(i128, i128)> = monotonic
+    let spans: Vec<(i128, i128)> = monotonic
         .take(MAX_STOPS)
         .filter(|&(from, to)| to > from)
         .map(|(from, to)| (from + to_trace, to + to_trace))
         .collect();
-    spans.sort_unstable();
-    let mut joined: Vec<(i128, i128)> = Vec::with_capacity(spans.len());
-    for (from, to) in spans {
-        match joined.last_mut() {
-            Some(last) if from <= last.1 => last.1 = last.1.max(to),
-            _ => joined.push((from, to)),
-        }
-    }
-    joined
+    gaps::sorted_and_joined(spans)
 }
 
 /// What `cut_out` cuts: something that lasts from one moment to another (trace-clock ns), and the
@@ -125,14 +119,6 @@ pub fn began_with_the_recording(stops: &[(i128, i128)], start: i128, rate_hz: f6
     stops
         .first()
         .is_some_and(|&(from, _)| from - start <= FIRST_CHECK_WITHIN_NS + 2 * period)
-}
-
-/// How long `stops` cover of the window `(start, end)`, nanoseconds.
-pub fn within(stops: &[(i128, i128)], (start, end): (i128, i128)) -> i128 {
-    stops
-        .iter()
-        .map(|&(from, to)| (to.min(end) - from.max(start)).max(0))
-        .sum()
 }
 
 #[cfg(test)]
@@ -229,11 +215,5 @@ mod tests {
             1000,
             1.0
         ));
-    }
-
-    #[test]
-    fn the_stopped_time_counts_only_inside_the_window() {
-        assert_eq!(within(&[(0, 50), (90, 200)], (10, 100)), 50);
-        assert_eq!(within(&[], (10, 100)), 0);
     }
 }

@@ -214,10 +214,8 @@ impl LiveProcess {
     /// within `max_slices` as the slices are.
     fn gap(&mut self, from_ns: i128, to_ns: i128) {
         let gaps = &mut self.trace.gaps_ns;
-        match gaps.last_mut() {
-            Some(last) if from_ns <= last.1 => last.1 = last.1.max(to_ns),
-            _ if to_ns > from_ns => gaps.push((from_ns, to_ns)),
-            _ => {}
+        if to_ns > from_ns {
+            crate::report::gaps::push_joined(gaps, (from_ns, to_ns));
         }
         if gaps.len() > self.max_slices {
             // As with the slices: the view counts from where what it keeps begins.

@@ -10,6 +10,14 @@
 //! running, it brackets the reading, which must say running. The `queue` workload hands the GIL
 //! over thousands of times a second between a producer and workers that hash outside it, so the
 //! holder and the threads running without the GIL give the rule thousands of readings.
+//!
+//! One kernel race lets a thread fall asleep with neither number moving (`running_key`): a wake-up
+//! that marks it for preemption and it blocking before it is preempted, with the sampler's two reads
+//! in that window. Every refutation seen was such a thread, asleep in `take_gil`'s timed wait. How
+//! often depends on the machine, not on this code: none in most one-second recordings on a two-core
+//! machine, 16 of 4,881 (0.33%) in the worst of 76, once in 7,322 on CI. So the test grants one in a
+//! hundred. A rule that is wrong shows at every sleep the workload makes: compared on the arrivals
+//! alone (CPU time left out), 8–10% of the readings judged refuted it.
 
 #[macro_use]
 mod common;
@@ -23,10 +31,11 @@ fn running_threads_left_unread_are_still_running(label: &str) {
     let judged = assert_rule_held(
         label,
         &trace,
-        "kernel_reads_proven_running",
-        "running_proof_check",
+        ("kernel_reads_proven_running", "running_proof_check"),
+        |judged| judged / 100,
     );
-    gilsample::stderr_line!("{label}: {judged} readings judged, all running");
+    let refuted = &trace.other("running_proof_check")["refuted"];
+    gilsample::stderr_line!("{label}: {judged} readings judged, {refuted} of them asleep");
 }
 
 macro_rules! running_proof_tests {

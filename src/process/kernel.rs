@@ -111,7 +111,7 @@ impl StateProof {
 /// its next clock update, having just brought the thread's CPU time up to that clock. Should the
 /// thread then block before it is preempted (a write that wakes a reader, then waits for room),
 /// its CPU time grows by nothing as it leaves, and no arrival is counted: it reads as running
-/// while asleep. The sampler's two reads must fall in that microsecond, and the error is bounded
+/// while asleep. The sampler's two reads must fall in that window, and the error is bounded
 /// by `StateProof::RUNNING_PROOFS_IN_A_ROW`.
 fn running_key(stat: SchedStat) -> Option<(u64, u64)> {
     (stat.timeslices > 0).then_some((stat.cpu_ns, stat.timeslices))

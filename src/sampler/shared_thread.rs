@@ -107,8 +107,8 @@ fn run<'scope, 'env: 'scope>(
         ..ThreadCost::default()
     };
     let mut window = Window::new(monotonic_ns());
+    let mut stopping = false;
     while !active.is_empty() {
-        let stopping = stop.load(Ordering::Relaxed);
         let mut index = 0;
         while index < active.len() {
             let failed = stopping || active[index].lane.output.failed();
@@ -124,10 +124,15 @@ fn run<'scope, 'env: 'scope>(
         sleep_until(active[first].sampler.wake_at());
         let slept = counted().since(&before);
         active[first].syscalls += slept;
+        // Read after the sleep, before the ticks: a stop asked by now ends each lane after one more
+        // tick, taken whether due or not, so that every recording's last sample comes after its
+        // stop was asked and covers the moment the user stopped it. Read before the sleep instead,
+        // a stop that came during a tick left that tick, begun before the stop, the last.
+        stopping = stop.load(Ordering::Relaxed);
         let now = monotonic_ns();
         let mut index = 0;
         while index < active.len() {
-            if active[index].sampler.wake_at() > now {
+            if !stopping && active[index].sampler.wake_at() > now {
                 index += 1;
                 continue;
             }

@@ -36,6 +36,19 @@ class StartStop(TempDirTest):
         names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
         self.assertIn("gilsample-control", names)
 
+    def test_a_stopped_recordings_last_sample_comes_after_the_stop_was_asked(self):
+        # An idle program is sampled at the quiet rate, so a stop often lands during a tick. Each
+        # recording must still cover the moment stop() was called: tried 30 times, as a stop that
+        # ended on the tick it interrupted did so about once in ten.
+        for attempt in range(30):
+            place = os.path.join(self.dir, str(attempt))
+            recording = gilsample.start(output_dir=place)
+            asked_ns = time.monotonic_ns()
+            trace = load(recording.stop()[0])
+            self.assertEqual(trace["otherData"]["end_reason"], "Stopped")
+            self.assertGreater(trace["otherData"]["recording_end_monotonic_ns"], asked_ns,
+                               "attempt %d" % attempt)
+
     def test_context_manager_stops_at_the_end_of_the_block(self):
         with Spinners(2):
             with gilsample.start(output_dir=self.dir, rate="5khz") as recording:
@@ -224,7 +237,8 @@ class Fork(TempDirTest):
         self.assertEqual(len(seen["parent_files"]), 2, seen)
         for parent_file in seen["parent_files"]:
             trace = load(parent_file)
-            # Ended by the parent's stops, after the child's exit: not cut short by it.
+            # Ended by the parent's stops, after the child's exit: not cut short by it (a stopped
+            # recording's last sample comes after the stop was asked).
             self.assertEqual(trace["otherData"]["end_reason"], "Stopped")
             self.assertGreater(trace["otherData"]["recording_end_monotonic_ns"],
                                seen["after_child_ns"])

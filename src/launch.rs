@@ -106,7 +106,7 @@ impl Launched {
         }
         let child = cmd
             .spawn()
-            .map_err(|e| Error::Usage(format!("cannot launch {program}: {e}")))?;
+            .map_err(|e| Error::Usage(cannot_launch(program, &e)))?;
         Ok(Launched {
             child,
             status: None,
@@ -216,6 +216,24 @@ impl Drop for Launched {
 }
 
 /// Whether `pid` exists and is not a zombie.
+/// Why the command after `--` did not start, and what to give instead.
+fn cannot_launch(program: &str, e: &std::io::Error) -> String {
+    let searched = !program.contains('/');
+    let why = match e.kind() {
+        std::io::ErrorKind::NotFound if searched => format!(
+            "no command {program} on PATH: check its spelling, or give its path \
+             (gilsample -- ./{program})"
+        ),
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => format!(
+            "not an executable file: a Python script is launched through its interpreter \
+             (gilsample -- python3 {program}), or made executable (chmod +x)"
+        ),
+        _ => e.to_string(),
+    };
+    format!("cannot launch {program}: {why}")
+}
+
 fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name's closing parenthesis.
@@ -393,6 +411,19 @@ pub fn wait_for_interpreter(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_command_that_cannot_start_is_said_with_what_to_give_instead() {
+        let not_found = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let said = super::cannot_launch("trian.py", &not_found);
+        assert!(said.contains("no command trian.py on PATH"), "{said}");
+        assert!(said.contains("gilsample -- ./trian.py"), "{said}");
+        let said = super::cannot_launch("./gone.py", &not_found);
+        assert_eq!(said, "cannot launch ./gone.py: no such file");
+        let said = super::cannot_launch("./train.py", &denied);
+        assert!(said.contains("gilsample -- python3 ./train.py"), "{said}");
+    }
+
     use super::*;
 
     fn gone(pid: u32) -> bool {

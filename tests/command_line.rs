@@ -221,6 +221,25 @@ fn a_command_without_dashes_is_shown_with_them() {
 }
 
 #[test]
+fn a_command_that_cannot_start_says_what_to_give_instead() {
+    let (_, stderr) = run_expecting(&["--", "no-such-command-here"], USAGE);
+    assert!(
+        stderr.contains("no command no-such-command-here on PATH"),
+        "{stderr}"
+    );
+    // A script run by name, not through its interpreter.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("train.py");
+    std::fs::write(&script, "print('hi')\n").unwrap();
+    let script = script.display().to_string();
+    let (_, stderr) = run_expecting(&["--", &script], USAGE);
+    assert!(
+        stderr.contains(&format!("gilsample -- python3 {script}")),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn an_option_with_two_letters_swapped_is_named_and_never_put_after_dashes() {
     let (_, stderr) = run_expecting(&["--pdi", "12", "-d", "5s"], USAGE);
     assert!(

@@ -345,6 +345,13 @@ fn a_bare_gilsample_that_finds_no_npu_process_says_so_and_shows_the_common_comma
         !gpus_here,
         "{waited}"
     );
+    // Without --duration, the error says it, and waiting is no longer offered where no GPU is.
+    assert_eq!(
+        gpu.contains("and this machine's /dev has no such device"),
+        !gpus_here,
+        "{gpu}"
+    );
+    assert_eq!(gpu.contains("--duration to wait"), gpus_here, "{gpu}");
     let commands: Vec<&str> = stderr
         .lines()
         .filter(|l| l.trim_start().starts_with("gilsample record "))

@@ -111,12 +111,23 @@ impl Session<'_> {
             && self.running.is_empty()
             && opts.duration.is_none()
         {
+            // Waiting is no answer where there is no such device to open.
+            let other = kind.other_option();
+            let what_to_give = if device_nodes_here(kind) {
+                format!(
+                    "; give --pid PID[,PID...], {other}, a command after --, or --duration to \
+                     wait for one"
+                )
+            } else {
+                format!(
+                    ", and this machine's /dev has no such device: give --pid PID[,PID...], \
+                     {other}, or a command after --"
+                )
+            };
             return Err(Error::NothingFound(format!(
-                "no Python process with {} open was found{}; give --pid PID[,PID...], {}, a \
-                 command after --, or --duration to wait for one",
+                "no Python process with {} open was found{}{what_to_give}",
                 kind.describe(),
                 crate::discover::closed_processes_note(),
-                kind.other_option()
             )));
         }
         if self.attached.is_empty() && !following {

@@ -215,7 +215,6 @@ impl Drop for Launched {
     }
 }
 
-/// Whether `pid` exists and is not a zombie.
 /// Why the command after `--` did not start, and what to give instead.
 fn cannot_launch(program: &str, e: &std::io::Error) -> String {
     let searched = !program.contains('/');
@@ -234,6 +233,7 @@ fn cannot_launch(program: &str, e: &std::io::Error) -> String {
     format!("cannot launch {program}: {why}")
 }
 
+/// Whether `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name's closing parenthesis.
@@ -411,20 +411,20 @@ pub fn wait_for_interpreter(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_command_that_cannot_start_is_said_with_what_to_give_instead() {
         let not_found = std::io::Error::from(std::io::ErrorKind::NotFound);
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        let said = super::cannot_launch("trian.py", &not_found);
+        let said = cannot_launch("trian.py", &not_found);
         assert!(said.contains("no command trian.py on PATH"), "{said}");
         assert!(said.contains("gilsample -- ./trian.py"), "{said}");
-        let said = super::cannot_launch("./gone.py", &not_found);
+        let said = cannot_launch("./gone.py", &not_found);
         assert_eq!(said, "cannot launch ./gone.py: no such file");
-        let said = super::cannot_launch("./train.py", &denied);
+        let said = cannot_launch("./train.py", &denied);
         assert!(said.contains("gilsample -- python3 ./train.py"), "{said}");
     }
-
-    use super::*;
 
     fn gone(pid: u32) -> bool {
         !alive(pid)

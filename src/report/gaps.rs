@@ -21,17 +21,17 @@ const MAX_GAPS: usize = 4_000_000;
 /// samples in file order (the order gilsample writes them: each span's start, 1, then its end, 0).
 #[derive(Clone, Debug, Default)]
 pub struct TrackSpans {
-    /// The gaps paired so far.
+    /// The spans paired so far.
     spans: Vec<(i128, i128)>,
     /// A start read, its end not yet.
     open: Option<i128>,
 }
 
 impl TrackSpans {
-    /// One counter sample: `value` is the event's `args.gap` (1 from a gap's start, 0 from its end).
-    /// A start pairs with the end right after it: a start after a start replaces it, so a stray
-    /// mark (a file edited, another tool's track of the name) can only shorten a gap, never widen
-    /// one over slices; an end without its start, and any other value, are passed over.
+    /// One counter sample: `value` is the event's value under the track's key (`args.gap`,
+    /// `args.stopped`: 1 from a span's start, 0 from its end). A start pairs with the end right
+    /// after it: a start after a start replaces it, so a stray mark (a file edited, another tool's
+    /// track of the name) can only shorten a span, never widen one over slices; an end without its start, and any other value, are passed over.
     pub fn add(&mut self, t_ns: i128, value: Option<&Value>) {
         match value.and_then(Value::as_f64) {
             Some(1.0) => self.open = Some(t_ns),
@@ -47,7 +47,7 @@ impl TrackSpans {
         }
     }
 
-    /// The gaps read: sorted, joined where they meet. A start with no end after it (a file cut
+    /// The spans read: sorted, joined where they meet. A start with no end after it (a file cut
     /// off there) ends nothing and is passed over.
     pub fn spans(self) -> Vec<(i128, i128)> {
         sorted_and_joined(self.spans)

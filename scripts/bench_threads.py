@@ -16,8 +16,11 @@ and the sampler's CPU seconds per second, and that CPU against the first target'
 threads at most twice what 5 cost). With --baseline another build records the same targets in the same
 rounds, the two builds taking turns going first, for a before/after of a sampler change.
 
+With --wake-every S each target also has a thread that sleeps S seconds at a time (idle between its
+wake-ups, which the waiter counts then cannot rule out: refuted ticks).
+
 Usage: scripts/bench_threads.py [--python PY] [--idle 3,398] [--seconds 3] [--reps 5] [--rate 10khz] [--pin]
-                                [--baseline OTHER_GILSAMPLE]
+                                [--wake-every S] [--baseline OTHER_GILSAMPLE]
 Needs root (the real-time sampler) and a release build (cargo build --release).
 """
 
@@ -39,7 +42,7 @@ def record_window(args, idle, pinned, out, binary):
     target = (["taskset", "-c", "0"] if pinned else []) + [
         *workload_command(args.python), "bench", "--threads", "2", "--idle", str(idle),
         # Long enough that the window ends before the threads are told to stop.
-        "--seconds", str(args.seconds * 2 + 2)]
+        "--seconds", str(args.seconds * 2 + 2)] + (["--wake-every", str(args.wake_every)] if args.wake_every else [])
     proc, pid = start_workload(target)
     for old in glob.glob(os.path.join(out, "GIL_*")):
         os.remove(old)
@@ -67,6 +70,9 @@ def main():
                         help="the target's interpreter: a path, or sid-3.15 (any sid-X.Y[d]: that Python in the "
                              "sid root scripts/make-sid-root.sh builds, run through chroot)")
     parser.add_argument("--idle", default="3,398", help="blocked threads beside the 2 spinners, one target each")
+    parser.add_argument("--wake-every", type=float, default=0.0, metavar="S",
+                        help="add to each target a thread that sleeps S seconds at a time: idle between wake-ups, "
+                             "each of which the waiter counts cannot rule out (refuted ticks)")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--rate", default="10khz")
@@ -90,7 +96,7 @@ def main():
             for (idle, pinned, build) in [(i, p, b) for i in targets for p in placements for b, _ in order]:
                 binary = dict(builds)[build]
                 runs[(idle, pinned, build)].append(record_window(args, idle, pinned, out, binary))
-                print("round %d, %d threads, %s, %s: %s" % (rep + 1, idle + 3, "spare core" if pinned else "busy",
+                print("round %d, %d threads, %s, %s: %s" % (rep + 1, idle + 3 + bool(args.wake_every), "spare core" if pinned else "busy",
                                                             build, runs[(idle, pinned, build)][-1]), flush=True)
     print("\n%d rounds, a %.0f s window mid-run at %s, %s: median (range)" % (
         args.reps, args.seconds, args.rate, args.python))
@@ -107,9 +113,9 @@ def main():
                 instead = col("read_instead")
                 instead = "—" if None in instead else "%.0f" % statistics.median(instead)
                 first = first or cpu
-                print("| 2 spinners + %d blocked | %s | %s | %.0f Hz (%.0f–%.0f) | %.0f | %.0f | %s | %.1f | %.2f (%.2f–%.2f)"
+                print("| 2 spinners + %d blocked%s | %s | %s | %.0f Hz (%.0f–%.0f) | %.0f | %.0f | %s | %.1f | %.2f (%.2f–%.2f)"
                       " | %.2f |" % (
-                          idle, "one spare" if pinned else "all busy", build, statistics.median(col("rate_hz")),
+                          idle, " + a waker" if args.wake_every else "", "one spare" if pinned else "all busy", build, statistics.median(col("rate_hz")),
                           min(col("rate_hz")), max(col("rate_hz")), statistics.median(col("late")),
                           statistics.median(col("refuted")), instead, statistics.median(col("calls")), cpu,
                           min(col("cpu_s_per_s")), max(col("cpu_s_per_s")), cpu / first))

@@ -72,6 +72,7 @@ pub(crate) fn trace_metadata(
         })),
         "kernel_reads_counted_out": report.kernel_reads_counted_out,
         "counted_out_refuted": report.counted_out_refuted,
+        "counted_out_put_off": report.counted_out_put_off,
         "counted_out_read_instead": report.counted_out_read_instead,
         "counted_out_on_retry": report.counted_out_on_retry,
         "gil_read_again": report.gil_read_again,

@@ -83,8 +83,11 @@ pub struct SamplerReport {
     /// See `proven_waiting_checked`.
     pub proven_waiting_refuted: u64,
     /// Ticks whose counts did not rule the idle threads out, after every retry, so that they were
-    /// read after all.
+    /// read after all (up to `IDLE_READS_PER_REFUTED_TICK` of them a tick).
     pub counted_out_refuted: u64,
+    /// Readings of idle threads that refuted ticks left for later, beyond the ones each reads
+    /// (`IDLE_READS_PER_REFUTED_TICK`): those ticks show their last readings.
+    pub counted_out_put_off: u64,
     /// Ticks whose counts did not rule the idle threads out at once, where reading them cost less
     /// than a retry (few idle threads), so that they were read.
     pub counted_out_read_instead: u64,
@@ -164,6 +167,7 @@ impl SamplerReport {
             proven_waiting_checked: 0,
             proven_waiting_refuted: 0,
             counted_out_refuted: 0,
+            counted_out_put_off: 0,
             counted_out_read_instead: 0,
             counted_out_on_retry: 0,
             gil_read_again: 0,

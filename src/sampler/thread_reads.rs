@@ -118,6 +118,9 @@ pub(super) struct ThreadTable {
     checks: Vec<(usize, Option<KernelState>)>,
     /// The tick's `CondStamp`, read before any of its threads.
     tick_stamp: Option<CondStamp>,
+    /// The idle threads a round of refuted ticks has yet to read, the next one last
+    /// (`put_off_beyond`); empty where no round is under way. Indices: a walk ends the round.
+    round: Vec<usize>,
     /// Ticks read so far: spreads the threads' every-few-ticks turns over the ticks.
     ticks: u64,
     /// Where `index_of_thread_state` last found what it looked for.
@@ -224,6 +227,7 @@ impl ThreadTable {
         self.reindex();
         // The sample's entries are by index: the next tick writes every one.
         self.entries_current = false;
+        self.round.clear();
         let at_attach = self.ticks == 0;
         for r in refs {
             if let Some(&index) = self.index_by_tid.get(&r.tid) {

@@ -3,6 +3,8 @@
 use super::*;
 use std::sync::mpsc;
 
+use unread_idle::IDLE_READS_PER_REFUTED_TICK;
+
 /// A thread of this process asleep in a channel's wait until `wake` is dropped, with its tid.
 fn asleep_thread() -> (u32, mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (tid_tx, tid_rx) = mpsc::channel();
@@ -92,4 +94,98 @@ fn a_thread_met_running_at_attach_is_not_taken_as_idle() {
     assert!(!table.threads[0].unread_since_attach);
     stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
+}
+
+#[test]
+fn refuted_ticks_read_the_idle_threads_newest_sleepers_first_and_leave_the_rest_as_last_read() {
+    // Threads 0–2 run; 3–102 are idle, thread i asleep since 1,000 × i but 50, the newest sleeper.
+    let since = |index: usize| {
+        if index == 50 {
+            1_000_000
+        } else {
+            1_000 * index as u64
+        }
+    };
+    let looks = (0..103u32).map(|index| FirstLook {
+        thread: thread_ref(index + 10),
+        idle_since: (index >= 3).then(|| since(index as usize)),
+    });
+    let idle: Vec<usize> = (3..103).collect();
+    let mut table = ThreadTable {
+        looks: looks.collect(),
+        unread_entries_kept: true,
+        ..ThreadTable::default()
+    };
+    let mut report = SamplerReport::default();
+    let mut read_by_some_tick = [false; 103];
+    let mut reads = Vec::new();
+    // 100 idle threads, 32 a tick: a round reads every one in 4 refuted ticks; a fifth begins the
+    // next round.
+    for tick in 0..5 {
+        let mut sample = Sample {
+            all_kernel_read: true,
+            unchanged_outside: vec![false; 103],
+            ..Sample::default()
+        };
+        table.unread.clone_from(&idle);
+        table.put_off_beyond(IDLE_READS_PER_REFUTED_TICK, &mut sample, &mut report);
+        assert!(
+            !sample.all_kernel_read,
+            "tick {tick} read only some idle threads"
+        );
+        for &index in &idle {
+            let read = table.unread.contains(&index);
+            // Put off: its entry is the last tick's, marked so for the engine.
+            assert_eq!(
+                sample.unchanged_outside[index], !read,
+                "tick {tick}, thread {index}"
+            );
+            read_by_some_tick[index] |= read;
+        }
+        if tick == 3 {
+            assert!(
+                idle.iter().all(|&i| read_by_some_tick[i]),
+                "4 ticks read them all"
+            );
+            assert!(table.round.is_empty(), "the round is read");
+        }
+        reads.push(table.unread.clone());
+    }
+    // Newest sleepers first: 50, then 102 down to 72 (31 more), and so on.
+    let first: Vec<usize> = [50].into_iter().chain(72..103).collect();
+    assert_eq!(reads[0], first);
+    assert_eq!(
+        reads[3].len(),
+        100 - 3 * 32,
+        "the round's last tick reads what is left"
+    );
+    assert_eq!(
+        reads[4], reads[0],
+        "a new round starts from the newest again"
+    );
+    assert_eq!(report.counted_out_put_off, 4 * (100 - 32) + 96);
+
+    // A thread read since the round began (no longer unread) is left out of the round's reads.
+    table.round.clear();
+    let mut sample = Sample {
+        unchanged_outside: vec![false; 103],
+        ..Sample::default()
+    };
+    table.unread.clone_from(&idle);
+    table.put_off_beyond(IDLE_READS_PER_REFUTED_TICK, &mut sample, &mut report);
+    table.unread = idle.iter().copied().filter(|&i| i != 71).collect();
+    table.put_off_beyond(IDLE_READS_PER_REFUTED_TICK, &mut sample, &mut report);
+    assert!(!table.unread.contains(&71) && table.unread.len() == 32);
+
+    // A budget of them all: every one is read, none marked, and no round is under way.
+    let mut sample = Sample {
+        all_kernel_read: true,
+        unchanged_outside: vec![false; 103],
+        ..Sample::default()
+    };
+    table.unread.clone_from(&idle);
+    table.put_off_beyond(idle.len(), &mut sample, &mut report);
+    assert_eq!(table.unread, idle);
+    assert!(sample.all_kernel_read && !sample.unchanged_outside.contains(&true));
+    assert!(table.round.is_empty(), "every idle thread read: no round");
 }

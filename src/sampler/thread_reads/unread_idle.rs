@@ -17,6 +17,14 @@ use crate::sampler::report::SamplerReport;
 /// moving between their two reads).
 const COUNT_OUT_RETRIES: usize = 4;
 
+/// The retries while a round of refuted ticks is under way (`ThreadTable::put_off_beyond`): one,
+/// without sleeping. A thread among those not read yet that woke into a GIL wait keeps the counts
+/// from ruling the idle threads out until a tick reads it, and no retry settles that: with a thread
+/// waking every 50 ms beside 398 in `Event.wait` and the round taken in list order, each wake-up
+/// cost about 6 refuted ticks, each one sleeping through its retries (350 refuted ticks and 701
+/// late ones in a 3 s window, against 58 and 458 for reading every idle thread at once).
+const COUNT_OUT_RETRIES_IN_A_ROUND: usize = 1;
+
 /// Before each retry after the first, the tick sleeps this long: a real-time sampler keeps the
 /// target's threads off its own CPU, and the one whose next step settles the counts is often among
 /// them. On that machine the GIL's mutex, once found contended, stayed so until the next hand-off
@@ -33,10 +41,21 @@ const LET_THE_TARGET_RUN_NS: u64 = 50_000;
 /// unread threads cost more than this.
 const SLEEPING_RETRY_IN_READS: usize = 50;
 
+/// At most this many idle threads are read at a tick whose counts did not rule them out after every
+/// retry; the others keep their last readings, and the refuted ticks after read the next ones, those
+/// that fell asleep last first (`put_off_beyond`). Reading them all at once made that tick a hole in
+/// the recording as long as the thread list: 1.3–2.8 ms (10–25 periods) with 398 threads in
+/// `Event.wait`, and with 1,500 such threads 37–57 refuted ticks held a 3 s window to 5,300–8,500
+/// Hz. 32 reads take about 50 µs; an idle thread that began to wait keeps the counts from ruling
+/// the others out, so it is found within one refuted tick per 32 idle threads, and mostly at the
+/// first (docs/cost.md, "A refuted tick reads 32 idle threads").
+pub(super) const IDLE_READS_PER_REFUTED_TICK: usize = 32;
+
 impl ThreadTable {
     /// The idle threads the first pass left unread: ruled out by the waiter counts
-    /// (`count_out`), or read now. Returns the counts read last where they bracket the tick's
-    /// first readings (no thread was read again before them), for the engine's recount.
+    /// (`count_out`), or read now (at a refuted tick, `IDLE_READS_PER_REFUTED_TICK` of them).
+    /// Returns the counts read last where they bracket the tick's first readings (no thread was
+    /// read again before them), for the engine's recount.
     pub(super) fn settle_unread(
         &mut self,
         target: &Target,
@@ -62,6 +81,7 @@ impl ThreadTable {
         };
         match proof {
             Ok(proof) => {
+                self.round.clear();
                 report.kernel_reads_counted_out += self.unread.len() as u64;
                 sample.all_kernel_read = false;
                 if self.unread_entries_kept {
@@ -76,10 +96,17 @@ impl ThreadTable {
                 (proof.rereads == 0).then_some(proof.again)
             }
             Err(why) => {
-                match why {
-                    NotCountedOut::Refuted => report.counted_out_refuted += 1,
-                    NotCountedOut::CheaperToRead => report.counted_out_read_instead += 1,
-                }
+                let budget = match why {
+                    NotCountedOut::Refuted => {
+                        report.counted_out_refuted += 1;
+                        IDLE_READS_PER_REFUTED_TICK
+                    }
+                    NotCountedOut::CheaperToRead => {
+                        report.counted_out_read_instead += 1;
+                        self.unread.len()
+                    }
+                };
+                self.put_off_beyond(budget, sample, report);
                 let reading = (sample.read_ns, self.tick_stamp);
                 for &index in &self.unread {
                     let seen = &mut sample.threads[index];
@@ -97,10 +124,63 @@ impl ThreadTable {
         }
     }
 
+    /// Keeps in `unread` the `budget` idle threads a refuted tick reads and leaves the others with
+    /// their last readings: asleep outside the GIL's waits, what the trace shows of them until a
+    /// later tick reads them or the counts rule them out again (`counted_out_put_off`). So a tick
+    /// that reads some of the idle threads is not one that read every thread
+    /// (`Sample::all_kernel_read`).
+    ///
+    /// The first refuted tick orders the idle threads into a round, those that fell asleep last
+    /// first, and each refuted tick after reads the next `budget` of it, until the round is read
+    /// or the counts rule the idle threads out again. A thread that sleeps in a loop (a timer, a
+    /// poller) is idle only between its wake-ups, so its wait is always among the newest: with one
+    /// waking every 50 ms beside 398 threads in `Event.wait`, taking the round in list order found
+    /// it after 6–7 refuted ticks a wake-up, newest first at the first (docs/cost.md).
+    pub(super) fn put_off_beyond(
+        &mut self,
+        budget: usize,
+        sample: &mut Sample,
+        report: &mut SamplerReport,
+    ) {
+        if budget >= self.unread.len() {
+            self.round.clear();
+            return;
+        }
+        if self.round.is_empty() {
+            let looks = &self.looks;
+            // Taken from the back: the newest sleepers last in the vector.
+            self.round.extend_from_slice(&self.unread);
+            self.round
+                .sort_by_key(|&index| looks.get(index).and_then(|look| look.idle_since));
+        }
+        let mut reading = Vec::with_capacity(budget);
+        while reading.len() < budget {
+            let Some(index) = self.round.pop() else {
+                break;
+            };
+            // Only those still unread at this tick: one read or gone since is left out.
+            if self.unread.binary_search(&index).is_ok() {
+                reading.push(index);
+            }
+        }
+        reading.sort_unstable();
+        let put_off = self.unread.len() - reading.len();
+        report.counted_out_put_off += put_off as u64;
+        sample.all_kernel_read = false;
+        if self.unread_entries_kept {
+            // Each one's entry is the sample before's (`first_pass`), as for those counted out.
+            for &index in &self.unread {
+                sample.unchanged_outside[index] = reading.binary_search(&index).is_err();
+            }
+        }
+        self.unread = reading;
+    }
+
     /// Whether the idle threads left unread are outside the GIL (infer/counted_out.rs): the waiter
     /// words `before` (read with the GIL's), the threads' readings, and the counts read again now.
     /// Where that fails, the read threads are read again and then the counts, up to
-    /// `COUNT_OUT_RETRIES` times, while that costs less than reading the unread threads (the sleep
+    /// `COUNT_OUT_RETRIES` times (`COUNT_OUT_RETRIES_IN_A_ROUND` while a refuted round is under
+    /// way), while that costs less than reading the unread threads (the sleep
     /// included: `SLEEPING_RETRY_IN_READS`): counts that moved, a mutex contended or a waiter not
     /// yet asleep are over once the target's threads get a CPU, and reading a few hundred idle
     /// threads would take longer than a period. `Err` says why the unread threads must be read.
@@ -114,7 +194,12 @@ impl ThreadTable {
         report: &mut SamplerReport,
     ) -> Result<CountedOut, NotCountedOut> {
         let at_stamp = self.tick_stamp;
-        for rereads in 0..=COUNT_OUT_RETRIES {
+        let retries = if !self.round.is_empty() {
+            COUNT_OUT_RETRIES_IN_A_ROUND
+        } else {
+            COUNT_OUT_RETRIES
+        };
+        for rereads in 0..=retries {
             let after = target
                 .read_waiter_words(at)
                 .map_err(|_| NotCountedOut::Refuted)?;
@@ -139,7 +224,7 @@ impl ThreadTable {
             } else {
                 0
             };
-            if rereads == COUNT_OUT_RETRIES {
+            if rereads == retries {
                 break;
             }
             if self.read.len() + 1 + sleep_in_reads >= self.unread.len() {

@@ -42,7 +42,9 @@ def record_window(args, idle, pinned, out, binary):
     target = (["taskset", "-c", "0"] if pinned else []) + [
         *workload_command(args.python), "bench", "--threads", "2", "--idle", str(idle),
         # Long enough that the window ends before the threads are told to stop.
-        "--seconds", str(args.seconds * 2 + 2)] + (["--wake-every", str(args.wake_every)] if args.wake_every else [])
+        "--seconds", str(args.seconds * 2 + 2)]
+    if args.wake_every:
+        target += ["--wake-every", str(args.wake_every)]
     proc, pid = start_workload(target)
     for old in glob.glob(os.path.join(out, "GIL_*")):
         os.remove(old)
@@ -96,7 +98,8 @@ def main():
             for (idle, pinned, build) in [(i, p, b) for i in targets for p in placements for b, _ in order]:
                 binary = dict(builds)[build]
                 runs[(idle, pinned, build)].append(record_window(args, idle, pinned, out, binary))
-                print("round %d, %d threads, %s, %s: %s" % (rep + 1, idle + 3 + bool(args.wake_every), "spare core" if pinned else "busy",
+                threads = idle + 3 + bool(args.wake_every)
+                print("round %d, %d threads, %s, %s: %s" % (rep + 1, threads, "spare core" if pinned else "busy",
                                                             build, runs[(idle, pinned, build)][-1]), flush=True)
     print("\n%d rounds, a %.0f s window mid-run at %s, %s: median (range)" % (
         args.reps, args.seconds, args.rate, args.python))
@@ -115,7 +118,8 @@ def main():
                 first = first or cpu
                 print("| 2 spinners + %d blocked%s | %s | %s | %.0f Hz (%.0f–%.0f) | %.0f | %.0f | %s | %.1f | %.2f (%.2f–%.2f)"
                       " | %.2f |" % (
-                          idle, " + a waker" if args.wake_every else "", "one spare" if pinned else "all busy", build, statistics.median(col("rate_hz")),
+                          idle, " + a waker" if args.wake_every else "", "one spare" if pinned else "all busy", build,
+                          statistics.median(col("rate_hz")),
                           min(col("rate_hz")), max(col("rate_hz")), statistics.median(col("late")),
                           statistics.median(col("refuted")), instead, statistics.median(col("calls")), cpu,
                           min(col("cpu_s_per_s")), max(col("cpu_s_per_s")), cpu / first))

@@ -31,7 +31,8 @@ impl TrackSpans {
     /// One counter sample: `value` is the event's value under the track's key (`args.gap`,
     /// `args.stopped`: 1 from a span's start, 0 from its end). A start pairs with the end right
     /// after it: a start after a start replaces it, so a stray mark (a file edited, another tool's
-    /// track of the name) can only shorten a span, never widen one over slices; an end without its start, and any other value, are passed over.
+    /// track of the name) can only shorten a span, never widen one over slices; an end without its
+    /// start, and any other value, are passed over.
     pub fn add(&mut self, t_ns: i128, value: Option<&Value>) {
         match value.and_then(Value::as_f64) {
             Some(1.0) => self.open = Some(t_ns),

@@ -116,17 +116,19 @@ fn refuted_ticks_read_the_idle_threads_newest_sleepers_first_and_leave_the_rest_
         unread_entries_kept: true,
         ..ThreadTable::default()
     };
+    // A tick's sample before its idle threads are settled: all read so far, none marked.
+    let fresh_sample = || Sample {
+        all_kernel_read: true,
+        unchanged_outside: vec![false; 103],
+        ..Sample::default()
+    };
     let mut report = SamplerReport::default();
     let mut read_by_some_tick = [false; 103];
     let mut reads = Vec::new();
     // 100 idle threads, 32 a tick: a round reads every one in 4 refuted ticks; a fifth begins the
     // next round.
     for tick in 0..5 {
-        let mut sample = Sample {
-            all_kernel_read: true,
-            unchanged_outside: vec![false; 103],
-            ..Sample::default()
-        };
+        let mut sample = fresh_sample();
         table.unread.clone_from(&idle);
         table.put_off_beyond(IDLE_READS_PER_REFUTED_TICK, &mut sample, &mut report);
         assert!(
@@ -167,10 +169,7 @@ fn refuted_ticks_read_the_idle_threads_newest_sleepers_first_and_leave_the_rest_
 
     // A thread read since the round began (no longer unread) is left out of the round's reads.
     table.round.clear();
-    let mut sample = Sample {
-        unchanged_outside: vec![false; 103],
-        ..Sample::default()
-    };
+    let mut sample = fresh_sample();
     table.unread.clone_from(&idle);
     table.put_off_beyond(IDLE_READS_PER_REFUTED_TICK, &mut sample, &mut report);
     table.unread = idle.iter().copied().filter(|&i| i != 71).collect();
@@ -178,11 +177,7 @@ fn refuted_ticks_read_the_idle_threads_newest_sleepers_first_and_leave_the_rest_
     assert!(!table.unread.contains(&71) && table.unread.len() == 32);
 
     // A budget of them all: every one is read, none marked, and no round is under way.
-    let mut sample = Sample {
-        all_kernel_read: true,
-        unchanged_outside: vec![false; 103],
-        ..Sample::default()
-    };
+    let mut sample = fresh_sample();
     table.unread.clone_from(&idle);
     table.put_off_beyond(idle.len(), &mut sample, &mut report);
     assert_eq!(table.unread, idle);

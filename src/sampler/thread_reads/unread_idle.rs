@@ -150,8 +150,7 @@ impl ThreadTable {
             let looks = &self.looks;
             // Taken from the back: the newest sleepers last in the vector.
             self.round.extend_from_slice(&self.unread);
-            self.round
-                .sort_by_key(|&index| looks.get(index).and_then(|look| look.idle_since));
+            self.round.sort_by_key(|&index| looks[index].idle_since);
         }
         let mut reading = Vec::with_capacity(budget);
         while reading.len() < budget {

@@ -176,6 +176,25 @@ fn refuted_ticks_read_the_idle_threads_newest_sleepers_first_and_leave_the_rest_
     table.put_off_beyond(IDLE_READS_PER_REFUTED_TICK, &mut sample, &mut report);
     assert!(!table.unread.contains(&71) && table.unread.len() == 32);
 
+    // A tick that left nothing unread ends the round under way: the next refuted tick starts a
+    // new one from the newest sleepers, where the old round would have gone on from thread 71.
+    table.round.clear();
+    let mut sample = fresh_sample();
+    table.unread.clone_from(&idle);
+    table.put_off_beyond(IDLE_READS_PER_REFUTED_TICK, &mut sample, &mut report);
+    assert!(!table.round.is_empty(), "a round under way");
+    table.unread.clear();
+    assert!(table.nothing_left_unread());
+    assert!(
+        table.round.is_empty(),
+        "a tick with nothing unread ends the round"
+    );
+    let mut sample = fresh_sample();
+    table.unread.clone_from(&idle);
+    assert!(!table.nothing_left_unread());
+    table.put_off_beyond(IDLE_READS_PER_REFUTED_TICK, &mut sample, &mut report);
+    assert_eq!(table.unread, first, "the newest sleepers first again");
+
     // A budget of them all: every one is read, none marked, and no round is under way.
     let mut sample = fresh_sample();
     table.unread.clone_from(&idle);

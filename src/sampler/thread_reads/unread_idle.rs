@@ -64,7 +64,7 @@ impl ThreadTable {
         gil: FirstRead,
         report: &mut SamplerReport,
     ) -> Option<Waiters> {
-        if self.unread.is_empty() {
+        if self.nothing_left_unread() {
             return None;
         }
         let proof = match (gil.counts, sample.waiters) {
@@ -122,6 +122,17 @@ impl ThreadTable {
                 None
             }
         }
+    }
+
+    /// Whether the tick's first pass left no idle thread unread (counting out off at this tick, or
+    /// every idle thread read). Such a tick is not refuted: it ends any round under way, as a
+    /// count-out does, so the next refuted tick starts from the newest sleepers again and retries
+    /// as often as a first one (`count_out`).
+    pub(super) fn nothing_left_unread(&mut self) -> bool {
+        if self.unread.is_empty() {
+            self.round.clear();
+        }
+        self.unread.is_empty()
     }
 
     /// Keeps in `unread` the `budget` idle threads a refuted tick reads and leaves the others with

@@ -77,6 +77,14 @@ fn contention(label: &str) {
         String::from_utf8_lossy(&own.stdout).trim(),
         "{label}"
     );
+    // The interpreter's file as the target names it: in the sid chroot its own `/usr/...`, not the
+    // host's path to it, so it opens through the target's root.
+    let binary = trace.other("python_binary").as_str().unwrap().to_string();
+    let through_root = format!("/proc/{}/root{binary}", workload.pid);
+    assert!(
+        binary.starts_with('/') && std::path::Path::new(&through_root).is_file(),
+        "{label}: python_binary {binary} is not a file in the target's root"
+    );
     assert!(trace.other("samples").as_u64().unwrap() > 0);
     // Stretches taken as take_gil after two wake-ups are some of those settled inside a GIL call.
     let woke_twice = trace

@@ -83,6 +83,22 @@ pub fn read_file_mappings(pid: u32) -> Result<Vec<Mapping>> {
         .collect())
 }
 
+/// `path`, as this process reads it in the target's maps, as the target itself names it. A target
+/// in a plain chroot maps its files under its root, which the maps show from ours
+/// (`/srv/sid/usr/bin/python3.15` for its `/usr/bin/python3.15`): its root, read through
+/// `/proc/PID/root`, is taken off. Unchanged where that root is ours or unreadable (the target
+/// gone), or the path is not under it (after `pivot_root` the maps already name the target's own
+/// paths).
+pub fn path_in_target(pid: u32, path: &Path) -> PathBuf {
+    let Ok(root) = std::fs::read_link(format!("/proc/{pid}/root")) else {
+        return path.to_path_buf();
+    };
+    match path.strip_prefix(&root) {
+        Ok(inside) if root != Path::new("/") => Path::new("/").join(inside),
+        _ => path.to_path_buf(),
+    }
+}
+
 /// How a mapped file was reached from here; named in `gilsample info` and the trace metadata.
 #[derive(Debug)]
 pub struct OpenedFile {

@@ -14,6 +14,7 @@ use goblin::elf::Elf;
 
 use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
+use crate::process::maps::path_in_target;
 use crate::process::memory::ProcessMemory;
 use crate::python::debug_offsets;
 use crate::python::find_binary::InterpreterElf;
@@ -75,7 +76,9 @@ pub(crate) fn flavour_of(elf: &Elf<'_>) -> Flavour {
 }
 
 /// Separate debug files for a binary: by build-id, then by debuglink, inside the target's root first.
-fn separate_debug_files(pid: u32, binary: &InterpreterElf<'_>, mapped_path: &Path) -> Vec<PathBuf> {
+/// `in_target`: the binary's path as the target names it, whose directory the debuglink rules
+/// (`/usr/lib/debug/DIR/LINK`, `DIR/.debug/LINK`) start from, under either root.
+fn separate_debug_files(pid: u32, binary: &InterpreterElf<'_>, in_target: &Path) -> Vec<PathBuf> {
     let (elf, image) = (&binary.elf, binary.image);
     let mut found = Vec::new();
     let roots = [
@@ -91,7 +94,7 @@ fn separate_debug_files(pid: u32, binary: &InterpreterElf<'_>, mapped_path: &Pat
             )));
         }
     }
-    if let (Some(link), Some(dir)) = (elf::debuglink(elf, image.bytes()), mapped_path.parent()) {
+    if let (Some(link), Some(dir)) = (elf::debuglink(elf, image.bytes()), in_target.parent()) {
         let dir = dir.strip_prefix("/").unwrap_or(dir);
         for root in &roots {
             found.push(root.join("usr/lib/debug").join(dir).join(&link));
@@ -109,6 +112,9 @@ pub(crate) struct LayoutRequest<'a> {
     pub(crate) pid: u32,
     /// The interpreter's one parse.
     pub(crate) binary: &'a InterpreterElf<'a>,
+    /// Its path as the target's maps name it (the parse's own path is the one opened, often
+    /// through `/proc/PID/root`).
+    pub(crate) mapped_path: &'a Path,
     pub(crate) version: PyVersion,
     pub(crate) flavour: Flavour,
     pub(crate) arch: &'a str,
@@ -152,7 +158,8 @@ impl LayoutRequest<'_> {
         if elf::has_debug_info(&self.binary.elf) {
             files.push(image.path.clone());
         }
-        files.extend(separate_debug_files(self.pid, self.binary, &image.path));
+        let in_target = path_in_target(self.pid, self.mapped_path);
+        files.extend(separate_debug_files(self.pid, self.binary, &in_target));
         if files.is_empty() {
             tried.push("no DWARF in the binary and no separate debug file".into());
         }

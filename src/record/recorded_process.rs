@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::process::maps::path_in_target;
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_parent_pid};
 use crate::python::target::Target;
 use crate::record::RecordOptions;
@@ -42,7 +43,8 @@ pub struct RecordedProcess {
     pub python_version: String,
     /// Its build flavour (default, debug or free-threaded).
     pub python_flavour: String,
-    /// The path of the ELF that defines `_PyRuntime`, as mapped in the target.
+    /// The path of the ELF that defines `_PyRuntime`, as the target names it (its own root's view:
+    /// the host's path of a chroot's file has the chroot taken off).
     pub python_binary: String,
     /// The interpreter's architecture.
     pub arch: String,
@@ -90,7 +92,9 @@ impl RecordedProcess {
             command_line: read_cmdline(target.pid).unwrap_or_default(),
             python_version: target.version.to_string(),
             python_flavour: target.flavour.to_string(),
-            python_binary: target.binary.mapped_path.display().to_string(),
+            python_binary: path_in_target(target.pid, &target.binary.mapped_path)
+                .display()
+                .to_string(),
             arch: target.binary.arch.to_string(),
             layout_source: target.layout_source.to_string(),
             gil_waiter_counts: if opts.waiter_counts {

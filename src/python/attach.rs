@@ -74,7 +74,7 @@ pub fn locate(pid: u32, choice: LayoutChoice) -> Result<Located> {
             &LayoutRequest {
                 pid,
                 binary: elf,
-                mapped_path: &binary.mapped_path,
+                in_target: &binary.in_target,
                 version,
                 flavour,
                 arch: binary.arch,

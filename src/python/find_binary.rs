@@ -11,7 +11,7 @@ use goblin::elf::Elf;
 
 use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
-use crate::process::maps::{Mapping, OpenedFile, open_mapped_file};
+use crate::process::maps::{Mapping, OpenedFile, open_mapped_file, path_in_target};
 use crate::python::layout::shipped_keys;
 use crate::python::objects::TypeObjects;
 use crate::python::version::{OLDEST_SUPPORTED, PyVersion};
@@ -22,6 +22,9 @@ use crate::symbols::elf::{self, ElfImage};
 pub struct Binary {
     /// The path as the target's maps name it.
     pub mapped_path: PathBuf,
+    /// The path as the target itself names it (`process::maps::path_in_target`: a chroot's host
+    /// prefix taken off), read once at attach, while the target is there.
+    pub in_target: PathBuf,
     /// The path gilsample opened it through (differs for containers).
     pub opened_as: PathBuf,
     /// It is a `libpython` shared library rather than the executable itself.
@@ -120,6 +123,7 @@ pub(crate) fn find_interpreter<T>(
         };
         let binary = Binary {
             mapped_path: candidate.path.clone(),
+            in_target: path_in_target(pid, &candidate.path),
             opened_as: opened_as.clone(),
             shared_library: parsed.header.e_type == goblin::elf::header::ET_DYN
                 && parsed.interpreter.is_none(),

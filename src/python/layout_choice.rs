@@ -14,7 +14,6 @@ use goblin::elf::Elf;
 
 use crate::addr::RemoteAddr;
 use crate::error::{Error, Result};
-use crate::process::maps::path_in_target;
 use crate::process::memory::ProcessMemory;
 use crate::python::debug_offsets;
 use crate::python::find_binary::InterpreterElf;
@@ -112,9 +111,9 @@ pub(crate) struct LayoutRequest<'a> {
     pub(crate) pid: u32,
     /// The interpreter's one parse.
     pub(crate) binary: &'a InterpreterElf<'a>,
-    /// Its path as the target's maps name it (the parse's own path is the one opened, often
-    /// through `/proc/PID/root`).
-    pub(crate) mapped_path: &'a Path,
+    /// Its path as the target names it (`Binary::in_target`; the parse's own path is the one
+    /// opened, often through `/proc/PID/root`).
+    pub(crate) in_target: &'a Path,
     pub(crate) version: PyVersion,
     pub(crate) flavour: Flavour,
     pub(crate) arch: &'a str,
@@ -158,8 +157,7 @@ impl LayoutRequest<'_> {
         if elf::has_debug_info(&self.binary.elf) {
             files.push(image.path.clone());
         }
-        let in_target = path_in_target(self.pid, self.mapped_path);
-        files.extend(separate_debug_files(self.pid, self.binary, &in_target));
+        files.extend(separate_debug_files(self.pid, self.binary, self.in_target));
         if files.is_empty() {
             tried.push("no DWARF in the binary and no separate debug file".into());
         }

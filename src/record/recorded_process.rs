@@ -5,7 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::maps::path_in_target;
 use crate::process::tasks::{read_cmdline, read_namespace_pid, read_parent_pid};
 use crate::python::target::Target;
 use crate::record::RecordOptions;
@@ -92,9 +91,7 @@ impl RecordedProcess {
             command_line: read_cmdline(target.pid).unwrap_or_default(),
             python_version: target.version.to_string(),
             python_flavour: target.flavour.to_string(),
-            python_binary: path_in_target(target.pid, &target.binary.mapped_path)
-                .display()
-                .to_string(),
+            python_binary: target.binary.in_target.display().to_string(),
             arch: target.binary.arch.to_string(),
             layout_source: target.layout_source.to_string(),
             gil_waiter_counts: if opts.waiter_counts {
